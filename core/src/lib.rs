@@ -1,0 +1,9 @@
+//! kaas-core: the sans-IO heart of kaas.
+//!
+//! Everything here is a pure function of its arguments: no IO, no clock (time
+//! is passed in as `now_ms`), no randomness but a seeded generator passed in.
+//! The `net` crate drives it over real sockets and files; the simulator
+//! drives it over simulated ones.
+
+pub mod protocol;
+pub mod record;

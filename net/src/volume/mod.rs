@@ -1,0 +1,53 @@
+//! The `Volume` seam: the only way kaas touches the shared volume.
+//!
+//! Operations mirror what the substrate (a local directory or NFS) really
+//! offers: whole-file reads, atomic replace (tmp + fsync + rename), directory
+//! listing, removal, and append-only segment handles. `LocalVolume` implements
+//! it on the OS file system; the simulator implements it in memory with
+//! crash and NFS-staleness semantics. Paths are relative to the volume root
+//! and always use `/`.
+
+mod local;
+
+pub use local::LocalVolume;
+
+use bytes::Bytes;
+use std::io;
+use std::sync::Arc;
+
+/// An open, append-only log file (a segment or its index).
+///
+/// All methods take `&self` so one handle can be appended to by the
+/// partition's writer while a flusher fsyncs it and fetches read from it.
+pub trait SegmentFile: Send + Sync {
+    /// Current length in bytes (everything appended, durable or not).
+    fn len(&self) -> u64;
+    /// Appends `data` at the end; returns the position it was written at.
+    fn append(&self, data: &[u8]) -> io::Result<u64>;
+    /// Reads up to `len` bytes starting at `pos` (fewer at end of file).
+    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes>;
+    /// Makes every byte appended so far durable.
+    fn sync(&self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes (torn-tail recovery) and makes that durable.
+    fn truncate(&self, len: u64) -> io::Result<()>;
+}
+
+/// The shared volume.
+pub trait Volume: Send + Sync + 'static {
+    /// The whole content of a file, or `None` if it does not exist.
+    fn read(&self, path: &str) -> io::Result<Option<Bytes>>;
+    /// Replaces `path` atomically and durably: write a temporary file, fsync
+    /// it, rename it over `path`, fsync the directory.
+    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()>;
+    /// Names of the entries directly under `dir` (empty if it does not exist),
+    /// sorted so callers never depend on file-system order.
+    fn list(&self, dir: &str) -> io::Result<Vec<String>>;
+    /// Creates `dir` and its parents.
+    fn create_dir_all(&self, dir: &str) -> io::Result<()>;
+    /// Removes one file; removing a missing file is not an error.
+    fn remove(&self, path: &str) -> io::Result<()>;
+    /// Removes a directory and everything below it; a missing one is not an error.
+    fn remove_dir_all(&self, dir: &str) -> io::Result<()>;
+    /// Opens (creating if `create`) an append-only file.
+    fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>>;
+}
