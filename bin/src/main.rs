@@ -1,1 +1,135 @@
-fn main() {}
+//! `kaas`: the broker binary.
+
+use clap::{Parser, Subcommand};
+use kaas_net::config::{BrokerConfig, LogDefaults};
+use kaas_net::volume::LocalVolume;
+use kaas_net::Broker;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "kaas", version, about = "A Kafka-wire-compatible broker on a shared volume")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the broker.
+    Serve(ServeArgs),
+}
+
+#[derive(Parser)]
+struct ServeArgs {
+    /// Directory holding the logs and cluster state (the shared volume).
+    #[arg(long, default_value = "./kaas-data")]
+    data_dir: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    listen: SocketAddr,
+    /// host:port clients should connect to (defaults to --listen).
+    #[arg(long)]
+    advertised: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    broker_id: i32,
+    /// Create topics on first use by Metadata or Produce.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    auto_create_topics: bool,
+    /// Partitions of auto-created topics (Kafka's num.partitions).
+    #[arg(long, default_value_t = 1)]
+    default_partitions: i32,
+    /// Largest request accepted, in bytes (Kafka's socket.request.max.bytes).
+    #[arg(long, default_value_t = kaas_core::protocol::frame::DEFAULT_MAX_FRAME_BYTES)]
+    max_frame_bytes: usize,
+    /// Segment size before a roll (log.segment.bytes).
+    #[arg(long, default_value_t = LogDefaults::default().segment_bytes)]
+    segment_bytes: u64,
+    /// Default retention time in ms, -1 for none (log.retention.ms).
+    #[arg(long, default_value_t = LogDefaults::default().retention_ms)]
+    retention_ms: i64,
+    /// Default retention size per partition in bytes, -1 for none (log.retention.bytes).
+    #[arg(long, default_value_t = LogDefaults::default().retention_bytes)]
+    retention_bytes: i64,
+    /// How often retention runs, in ms.
+    #[arg(long, default_value_t = LogDefaults::default().retention_check_interval_ms)]
+    retention_check_interval_ms: u64,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let mut config = BrokerConfig::new(args.listen);
+    config.broker_id = args.broker_id;
+    config.auto_create_topics = args.auto_create_topics;
+    config.default_partitions = args.default_partitions.max(1);
+    config.max_frame_bytes = args.max_frame_bytes;
+    config.log = LogDefaults {
+        segment_bytes: args.segment_bytes,
+        retention_ms: args.retention_ms,
+        retention_bytes: args.retention_bytes,
+        retention_check_interval_ms: args.retention_check_interval_ms,
+        ..LogDefaults::default()
+    };
+    if let Some(adv) = &args.advertised {
+        let (host, port) = adv.rsplit_once(':').ok_or_else(|| format!("--advertised {adv}: expected host:port"))?;
+        config.advertised_host = host.to_string();
+        config.advertised_port = port.parse().map_err(|_| format!("--advertised {adv}: bad port"))?;
+    }
+    std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
+    let volume = Arc::new(LocalVolume::new(&args.data_dir).map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?);
+    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let broker = Broker::open(config, volume).map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
+    tokio::spawn(broker.clone().run_retention());
+    tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), cluster_id = %broker.cluster_id, "kaas is serving");
+    kaas_net::server::serve(broker.clone(), listener, shutdown_signal()).await;
+    tracing::info!("shutting down: flushing partitions");
+    broker.flush_all().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -7,3 +7,6 @@
 
 pub mod protocol;
 pub mod record;
+pub mod topic_config;
+pub mod topic_name;
+pub mod produce;

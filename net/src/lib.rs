@@ -1,1 +1,21 @@
-//! kaas-net
+//! kaas-net: the real driver of kaas.
+//!
+//! It owns everything with side effects: the TCP server, the request
+//! handlers, the `Volume` on the OS file system, the partition logs and the
+//! timers. The rules it enforces live in `kaas_core`.
+
+pub mod broker;
+pub mod clock;
+pub mod config;
+pub mod handlers;
+pub mod log;
+pub mod server;
+pub mod volume;
+
+pub use broker::Broker;
+pub use config::BrokerConfig;
+
+/// The leader epoch of every partition. One broker has led every partition
+/// since it was created, so the epoch never changed; the multi-broker work
+/// turns this into a per-partition epoch taken over by exclusive create.
+pub const LEADER_EPOCH: i32 = 0;

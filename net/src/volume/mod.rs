@@ -22,6 +22,10 @@ use std::sync::Arc;
 pub trait SegmentFile: Send + Sync {
     /// Current length in bytes (everything appended, durable or not).
     fn len(&self) -> u64;
+    /// True if nothing was appended yet.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Appends `data` at the end; returns the position it was written at.
     fn append(&self, data: &[u8]) -> io::Result<u64>;
     /// Reads up to `len` bytes starting at `pos` (fewer at end of file).
@@ -37,7 +41,8 @@ pub trait Volume: Send + Sync + 'static {
     /// The whole content of a file, or `None` if it does not exist.
     fn read(&self, path: &str) -> io::Result<Option<Bytes>>;
     /// Replaces `path` atomically and durably: write a temporary file, fsync
-    /// it, rename it over `path`, fsync the directory.
+    /// it, rename it over `path`, fsync the directory. The parent directory
+    /// must exist. In-flight temporaries never appear in `list`.
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()>;
     /// Names of the entries directly under `dir` (empty if it does not exist),
     /// sorted so callers never depend on file-system order.
@@ -48,6 +53,8 @@ pub trait Volume: Send + Sync + 'static {
     fn remove(&self, path: &str) -> io::Result<()>;
     /// Removes a directory and everything below it; a missing one is not an error.
     fn remove_dir_all(&self, dir: &str) -> io::Result<()>;
-    /// Opens (creating if `create`) an append-only file.
+    /// Opens (creating if `create`) an append-only file. Opening a missing
+    /// file without `create` fails with `ErrorKind::NotFound`; a created
+    /// file's directory entry is durable when this returns.
     fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>>;
 }

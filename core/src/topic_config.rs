@@ -1,0 +1,117 @@
+//! Topic configs: which names kaas knows, their defaults, and validation.
+//!
+//! A topic stores only the configs it sets; everything else falls back to the
+//! broker default. Unknown names and unparsable values are rejected the way
+//! Kafka rejects them (INVALID_CONFIG), so a typo never silently does nothing.
+
+use std::collections::BTreeMap;
+
+/// How a config value is typed, as DescribeConfigs v3+ reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Short = 4,
+    Long = 5,
+    Double = 6,
+    List = 7,
+    Class = 8,
+    Password = 9,
+}
+
+/// One topic config kaas understands.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigDef {
+    pub name: &'static str,
+    pub kind: ConfigType,
+    /// Allowed values for enumerated strings; empty means any.
+    pub choices: &'static [&'static str],
+    /// The broker-wide config that supplies the default.
+    pub broker_name: &'static str,
+}
+
+pub const RETENTION_MS: &str = "retention.ms";
+pub const RETENTION_BYTES: &str = "retention.bytes";
+pub const SEGMENT_BYTES: &str = "segment.bytes";
+pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
+pub const CLEANUP_POLICY: &str = "cleanup.policy";
+
+/// The topic configs kaas accepts. `cleanup.policy` accepts only `delete`:
+/// compaction is not implemented, and accepting `compact` would silently
+/// keep every record.
+pub const TOPIC_CONFIGS: &[ConfigDef] = &[
+    ConfigDef { name: CLEANUP_POLICY, kind: ConfigType::List, choices: &["delete"], broker_name: "log.cleanup.policy" },
+    ConfigDef { name: "compression.type", kind: ConfigType::String, choices: &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"], broker_name: "compression.type" },
+    ConfigDef { name: MAX_MESSAGE_BYTES, kind: ConfigType::Int, choices: &[], broker_name: "message.max.bytes" },
+    ConfigDef { name: "message.timestamp.type", kind: ConfigType::String, choices: &["CreateTime"], broker_name: "log.message.timestamp.type" },
+    ConfigDef { name: "min.insync.replicas", kind: ConfigType::Int, choices: &[], broker_name: "min.insync.replicas" },
+    ConfigDef { name: RETENTION_BYTES, kind: ConfigType::Long, choices: &[], broker_name: "log.retention.bytes" },
+    ConfigDef { name: RETENTION_MS, kind: ConfigType::Long, choices: &[], broker_name: "log.retention.ms" },
+    ConfigDef { name: SEGMENT_BYTES, kind: ConfigType::Int, choices: &[], broker_name: "log.segment.bytes" },
+];
+
+pub fn find(name: &str) -> Option<&'static ConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// Checks one config a client wants to set; the error is the message for
+/// INVALID_CONFIG.
+pub fn validate(name: &str, value: Option<&str>) -> Result<(), String> {
+    let def = find(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
+    let value = value.ok_or_else(|| format!("Null value not supported for topic config {name}"))?;
+    let ok = match def.kind {
+        ConfigType::Int => value.trim().parse::<i32>().is_ok_and(|v| i64::from(v) >= minimum(name)),
+        ConfigType::Long => value.trim().parse::<i64>().is_ok_and(|v| v >= minimum(name)),
+        ConfigType::Boolean => matches!(value, "true" | "false"),
+        _ => def.choices.is_empty() || def.choices.contains(&value.trim()),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("Invalid value {value} for configuration {name}"))
+    }
+}
+
+/// Smallest legal value of a numeric config.
+fn minimum(name: &str) -> i64 {
+    match name {
+        SEGMENT_BYTES => 14, // one batch header must fit
+        MAX_MESSAGE_BYTES => 0,
+        "min.insync.replicas" => 1,
+        RETENTION_MS | RETENTION_BYTES => -1,
+        _ => i64::MIN,
+    }
+}
+
+/// Reads a numeric config a topic sets, or `default`.
+pub fn get_i64(configs: &BTreeMap<String, String>, name: &str, default: i64) -> i64 {
+    configs
+        .get(name)
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or(default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_config_names_are_rejected() {
+        assert!(validate("retention.msx", Some("1")).is_err());
+    }
+
+    #[test]
+    fn numeric_configs_must_parse_and_respect_their_minimum() {
+        assert!(validate(RETENTION_MS, Some("-1")).is_ok());
+        assert!(validate(RETENTION_MS, Some("abc")).is_err());
+        assert!(validate(SEGMENT_BYTES, Some("10")).is_err());
+        assert!(validate(SEGMENT_BYTES, Some("1048576")).is_ok());
+    }
+
+    #[test]
+    fn compaction_is_refused_rather_than_silently_ignored() {
+        assert!(validate(CLEANUP_POLICY, Some("compact")).is_err());
+        assert!(validate(CLEANUP_POLICY, Some("delete")).is_ok());
+    }
+}

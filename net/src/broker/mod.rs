@@ -1,0 +1,353 @@
+//! The broker's state: topics, their partitions, and the cluster identity.
+//!
+//! Handlers ask the broker for partitions and topic facts; the broker owns the
+//! topic files on the volume and the background tasks (one group-commit
+//! flusher per partition, and retention).
+
+mod partition;
+mod topic_file;
+
+pub use partition::{partition_dir, Appended, FetchedData, Isolation, Partition};
+pub use topic_file::TopicFile;
+
+use crate::clock;
+use crate::config::BrokerConfig;
+use crate::log::LogConfig;
+use crate::volume::Volume;
+use kaas_core::protocol::{ErrorCode, Uuid};
+use kaas_core::topic_config::{self, MAX_MESSAGE_BYTES, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, RwLock};
+use tokio::sync::watch;
+
+/// A topic as currently served. Immutable: a change (more partitions)
+/// installs a new `Topic` that shares the existing partitions.
+pub struct Topic {
+    pub name: String,
+    pub id: Uuid,
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+impl Topic {
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index).ok().and_then(|i| self.partitions.get(i))
+    }
+}
+
+/// Why a topic could not be created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl AdminError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> AdminError {
+        AdminError { code, message: message.into() }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct ClusterFile {
+    cluster_id: String,
+}
+
+const CLUSTER_FILE: &str = "__cluster/cluster.json";
+
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub volume: Arc<dyn Volume>,
+    pub cluster_id: String,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Serializes topic administration (create, delete, add partitions) so
+    /// the topic files have one writer at a time.
+    admin: tokio::sync::Mutex<()>,
+    /// Bumped whenever any high watermark moves: long-poll fetches wait on it.
+    progress: Arc<watch::Sender<u64>>,
+}
+
+impl Broker {
+    /// Opens the broker on `volume`: reads the topic files, recovers every
+    /// partition log and starts the flushers. Must run inside the runtime.
+    pub fn open(config: BrokerConfig, volume: Arc<dyn Volume>) -> io::Result<Arc<Broker>> {
+        volume.create_dir_all("__cluster/topics")?;
+        volume.create_dir_all("topics")?;
+        let cluster_id = load_or_create_cluster_id(volume.as_ref())?;
+        let broker = Arc::new(Broker {
+            config,
+            volume,
+            cluster_id,
+            topics: RwLock::new(BTreeMap::new()),
+            admin: tokio::sync::Mutex::new(()),
+            progress: Arc::new(watch::Sender::new(0)),
+        });
+        let files = topic_file::read_all(broker.volume.as_ref())?;
+        let mut known_dirs = std::collections::BTreeSet::new();
+        for file in files {
+            let Some(id) = file.id() else { continue };
+            let mut partitions = Vec::new();
+            for index in 0..file.partitions {
+                known_dirs.insert(partition_dir(&file.name, index));
+                partitions.push(broker.open_partition(&file.name, index, &file.configs)?);
+            }
+            tracing::info!(topic = %file.name, partitions = file.partitions, "recovered topic");
+            let topic = Topic { name: file.name.clone(), id, configs: file.configs, partitions };
+            broker.topics_mut().insert(file.name, Arc::new(topic));
+        }
+        // Partition directories without a topic file are leftovers of a
+        // deletion that crashed half-way: the topic file is removed first.
+        for dir in broker.volume.list("topics")? {
+            let dir = format!("topics/{dir}");
+            if !known_dirs.contains(&dir) {
+                tracing::warn!(%dir, "removing partition directory of a deleted topic");
+                broker.volume.remove_dir_all(&dir)?;
+            }
+        }
+        Ok(broker)
+    }
+
+    fn topics_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Topic>>> {
+        self.topics.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn topics_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Topic>>> {
+        self.topics.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn log_config(&self, configs: &BTreeMap<String, String>) -> LogConfig {
+        let d = &self.config.log;
+        LogConfig {
+            segment_bytes: topic_config::get_i64(configs, SEGMENT_BYTES, d.segment_bytes as i64).max(14) as u64,
+            ..LogConfig::default()
+        }
+    }
+
+    /// (retention.bytes, retention.ms) of a topic.
+    pub fn retention(&self, topic: &Topic) -> (i64, i64) {
+        let d = &self.config.log;
+        (
+            topic_config::get_i64(&topic.configs, RETENTION_BYTES, d.retention_bytes),
+            topic_config::get_i64(&topic.configs, RETENTION_MS, d.retention_ms),
+        )
+    }
+
+    pub fn max_message_bytes(&self, topic: &Topic) -> i64 {
+        topic_config::get_i64(&topic.configs, MAX_MESSAGE_BYTES, self.config.log.max_message_bytes as i64)
+    }
+
+    fn open_partition(&self, topic: &str, index: i32, configs: &BTreeMap<String, String>) -> io::Result<Arc<Partition>> {
+        let partition = Arc::new(Partition::open(self.volume.clone(), topic, index, self.log_config(configs))?);
+        tokio::spawn(partition.clone().run_flusher(self.progress.clone()));
+        Ok(partition)
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics_read().get(name).cloned()
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.topics_read().values().find(|t| t.id == id).cloned()
+    }
+
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        self.topics_read().values().cloned().collect()
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        self.topic(topic).and_then(|t| t.partition(index).cloned())
+    }
+
+    /// A receiver that changes whenever any high watermark moves.
+    pub fn watch_progress(&self) -> watch::Receiver<u64> {
+        self.progress.subscribe()
+    }
+
+    /// Checks a CreateTopics request without creating anything.
+    pub fn validate_new_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), AdminError> {
+        kaas_core::topic_name::validate_topic_name(name).map_err(|m| AdminError::new(ErrorCode::InvalidTopicException, m))?;
+        if self.topic(name).is_some() {
+            return Err(AdminError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+        }
+        if partitions <= 0 {
+            return Err(AdminError::new(ErrorCode::InvalidPartitions, "Number of partitions must be larger than 0."));
+        }
+        if replication_factor == 0 || replication_factor < -1 {
+            return Err(AdminError::new(ErrorCode::InvalidReplicationFactor, "Replication factor must be larger than 0."));
+        }
+        if replication_factor > 1 {
+            return Err(AdminError::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!("Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered."),
+            ));
+        }
+        for (k, v) in configs {
+            topic_config::validate(k, Some(v)).map_err(|m| AdminError::new(ErrorCode::InvalidConfig, m))?;
+        }
+        Ok(())
+    }
+
+    /// Creates a topic: partitions first, then the topic file, so a crash in
+    /// between leaves only directories that the next start removes.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, AdminError> {
+        let _admin = self.admin.lock().await;
+        self.validate_new_topic(name, partitions, replication_factor, &configs)?;
+        let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
+        let mut opened = Vec::new();
+        for index in 0..partitions {
+            // A leftover directory from an earlier incarnation must not leak
+            // its records into the new topic.
+            self.volume.remove_dir_all(&partition_dir(name, index)).map_err(storage)?;
+            opened.push(self.open_partition(name, index, &configs).map_err(storage)?);
+        }
+        let id = clock::random_uuid();
+        let file = TopicFile { name: name.to_string(), topic_id: format!("{:032x}", id.as_u128()), partitions, configs: configs.clone() };
+        topic_file::write(self.volume.as_ref(), &file).map_err(storage)?;
+        let topic = Arc::new(Topic { name: name.to_string(), id, configs, partitions: opened });
+        self.topics_mut().insert(name.to_string(), topic.clone());
+        tracing::info!(topic = name, partitions, %id, "created topic");
+        Ok(topic)
+    }
+
+    /// Auto-creation on Metadata or Produce: creates with the defaults if the
+    /// broker allows it; returns the topic if it exists afterwards.
+    pub async fn get_or_auto_create(&self, name: &str) -> Result<Arc<Topic>, ErrorCode> {
+        if let Some(t) = self.topic(name) {
+            return Ok(t);
+        }
+        if !self.config.auto_create_topics {
+            return Err(ErrorCode::UnknownTopicOrPartition);
+        }
+        match self.create_topic(name, self.config.default_partitions, -1, BTreeMap::new()).await {
+            Ok(t) => Ok(t),
+            Err(e) if e.code == ErrorCode::TopicAlreadyExists => self.topic(name).ok_or(ErrorCode::UnknownTopicOrPartition),
+            Err(e) => Err(e.code),
+        }
+    }
+
+    /// Deletes a topic: the topic file goes first (the point of no return),
+    /// then the partitions.
+    pub async fn delete_topic(&self, name: &str) -> Result<Uuid, AdminError> {
+        let _admin = self.admin.lock().await;
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| AdminError::new(ErrorCode::UnknownTopicOrPartition, "This server does not host this topic."))?;
+        let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
+        self.volume.remove(&topic_file::path(name)).map_err(storage)?;
+        self.topics_mut().remove(name);
+        for p in &topic.partitions {
+            p.close();
+            self.volume.remove_dir_all(&partition_dir(name, p.index)).map_err(storage)?;
+        }
+        tracing::info!(topic = name, id = %topic.id, "deleted topic");
+        Ok(topic.id)
+    }
+
+    /// Raises a topic's partition count to `count`.
+    pub async fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), AdminError> {
+        let _admin = self.admin.lock().await;
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| AdminError::new(ErrorCode::UnknownTopicOrPartition, "This server does not host this topic."))?;
+        let current = topic.partitions.len() as i32;
+        if count < current {
+            return Err(AdminError::new(
+                ErrorCode::InvalidPartitions,
+                format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
+            ));
+        }
+        if count == current {
+            return Err(AdminError::new(ErrorCode::InvalidPartitions, format!("Topic already has {current} partitions.")));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
+        let mut partitions = topic.partitions.clone();
+        for index in current..count {
+            self.volume.remove_dir_all(&partition_dir(name, index)).map_err(storage)?;
+            partitions.push(self.open_partition(name, index, &topic.configs).map_err(storage)?);
+        }
+        let file = TopicFile {
+            name: name.to_string(),
+            topic_id: format!("{:032x}", topic.id.as_u128()),
+            partitions: count,
+            configs: topic.configs.clone(),
+        };
+        topic_file::write(self.volume.as_ref(), &file).map_err(storage)?;
+        let updated = Topic { name: name.to_string(), id: topic.id, configs: topic.configs.clone(), partitions };
+        self.topics_mut().insert(name.to_string(), Arc::new(updated));
+        Ok(())
+    }
+
+    /// Applies retention to every partition (the periodic task's body).
+    pub fn apply_retention(&self, now_ms: i64) {
+        for topic in self.topics() {
+            let (bytes, ms) = self.retention(&topic);
+            for p in &topic.partitions {
+                let result = p.with_log(|log| log.apply_retention(now_ms, bytes, ms));
+                if let Ok(Err(e)) = result {
+                    tracing::error!(topic = %topic.name, partition = p.index, error = %e, "retention failed");
+                }
+            }
+        }
+    }
+
+    /// Runs retention every `retention_check_interval_ms` until the broker
+    /// is dropped.
+    pub async fn run_retention(self: Arc<Self>) {
+        let every = std::time::Duration::from_millis(self.config.log.retention_check_interval_ms.max(1));
+        loop {
+            tokio::time::sleep(every).await;
+            self.apply_retention(clock::now_ms());
+        }
+    }
+
+    /// fsyncs every partition (clean shutdown).
+    pub async fn flush_all(&self) {
+        for topic in self.topics() {
+            for p in &topic.partitions {
+                let _ = p.flush().await;
+            }
+        }
+    }
+}
+
+fn load_or_create_cluster_id(volume: &dyn Volume) -> io::Result<String> {
+    if let Some(bytes) = volume.read(CLUSTER_FILE)? {
+        let file: ClusterFile = serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        return Ok(file.cluster_id);
+    }
+    // Kafka cluster ids are 22-character URL-safe base64 of a UUID.
+    let id = clock::random_uuid();
+    let cluster_id = base64_url(&id.0);
+    let json = serde_json::to_vec_pretty(&ClusterFile { cluster_id: cluster_id.clone() }).map_err(io::Error::other)?;
+    volume.write_atomic(CLUSTER_FILE, &json)?;
+    Ok(cluster_id)
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}

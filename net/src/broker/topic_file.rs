@@ -1,0 +1,56 @@
+//! Topic metadata files: `__cluster/topics/<topic>.json`.
+//!
+//! One file per topic, written atomically (tmp + fsync + rename) by the broker
+//! that administers it. The topic id is minted at creation, so a deleted and
+//! re-created topic is a different topic to every client that cached the id.
+
+use crate::volume::Volume;
+use kaas_core::protocol::Uuid;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io;
+
+pub const TOPICS_DIR: &str = "__cluster/topics";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicFile {
+    pub name: String,
+    /// Hex of the 128-bit topic id.
+    pub topic_id: String,
+    pub partitions: i32,
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
+}
+
+impl TopicFile {
+    pub fn id(&self) -> Option<Uuid> {
+        u128::from_str_radix(&self.topic_id, 16).ok().map(Uuid::from_u128)
+    }
+}
+
+pub fn path(name: &str) -> String {
+    format!("{TOPICS_DIR}/{name}.json")
+}
+
+pub fn write(volume: &dyn Volume, file: &TopicFile) -> io::Result<()> {
+    volume.create_dir_all(TOPICS_DIR)?;
+    let json = serde_json::to_vec_pretty(file).map_err(io::Error::other)?;
+    volume.write_atomic(&path(&file.name), &json)
+}
+
+/// Every topic file on the volume. A file that does not parse is reported
+/// and skipped rather than taking the broker down: its partitions stay on
+/// disk untouched for an operator to inspect.
+pub fn read_all(volume: &dyn Volume) -> io::Result<Vec<TopicFile>> {
+    let mut out = Vec::new();
+    for entry in volume.list(TOPICS_DIR)? {
+        let Some(name) = entry.strip_suffix(".json") else { continue };
+        let Some(bytes) = volume.read(&path(name))? else { continue };
+        match serde_json::from_slice::<TopicFile>(&bytes) {
+            Ok(f) if f.name == name && f.partitions > 0 && f.id().is_some() => out.push(f),
+            Ok(_) => tracing::error!(file = %path(name), "topic file is inconsistent; ignoring it"),
+            Err(e) => tracing::error!(file = %path(name), error = %e, "topic file does not parse; ignoring it"),
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,62 @@
+//! Broker configuration: what `kaas serve` is told on its command line.
+
+use kaas_core::protocol::frame::DEFAULT_MAX_FRAME_BYTES;
+use std::net::SocketAddr;
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub broker_id: i32,
+    /// Address to bind.
+    pub listen: SocketAddr,
+    /// Host and port clients are told to connect to (defaults to `listen`).
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    /// Create a topic on first Metadata or Produce that names it.
+    pub auto_create_topics: bool,
+    /// Partition count of auto-created topics and of CreateTopics with -1.
+    pub default_partitions: i32,
+    /// Largest request frame accepted; larger ones close the connection
+    /// before the body is read.
+    pub max_frame_bytes: usize,
+    /// Defaults for topic configs a topic does not set itself.
+    pub log: LogDefaults,
+}
+
+/// Broker-wide defaults of the per-topic log configs (Kafka's `log.*`).
+#[derive(Debug, Clone)]
+pub struct LogDefaults {
+    pub segment_bytes: u64,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub max_message_bytes: i32,
+    /// How often retention runs.
+    pub retention_check_interval_ms: u64,
+}
+
+impl Default for LogDefaults {
+    fn default() -> Self {
+        LogDefaults {
+            segment_bytes: 1 << 30,
+            retention_ms: 7 * 24 * 60 * 60 * 1000,
+            retention_bytes: -1,
+            // Kafka's default message.max.bytes.
+            max_message_bytes: 1_048_588,
+            retention_check_interval_ms: 60_000,
+        }
+    }
+}
+
+impl BrokerConfig {
+    pub fn new(listen: SocketAddr) -> BrokerConfig {
+        BrokerConfig {
+            broker_id: 0,
+            listen,
+            advertised_host: listen.ip().to_string(),
+            advertised_port: listen.port() as i32,
+            auto_create_topics: true,
+            default_partitions: 1,
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            log: LogDefaults::default(),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Fetch: read from each partition up to its high watermark (or last stable
+//! offset for read_committed), long-polling until `min_bytes` are available
+//! or `max_wait_ms` passes.
+//!
+//! Fetch sessions (KIP-227) are not kept: the response carries session id 0,
+//! which tells clients to send full fetch requests.
+
+use crate::broker::{Broker, Isolation, Topic};
+use kaas_core::protocol::messages::fetch_request::FetchTopic;
+use kaas_core::protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kaas_core::protocol::messages::{FetchRequest, FetchResponse};
+use kaas_core::protocol::ErrorCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// First Fetch version that names topics by id.
+const TOPIC_IDS_FROM: i16 = 13;
+
+pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+    let isolation = Isolation::from_wire(req.isolation_level);
+    let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let deadline = tokio::time::Instant::now() + max_wait;
+    // Subscribe before the first read so a high-watermark move between the
+    // read and the wait is not missed.
+    let mut progress = broker.watch_progress();
+    loop {
+        progress.borrow_and_update();
+        let (responses, bytes, any_error) = read_all(broker, &req.topics, req.max_bytes, isolation, version);
+        let satisfied = bytes >= req.min_bytes.max(0) as usize || any_error;
+        if satisfied || tokio::time::Instant::now() >= deadline {
+            return FetchResponse { responses, session_id: 0, ..Default::default() };
+        }
+        tokio::select! {
+            changed = progress.changed() => if changed.is_err() { return FetchResponse { responses, ..Default::default() } },
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+}
+
+fn read_all(
+    broker: &Broker,
+    topics: &[FetchTopic],
+    max_bytes: i32,
+    isolation: Isolation,
+    version: i16,
+) -> (Vec<FetchableTopicResponse>, usize, bool) {
+    let mut budget = max_bytes.max(0) as usize;
+    let mut total = 0usize;
+    let mut any_error = false;
+    let mut out = Vec::with_capacity(topics.len());
+    for ft in topics {
+        let topic: Result<Arc<Topic>, ErrorCode> = if version >= TOPIC_IDS_FROM {
+            broker.topic_by_id(ft.topic_id).ok_or(ErrorCode::UnknownTopicId)
+        } else {
+            broker.topic(&ft.topic).ok_or(ErrorCode::UnknownTopicOrPartition)
+        };
+        let mut partitions = Vec::with_capacity(ft.partitions.len());
+        for fp in &ft.partitions {
+            let mut pd = PartitionData {
+                partition_index: fp.partition,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                preferred_read_replica: -1,
+                aborted_transactions: (isolation == Isolation::ReadCommitted).then(Vec::new),
+                records: Some(bytes::Bytes::new()),
+                ..Default::default()
+            };
+            let partition = topic.as_ref().map_err(|c| *c).and_then(|t| t.partition(fp.partition).cloned().ok_or(ErrorCode::UnknownTopicOrPartition));
+            let result = partition.and_then(|p| {
+                check_leader_epoch(fp.current_leader_epoch)?;
+                // KIP-74: the first partition with data may exceed the
+                // response budget by one batch so a consumer always makes
+                // progress; later ones only get what is left.
+                let limit = (fp.partition_max_bytes.max(0) as usize).min(budget);
+                let must_return_one = total == 0;
+                p.read(fp.fetch_offset, if must_return_one { limit.max(1) } else { limit }, isolation)
+            });
+            match result {
+                Ok(data) => {
+                    let n = data.records.len();
+                    total += n;
+                    budget = budget.saturating_sub(n);
+                    pd.high_watermark = data.high_watermark;
+                    pd.last_stable_offset = data.last_stable_offset;
+                    pd.log_start_offset = data.log_start_offset;
+                    pd.records = Some(data.records);
+                }
+                Err(code) => {
+                    any_error = true;
+                    pd.error_code = code.code();
+                }
+            }
+            partitions.push(pd);
+        }
+        out.push(FetchableTopicResponse { topic: ft.topic.clone(), topic_id: ft.topic_id, partitions, ..Default::default() });
+    }
+    (out, total, any_error)
+}
+
+/// A client that knows of a newer leader epoch than ours is ahead of us
+/// (UNKNOWN_LEADER_EPOCH); one that knows an older one is stale
+/// (FENCED_LEADER_EPOCH). -1 means the client does not check.
+pub fn check_leader_epoch(current_leader_epoch: i32) -> Result<(), ErrorCode> {
+    use std::cmp::Ordering::*;
+    if current_leader_epoch < 0 {
+        return Ok(());
+    }
+    match current_leader_epoch.cmp(&crate::LEADER_EPOCH) {
+        Equal => Ok(()),
+        Greater => Err(ErrorCode::UnknownLeaderEpoch),
+        Less => Err(ErrorCode::FencedLeaderEpoch),
+    }
+}

@@ -1,0 +1,116 @@
+//! Request handlers: one file per API.
+//!
+//! A handler is thin: it turns a decoded request into calls on the broker
+//! (and, for rules, on `kaas_core`), and builds the response. `dispatch`
+//! routes a request to its handler and owns the list of versions kaas
+//! advertises in ApiVersions.
+
+mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_records;
+mod delete_topics;
+mod describe_cluster;
+mod describe_configs;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod offset_for_leader_epoch;
+mod produce;
+
+use crate::broker::Broker;
+use kaas_core::protocol::messages::*;
+use kaas_core::protocol::{DecodeError, Reader, RequestBody, RequestHeader, ResponseBody};
+use std::sync::Arc;
+
+/// The APIs kaas serves and the versions of each: (api key, min, max).
+/// Only APIs with a handler below are listed, so a client never learns of
+/// an API that would be answered by closing the connection.
+pub const SUPPORTED_APIS: &[(i16, i16, i16)] = &[
+    (produce_request::API_KEY, 3, 13),
+    (fetch_request::API_KEY, 4, 18),
+    (list_offsets_request::API_KEY, 1, 10),
+    (metadata_request::API_KEY, 0, 13),
+    (api_versions_request::API_KEY, 0, 4),
+    (create_topics_request::API_KEY, 2, 7),
+    (delete_topics_request::API_KEY, 1, 6),
+    (delete_records_request::API_KEY, 0, 2),
+    (offset_for_leader_epoch_request::API_KEY, 2, 4),
+    (describe_configs_request::API_KEY, 1, 4),
+    (create_partitions_request::API_KEY, 0, 3),
+    (describe_cluster_request::API_KEY, 0, 2),
+];
+
+pub fn supported_versions(api_key: i16) -> Option<(i16, i16)> {
+    SUPPORTED_APIS
+        .iter()
+        .find(|(k, ..)| *k == api_key)
+        .map(|&(_, lo, hi)| (lo, hi))
+}
+
+/// What to do after a request.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Send this body, encoded at `version`.
+    Respond { body: ResponseBody, version: i16 },
+    /// Send nothing (Produce with acks=0).
+    Silent,
+    /// Close the connection: the request cannot be understood, and answering
+    /// would desynchronise the stream (Kafka does the same).
+    Close(String),
+}
+
+pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, r: &mut Reader) -> Outcome {
+    let key = header.api_key;
+    let version = header.api_version;
+    let Some((lo, hi)) = supported_versions(key) else {
+        return Outcome::Close(format!("unsupported api key {key}"));
+    };
+    if !(lo..=hi).contains(&version) {
+        if key == api_versions_request::API_KEY {
+            // A client newer than us: answer in v0 with the versions we have
+            // so it can retry with one of them.
+            return Outcome::Respond { body: ResponseBody::ApiVersions(api_versions::unsupported()), version: 0 };
+        }
+        return Outcome::Close(format!("unsupported version {version} of api key {key}"));
+    }
+    let body = match RequestBody::decode(key, version, r).and_then(|b| r.finish().map(|_| b)) {
+        Ok(body) => body,
+        Err(DecodeError::TrailingBytes(n)) if key == api_versions_request::API_KEY => {
+            // ApiVersions must be answerable by a newer client whose request
+            // has fields we do not know.
+            tracing::debug!(trailing = n, "ignoring trailing bytes of ApiVersions");
+            RequestBody::ApiVersions(Default::default())
+        }
+        Err(e) => return Outcome::Close(format!("cannot decode api key {key} v{version}: {e}")),
+    };
+    let respond = |body| Outcome::Respond { body, version };
+    match body {
+        RequestBody::ApiVersions(req) => respond(ResponseBody::ApiVersions(api_versions::handle(req, version))),
+        RequestBody::Metadata(req) => respond(ResponseBody::Metadata(metadata::handle(broker, req, version).await)),
+        RequestBody::Produce(req) => match produce::handle(broker, req, version).await {
+            Some(resp) => respond(ResponseBody::Produce(resp)),
+            None => Outcome::Silent,
+        },
+        RequestBody::Fetch(req) => respond(ResponseBody::Fetch(fetch::handle(broker, req, version).await)),
+        RequestBody::ListOffsets(req) => respond(ResponseBody::ListOffsets(list_offsets::handle(broker, req, version))),
+        RequestBody::OffsetForLeaderEpoch(req) => {
+            respond(ResponseBody::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(broker, req)))
+        }
+        RequestBody::CreateTopics(req) => {
+            respond(ResponseBody::CreateTopics(create_topics::handle(broker, req, version).await))
+        }
+        RequestBody::CreatePartitions(req) => {
+            respond(ResponseBody::CreatePartitions(create_partitions::handle(broker, req).await))
+        }
+        RequestBody::DeleteTopics(req) => respond(ResponseBody::DeleteTopics(delete_topics::handle(broker, req).await)),
+        RequestBody::DeleteRecords(req) => respond(ResponseBody::DeleteRecords(delete_records::handle(broker, req))),
+        RequestBody::DescribeConfigs(req) => {
+            respond(ResponseBody::DescribeConfigs(describe_configs::handle(broker, req, version)))
+        }
+        RequestBody::DescribeCluster(req) => {
+            respond(ResponseBody::DescribeCluster(describe_cluster::handle(broker, req)))
+        }
+        other => Outcome::Close(format!("no handler for api key {}", other.api_key())),
+    }
+}

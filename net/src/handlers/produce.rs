@@ -1,0 +1,93 @@
+//! Produce: validate each partition's batch, append it, and for acks=all
+//! answer only once it is durable.
+
+use crate::broker::{Appended, Broker, Topic};
+use kaas_core::produce::{admit_batch, valid_acks, validate_produce_records};
+use kaas_core::protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kaas_core::protocol::messages::{ProduceRequest, ProduceResponse};
+use kaas_core::protocol::{ErrorCode, Uuid};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// First Produce version that names topics by id instead of by name.
+const TOPIC_IDS_FROM: i16 = 13;
+
+/// `None` for acks=0: the client expects no response.
+pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    let mut responses = Vec::with_capacity(req.topic_data.len());
+    // (response slot, partition, where it landed) for every successful append.
+    let mut pending: Vec<((usize, usize), Arc<crate::broker::Partition>, Appended)> = Vec::new();
+
+    for topic_data in req.topic_data {
+        let topic = resolve(broker, &topic_data.name, topic_data.topic_id, version).await;
+        let mut partition_responses = Vec::with_capacity(topic_data.partition_data.len());
+        for pd in topic_data.partition_data {
+            let mut resp = PartitionProduceResponse { index: pd.index, base_offset: -1, log_append_time_ms: -1, log_start_offset: -1, ..Default::default() };
+            let outcome = if valid_acks(acks) {
+                append_one(broker, &topic, pd.index, pd.records)
+            } else {
+                Err(ErrorCode::InvalidRequiredAcks)
+            };
+            match outcome {
+                Ok((partition, appended)) => {
+                    resp.base_offset = appended.base_offset;
+                    resp.log_start_offset = appended.log_start_offset;
+                    pending.push(((responses.len(), partition_responses.len()), partition, appended));
+                }
+                Err(code) => resp.error_code = code.code(),
+            }
+            partition_responses.push(resp);
+        }
+        let (name, topic_id) = match &topic {
+            Ok(t) => (t.name.clone(), t.id),
+            Err(_) => (topic_data.name, topic_data.topic_id),
+        };
+        responses.push(TopicProduceResponse { name, topic_id, partition_responses, ..Default::default() });
+    }
+
+    if acks == 0 {
+        return None;
+    }
+    if acks == -1 {
+        let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+        for ((t, p), partition, appended) in pending {
+            let waited = tokio::time::timeout(timeout, partition.wait_durable(appended.end_offset)).await;
+            let code = match waited {
+                Ok(Ok(())) => None,
+                Ok(Err(code)) => Some(code),
+                Err(_elapsed) => Some(ErrorCode::RequestTimedOut),
+            };
+            if let Some(code) = code {
+                let resp = &mut responses[t].partition_responses[p];
+                resp.error_code = code.code();
+                resp.base_offset = -1;
+            }
+        }
+    }
+    Some(ProduceResponse { responses, ..Default::default() })
+}
+
+async fn resolve(broker: &Arc<Broker>, name: &str, id: Uuid, version: i16) -> Result<Arc<Topic>, ErrorCode> {
+    if version >= TOPIC_IDS_FROM {
+        return broker.topic_by_id(id).ok_or(ErrorCode::UnknownTopicId);
+    }
+    if kaas_core::topic_name::validate_topic_name(name).is_err() {
+        return Err(ErrorCode::InvalidTopicException);
+    }
+    broker.get_or_auto_create(name).await
+}
+
+fn append_one(
+    broker: &Broker,
+    topic: &Result<Arc<Topic>, ErrorCode>,
+    index: i32,
+    records: Option<bytes::Bytes>,
+) -> Result<(Arc<crate::broker::Partition>, Appended), ErrorCode> {
+    let topic = topic.as_ref().map_err(|c| *c)?;
+    let partition = topic.partition(index).ok_or(ErrorCode::UnknownTopicOrPartition)?;
+    let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
+    admit_batch(&batch)?;
+    let appended = partition.append(std::slice::from_ref(&batch))?;
+    Ok((partition.clone(), appended))
+}

@@ -1,0 +1,460 @@
+//! The partition log: appends, reads, offset lookups, durability tracking.
+
+use bytes::{Bytes, BytesMut};
+use kaas_core::record::{split_batches, Compression, RecordBatch, TimestampType};
+use std::io;
+use std::sync::Arc;
+
+use super::layout;
+use super::recovery::{self, delete_segment_files};
+use super::segment::{BatchMeta, Segment, NO_MAX_TIMESTAMP};
+use super::{invalid_data, AppendInfo, LogConfig, ReadError, ReadResult};
+use crate::volume::{SegmentFile, Volume};
+
+/// A lookup scans from an index entry to its batch: about one index
+/// interval. Chunks of a couple of intervals make that a single read.
+const MIN_READ_CHUNK: usize = 16 * 1024;
+
+/// The log of one partition. Not internally synchronised: the driver holds
+/// it behind a lock, and fsyncs outside that lock via
+/// [`sync_handle`](Self::sync_handle) / [`mark_durable`](Self::mark_durable).
+pub struct PartitionLog {
+    pub(super) volume: Arc<dyn Volume>,
+    pub(super) dir: String,
+    pub(super) config: LogConfig,
+    /// Sealed segments, oldest first.
+    pub(super) sealed: Vec<Segment>,
+    /// The segment appends go to; always after every sealed one.
+    pub(super) active: Segment,
+    pub(super) log_start_offset: i64,
+    end_offset: i64,
+    durable_offset: i64,
+    /// Written into every appended batch's partitionLeaderEpoch.
+    leader_epoch: i32,
+}
+
+impl PartitionLog {
+    /// Opens (creating if needed) the log in `dir`, recovering from a crash:
+    /// the active segment's torn tail is cut off, indexes are checked or
+    /// rebuilt, and everything left is durable.
+    pub fn open(volume: Arc<dyn Volume>, dir: String, config: LogConfig) -> io::Result<Self> {
+        let config = LogConfig {
+            segment_bytes: config.segment_bytes.min(u64::from(u32::MAX)),
+            ..config
+        };
+        let recovered = recovery::recover(volume.as_ref(), &dir, &config)?;
+        let end_offset = recovered.active.next_offset;
+        Ok(PartitionLog {
+            volume,
+            dir,
+            config,
+            sealed: recovered.sealed,
+            active: recovered.active,
+            log_start_offset: recovered.log_start_offset,
+            end_offset,
+            durable_offset: end_offset,
+            leader_epoch: 0,
+        })
+    }
+
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// The first offset that may be read (advanced by DeleteRecords and
+    /// retention).
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+
+    /// The next offset to assign (log end offset).
+    pub fn end_offset(&self) -> i64 {
+        self.end_offset
+    }
+
+    /// Every offset below this is fsynced; the broker's high watermark.
+    pub fn durable_offset(&self) -> i64 {
+        self.durable_offset
+    }
+
+    /// The leader epoch stamped on appended batches.
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    /// Sets the leader epoch for later appends (the partition's ownership
+    /// epoch; 0 while one broker owns everything).
+    pub fn set_leader_epoch(&mut self, epoch: i32) {
+        self.leader_epoch = epoch;
+    }
+
+    /// All segments, oldest first; the last is the active one.
+    pub(super) fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.sealed.iter().chain(std::iter::once(&self.active))
+    }
+
+    /// Total bytes in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments().map(Segment::size).sum()
+    }
+
+    /// Number of segments, the active one included.
+    pub fn segment_count(&self) -> usize {
+        self.sealed.len() + 1
+    }
+
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments().map(|s| s.base_offset).collect()
+    }
+
+    // ---------------------------------------------------------------- append
+
+    /// Appends one batch; see [`append`](Self::append).
+    pub fn append_batch(&mut self, batch: &RecordBatch) -> io::Result<AppendInfo> {
+        self.append(std::slice::from_ref(batch))
+    }
+
+    /// Appends already-validated batches, assigning offsets from the log end
+    /// and stamping the leader epoch (both outside the CRC, so no
+    /// recompute).
+    /// Rolls to a new segment when the active one would exceed
+    /// `segment_bytes`. Does not fsync; the data is readable at once below
+    /// an explicit bound, and durable once the driver has synced.
+    ///
+    /// On an I/O error, batches written before it (into a segment that was
+    /// then rolled) stay in the log; the caller should treat the partition
+    /// as failed (KAFKA_STORAGE_ERROR) rather than retry blindly.
+    pub fn append(&mut self, batches: &[RecordBatch]) -> io::Result<AppendInfo> {
+        if batches.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no batches to append",
+            ));
+        }
+        if let Some(bad) = batches.iter().find(|b| b.last_offset_delta() < 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "batch with negative lastOffsetDelta {}",
+                    bad.last_offset_delta()
+                ),
+            ));
+        }
+        let base_offset = self.end_offset;
+        let leader_epoch = self.leader_epoch;
+        let mut next = self.end_offset;
+        let mut rolled = false;
+        let mut pending = BytesMut::new();
+        let mut metas: Vec<BatchMeta> = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let size = batch.size() as u64;
+            let last = next
+                .checked_add(i64::from(batch.last_offset_delta()))
+                .ok_or_else(|| invalid_data("offset overflow"))?;
+            if self.must_roll_before(pending.len() as u64, size, last) {
+                self.write_pending(&mut pending, &mut metas)?;
+                self.roll()?;
+                rolled = true;
+            }
+            let position = self.active.size() + pending.len() as u64;
+            batch.write_assigned(&mut pending, next, leader_epoch);
+            metas.push(BatchMeta {
+                position,
+                size,
+                base_offset: next,
+                next_offset: last + 1,
+                max_timestamp: batch.max_timestamp(),
+            });
+            next = last + 1;
+        }
+        self.write_pending(&mut pending, &mut metas)?;
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: next - 1,
+            rolled,
+        })
+    }
+
+    /// True if a batch of `size` bytes ending at offset `last`, appended
+    /// after `pending` bytes not yet written, needs a fresh segment: over
+    /// `segment_bytes` (unless the segment is still empty, so an oversized
+    /// batch still lands somewhere), or past the offsets the index's u32
+    /// relative offsets can address.
+    fn must_roll_before(&self, pending: u64, size: u64, last: i64) -> bool {
+        let filled = self.active.size() + pending;
+        if filled == 0 {
+            return false;
+        }
+        let too_big = filled + size > self.config.segment_bytes;
+        let offsets_overflow = self.active.relative(last.saturating_add(1)).is_none();
+        too_big || offsets_overflow
+    }
+
+    fn write_pending(
+        &mut self,
+        pending: &mut BytesMut,
+        metas: &mut Vec<BatchMeta>,
+    ) -> io::Result<()> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let interval = self.config.index_interval_bytes;
+        let active = &mut self.active;
+        let position = active.file.append(pending)?;
+        if Some(position) != metas.first().map(|m| m.position) {
+            // Positions were computed from the size before the write; a
+            // concurrent writer would make the index lie.
+            return Err(invalid_data("segment grew during append"));
+        }
+        for meta in metas.drain(..) {
+            active.track(meta, interval)?;
+        }
+        self.end_offset = active.next_offset;
+        pending.clear();
+        Ok(())
+    }
+
+    /// Seals the active segment (fsync, write its index) and starts a new
+    /// one at the log end. The sync makes everything so far durable.
+    fn roll(&mut self) -> io::Result<()> {
+        let new_base = self.end_offset;
+        let index_path = layout::index_path(&self.dir, self.active.base_offset);
+        self.active.file.sync()?;
+        self.active.seal(self.volume.as_ref(), &index_path)?;
+        self.durable_offset = self.durable_offset.max(new_base);
+        let file = self
+            .volume
+            .open_segment(&layout::segment_path(&self.dir, new_base), true)?;
+        if !file.is_empty() {
+            // Only possible if an earlier life left a file here; its bytes
+            // are not part of this log.
+            tracing::warn!(dir = self.dir, new_base, "discarding stale segment file");
+            file.truncate(0)?;
+        }
+        let sealed = std::mem::replace(&mut self.active, Segment::empty(new_base, file));
+        self.sealed.push(sealed);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ durability
+
+    /// The active segment and the end offset its sync will cover. The
+    /// driver calls `sync()` on the handle without holding the log's lock,
+    /// then [`mark_durable`](Self::mark_durable) with that offset. A roll in
+    /// between is harmless: it syncs the old segment itself.
+    pub fn sync_handle(&self) -> (Arc<dyn SegmentFile>, i64) {
+        (self.active.file.clone(), self.end_offset)
+    }
+
+    /// Records that every offset below `offset` is durable. Never moves
+    /// backwards and never past the end.
+    pub fn mark_durable(&mut self, offset: i64) {
+        self.durable_offset = self.durable_offset.max(offset.min(self.end_offset));
+    }
+
+    /// Syncs the active segment under `&mut self`; for tests and callers
+    /// that do not need the lock-free path.
+    pub fn sync(&mut self) -> io::Result<()> {
+        let (file, offset) = self.sync_handle();
+        file.sync()?;
+        self.mark_durable(offset);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ read
+
+    fn check_range(&self, offset: i64) -> Result<(), ReadError> {
+        if offset < self.log_start_offset || offset > self.end_offset {
+            return Err(ReadError::OutOfRange);
+        }
+        Ok(())
+    }
+
+    /// The segments from the one that would hold `offset` on.
+    fn segments_from(&self, offset: i64) -> impl Iterator<Item = &Segment> {
+        let first = self
+            .sealed
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1);
+        self.sealed
+            .get(first..)
+            .unwrap_or(&[])
+            .iter()
+            .chain(std::iter::once(&self.active))
+    }
+
+    fn read_chunk(&self) -> usize {
+        usize::try_from(self.config.index_interval_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(2)
+            .max(MIN_READ_CHUNK)
+    }
+
+    /// Whole batches from the one holding `offset` on, as stored.
+    ///
+    /// Kafka semantics: at most `max_bytes`, except that the first batch is
+    /// returned whole even if larger, so a consumer always progresses; no
+    /// batch starting at or after `max_offset` (the high watermark or last
+    /// stable offset); the first batch may start before `offset` (the
+    /// consumer skips records below it). Reads stay within one segment,
+    /// moving to the next only if nothing is found in the first.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+    ) -> Result<ReadResult, ReadError> {
+        self.check_range(offset)?;
+        let empty = ReadResult {
+            records: Bytes::new(),
+            next_offset: offset,
+            log_start_offset: self.log_start_offset,
+        };
+        if offset >= max_offset || offset >= self.end_offset {
+            return Ok(empty);
+        }
+        let chunk = self.read_chunk();
+        for segment in self.segments_from(offset) {
+            let floor = match segment.relative(offset) {
+                Some(rel) => segment.index.floor_for_offset(rel)?,
+                None => None,
+            };
+            let Some((position, first)) =
+                segment.find_batch(floor, chunk, |b| b.last_offset() >= offset)?
+            else {
+                continue;
+            };
+            if first.base_offset() >= max_offset {
+                return Ok(empty);
+            }
+            let available = segment.size().saturating_sub(position);
+            let want = max_bytes.max(first.size());
+            let want = usize::try_from(available).map_or(want, |a| a.min(want));
+            let bytes = segment.file.read_at(position, want)?;
+            let mut batches = split_batches(bytes.clone());
+            let mut end = 0;
+            let mut next_offset = offset;
+            for batch in batches.by_ref() {
+                if batch.base_offset() >= max_offset {
+                    break;
+                }
+                end += batch.size();
+                next_offset = batch.next_offset();
+            }
+            return Ok(ReadResult {
+                records: bytes.slice(..end),
+                next_offset,
+                log_start_offset: self.log_start_offset,
+            });
+        }
+        Ok(empty)
+    }
+
+    // ------------------------------------------------------------ timestamps
+
+    /// ListOffsets by timestamp: the first offset whose timestamp is `>=
+    /// timestamp`, with that timestamp.
+    ///
+    /// Finds the first batch whose max timestamp is `>= timestamp`. For an
+    /// uncompressed CreateTime batch the exact record is returned, as Kafka
+    /// does; for compressed (not decompressed here) or LogAppendTime batches
+    /// it is the batch's first offset and max timestamp. Offsets below the
+    /// log start are skipped. Callers filter the answer against the high
+    /// watermark / LSO, as Kafka's Partition does.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> io::Result<Option<(i64, i64)>> {
+        let start = self.log_start_offset;
+        let chunk = self.read_chunk();
+        for segment in self.segments() {
+            if segment.max_timestamp < timestamp || segment.next_offset <= start {
+                continue;
+            }
+            let floor = segment.index.floor_for_timestamp(timestamp)?;
+            let found = segment.find_batch(floor, chunk, |b| {
+                b.max_timestamp() >= timestamp && b.last_offset() >= start
+            })?;
+            if let Some((_, batch)) = found {
+                return Ok(Some(first_record_at_or_after(&batch, timestamp, start)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP (-3): `(offset, timestamp)` of the record
+    /// with the largest timestamp (the earliest on ties), resolved like
+    /// [`offset_for_timestamp`](Self::offset_for_timestamp), whose tuple
+    /// order it shares. `None` for an empty log.
+    pub fn max_timestamp(&self) -> io::Result<Option<(i64, i64)>> {
+        let start = self.log_start_offset;
+        let mut best: Option<&Segment> = None;
+        for segment in self.segments().filter(|s| s.next_offset > start) {
+            if segment.max_timestamp != NO_MAX_TIMESTAMP
+                && best.is_none_or(|b| segment.max_timestamp > b.max_timestamp)
+            {
+                best = Some(segment);
+            }
+        }
+        let Some(segment) = best else {
+            return Ok(None);
+        };
+        let ts = segment.max_timestamp;
+        let floor = segment.index.floor_for_timestamp(ts)?;
+        let found = segment.find_batch(floor, self.read_chunk(), |b| {
+            b.max_timestamp() >= ts && b.last_offset() >= start
+        })?;
+        Ok(found.map(|(_, batch)| first_record_at_or_after(&batch, ts, start)))
+    }
+
+    // ---------------------------------------------------------------- delete
+
+    /// Removes the partition directory and everything in it.
+    pub fn delete(self) -> io::Result<()> {
+        let PartitionLog {
+            volume,
+            dir,
+            sealed,
+            active,
+            ..
+        } = self;
+        drop((sealed, active));
+        volume.remove_dir_all(&dir)
+    }
+
+    /// Drops the oldest segment (never the active one); the log start moves
+    /// to the next segment's base if it was below it.
+    pub(super) fn delete_oldest_segment(&mut self) -> io::Result<()> {
+        if self.sealed.is_empty() {
+            return Ok(());
+        }
+        let oldest = self.sealed.remove(0);
+        delete_segment_files(self.volume.as_ref(), &self.dir, oldest.base_offset)?;
+        let first_base = self.sealed.first().unwrap_or(&self.active).base_offset;
+        self.log_start_offset = self.log_start_offset.max(first_base);
+        Ok(())
+    }
+}
+
+/// `(offset, timestamp)` of the first record at or after `min_offset` whose
+/// timestamp is `>= timestamp`, in a batch whose max timestamp qualifies.
+fn first_record_at_or_after(batch: &RecordBatch, timestamp: i64, min_offset: i64) -> (i64, i64) {
+    let fallback = (batch.base_offset().max(min_offset), batch.max_timestamp());
+    if batch.compression() != Compression::None
+        || batch.timestamp_type() == TimestampType::LogAppendTime
+    {
+        return fallback;
+    }
+    for record in batch.records() {
+        match record {
+            Ok(r) if r.offset >= min_offset && r.timestamp >= timestamp => {
+                return (r.offset, r.timestamp)
+            }
+            Ok(_) => {}
+            Err(_) => return fallback,
+        }
+    }
+    fallback
+}

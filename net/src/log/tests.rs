@@ -1,0 +1,630 @@
+//! Partition log behaviour on a real directory.
+
+use bytes::Bytes;
+use kaas_core::record::{split_batches, BatchBuilder, RecordBatch, Tail};
+use std::fs;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::layout;
+use super::{LogConfig, PartitionLog, ReadError};
+use crate::volume::{LocalVolume, Volume};
+
+const DIR: &str = "topics/t-0";
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    volume: Arc<dyn Volume>,
+    root: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(&root).unwrap());
+        Fixture {
+            _tmp: tmp,
+            volume,
+            root,
+        }
+    }
+
+    fn open(&self, config: LogConfig) -> PartitionLog {
+        PartitionLog::open(self.volume.clone(), DIR.to_string(), config).unwrap()
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.root.join(DIR).join(name)
+    }
+
+    fn segment_file(&self, base: i64) -> PathBuf {
+        self.root.join(layout::segment_path(DIR, base))
+    }
+
+    fn index_file(&self, base: i64) -> PathBuf {
+        self.root.join(layout::index_path(DIR, base))
+    }
+}
+
+fn small_segments() -> LogConfig {
+    LogConfig {
+        segment_bytes: 1_000,
+        index_interval_bytes: 200,
+    }
+}
+
+/// A batch of `records` records with timestamps `ts, ts+1, ...`, values
+/// `value_len` bytes long.
+fn batch(records: usize, ts: i64, value_len: usize) -> RecordBatch {
+    let mut b = BatchBuilder::idempotent(7, 0, 0);
+    for i in 0..records {
+        b.push(kaas_core::record::NewRecord::new(
+            ts + i as i64,
+            Some(format!("k{i}").as_bytes()),
+            Some(&vec![b'v'; value_len]),
+        ));
+    }
+    b.build()
+}
+
+fn read_all(log: &PartitionLog, from: i64) -> Vec<RecordBatch> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    while offset < log.end_offset() {
+        let read = log.read(offset, 1 << 20, i64::MAX).unwrap();
+        let mut batches = split_batches(read.records.clone());
+        let got: Vec<_> = batches.by_ref().collect();
+        assert_eq!(*batches.tail(), Tail::Clean);
+        assert!(!got.is_empty(), "no progress at {offset}");
+        offset = read.next_offset;
+        out.extend(got);
+    }
+    out
+}
+
+/// Offsets in the log are contiguous from `from`, every batch is valid and
+/// carries the leader epoch given.
+fn assert_contiguous(batches: &[RecordBatch], from: i64) {
+    let mut next = from;
+    for b in batches {
+        assert_eq!(b.validate(), Ok(()));
+        assert_eq!(b.base_offset(), next);
+        next = b.next_offset();
+    }
+}
+
+#[test]
+fn appended_batches_read_back_with_assigned_offsets() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    assert_eq!((log.log_start_offset(), log.end_offset()), (0, 0));
+    let a = log.append(&[batch(3, 100, 10)]).unwrap();
+    assert_eq!((a.base_offset, a.last_offset, a.rolled), (0, 2, false));
+    let a = log.append(&[batch(1, 200, 10), batch(2, 300, 10)]).unwrap();
+    assert_eq!((a.base_offset, a.last_offset), (3, 5));
+    assert_eq!(log.end_offset(), 6);
+
+    let batches = read_all(&log, 0);
+    assert_eq!(batches.len(), 3);
+    assert_contiguous(&batches, 0);
+    assert_eq!(batches[1].max_timestamp(), 200);
+    assert_eq!(batches[2].partition_leader_epoch(), 0);
+
+    // A read from the middle of a batch returns that whole batch.
+    let read = log.read(4, 1 << 20, i64::MAX).unwrap();
+    let first = split_batches(read.records).next().unwrap();
+    assert_eq!(first.base_offset(), 4);
+    let read = log.read(5, 1 << 20, i64::MAX).unwrap();
+    assert_eq!(split_batches(read.records).next().unwrap().base_offset(), 4);
+}
+
+#[test]
+fn leader_epoch_is_stamped_on_appended_batches() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    log.set_leader_epoch(4);
+    log.append_batch(&batch(1, 0, 1)).unwrap();
+    assert_eq!(read_all(&log, 0)[0].partition_leader_epoch(), 4);
+}
+
+#[test]
+fn empty_and_invalid_appends_are_rejected() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    assert!(log.append(&[]).is_err());
+    let mut bytes = batch(1, 0, 1).as_bytes().to_vec();
+    bytes[23..27].copy_from_slice(&(-1i32).to_be_bytes());
+    let bad = RecordBatch::new(Bytes::from(bytes)).unwrap();
+    assert!(log.append_batch(&bad).is_err());
+    assert_eq!(log.end_offset(), 0);
+}
+
+#[test]
+fn reads_are_bounded_by_max_offset() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    for _ in 0..3 {
+        log.append_batch(&batch(2, 0, 5)).unwrap();
+    }
+    // High watermark at 4: batches at 0 and 2 only.
+    let read = log.read(0, 1 << 20, 4).unwrap();
+    let offsets: Vec<i64> = split_batches(read.records)
+        .map(|b| b.base_offset())
+        .collect();
+    assert_eq!(offsets, vec![0, 2]);
+    assert_eq!(read.next_offset, 4);
+    // At or past the bound but within the log: empty, not an error.
+    let read = log.read(4, 1 << 20, 4).unwrap();
+    assert!(read.records.is_empty());
+    assert_eq!(read.next_offset, 4);
+}
+
+#[test]
+fn small_max_bytes_still_returns_one_whole_batch() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    let big = batch(3, 0, 500);
+    log.append(&[big.clone(), batch(1, 0, 1)]).unwrap();
+    let read = log.read(0, 1, i64::MAX).unwrap();
+    assert_eq!(read.records.len(), big.size());
+    assert_eq!(read.next_offset, 3);
+    // A limit between one and two batches gives exactly one.
+    let read = log.read(0, big.size() + 10, i64::MAX).unwrap();
+    assert_eq!(split_batches(read.records).count(), 1);
+}
+
+#[test]
+fn out_of_range_reads_are_distinguished() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    log.append_batch(&batch(2, 0, 1)).unwrap();
+    assert!(matches!(
+        log.read(3, 100, i64::MAX),
+        Err(ReadError::OutOfRange)
+    ));
+    assert!(matches!(
+        log.read(-1, 100, i64::MAX),
+        Err(ReadError::OutOfRange)
+    ));
+    assert_eq!(ReadError::OutOfRange.error_code(), 1);
+    // Exactly at the end is the normal "caught up" case.
+    assert!(log.read(2, 100, i64::MAX).unwrap().records.is_empty());
+    log.delete_records_before(1).unwrap();
+    assert!(matches!(
+        log.read(0, 100, i64::MAX),
+        Err(ReadError::OutOfRange)
+    ));
+}
+
+#[test]
+fn appends_roll_segments_and_reads_cross_them() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    let mut rolled = false;
+    for i in 0..30 {
+        rolled |= log.append_batch(&batch(2, i * 10, 60)).unwrap().rolled;
+    }
+    assert!(rolled);
+    assert!(log.segment_count() > 3, "{}", log.segment_count());
+    for (i, base) in log.segment_base_offsets().into_iter().enumerate() {
+        assert!(fx.segment_file(base).exists());
+        let sealed = i + 1 < log.segment_count();
+        assert_eq!(fx.index_file(base).exists(), sealed, "segment {base}");
+        if sealed {
+            assert!(fs::metadata(fx.segment_file(base)).unwrap().len() <= 1_000);
+        }
+    }
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 30);
+    assert_contiguous(&all, 0);
+    // Every offset reads from its own batch, through the sealed indexes.
+    for offset in 0..60 {
+        let read = log.read(offset, 1, i64::MAX).unwrap();
+        let b = split_batches(read.records).next().unwrap();
+        assert!(b.base_offset() <= offset && offset <= b.last_offset());
+    }
+}
+
+#[test]
+fn a_roll_makes_the_sealed_segment_durable() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    log.append_batch(&batch(2, 0, 600)).unwrap();
+    assert_eq!(log.durable_offset(), 0);
+    let a = log.append_batch(&batch(2, 0, 600)).unwrap();
+    assert!(a.rolled);
+    assert_eq!(log.durable_offset(), 2);
+    let (file, end) = log.sync_handle();
+    assert_eq!(end, 4);
+    file.sync().unwrap();
+    log.mark_durable(end);
+    assert_eq!(log.durable_offset(), 4);
+    // Never backwards, never past the end.
+    log.mark_durable(1);
+    log.mark_durable(100);
+    assert_eq!(log.durable_offset(), 4);
+}
+
+#[test]
+fn reopening_after_a_clean_close_gives_the_same_log() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..25 {
+        log.append_batch(&batch(1 + (i % 3) as usize, i * 5, 40))
+            .unwrap();
+    }
+    log.sync().unwrap();
+    let before = read_all(&log, 0);
+    let bases = log.segment_base_offsets();
+    let end = log.end_offset();
+    let max_ts = log.max_timestamp().unwrap();
+    let ts_lookup = log.offset_for_timestamp(33).unwrap();
+    drop(log);
+
+    let log = fx.open(small_segments());
+    assert_eq!(log.end_offset(), end);
+    assert_eq!(log.durable_offset(), end);
+    assert_eq!(log.segment_base_offsets(), bases);
+    assert_eq!(read_all(&log, 0), before);
+    assert_eq!(log.max_timestamp().unwrap(), max_ts);
+    assert_eq!(log.offset_for_timestamp(33).unwrap(), ts_lookup);
+}
+
+#[test]
+fn a_torn_tail_is_truncated_and_everything_before_it_survives() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    for i in 0..5 {
+        log.append_batch(&batch(2, i, 30)).unwrap();
+    }
+    let intact = read_all(&log, 0);
+    let last_size = intact[4].size() as u64;
+    drop(log);
+
+    let path = fx.segment_file(0);
+    let full = fs::metadata(&path).unwrap().len();
+    // Chop the last batch in half.
+    let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(full - last_size / 2).unwrap();
+    drop(f);
+
+    let mut log = fx.open(LogConfig::default());
+    assert_eq!(log.end_offset(), 8);
+    assert_eq!(fs::metadata(&path).unwrap().len(), full - last_size);
+    assert_eq!(read_all(&log, 0), intact[..4].to_vec());
+    // The log carries on from the cut.
+    assert_eq!(log.append_batch(&batch(1, 0, 1)).unwrap().base_offset, 8);
+}
+
+#[test]
+fn a_garbled_tail_is_truncated_at_the_first_bad_crc() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    for i in 0..5 {
+        log.append_batch(&batch(2, i, 30)).unwrap();
+    }
+    let intact = read_all(&log, 0);
+    drop(log);
+
+    // Flip a byte inside the fourth batch's records: its CRC fails, so it
+    // and everything after it goes.
+    let path = fx.segment_file(0);
+    let mut bytes = fs::read(&path).unwrap();
+    let fourth: usize = intact[..3].iter().map(RecordBatch::size).sum();
+    bytes[fourth + 70] ^= 0xff;
+    // And trailing garbage that does not even frame.
+    bytes.extend_from_slice(&[0xAB; 37]);
+    fs::write(&path, &bytes).unwrap();
+
+    let log = fx.open(LogConfig::default());
+    assert_eq!(log.end_offset(), 6);
+    assert_eq!(fs::metadata(&path).unwrap().len(), fourth as u64);
+    assert_eq!(read_all(&log, 0), intact[..3].to_vec());
+}
+
+#[test]
+fn garbage_that_looks_like_a_huge_batch_is_truncated() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    log.append_batch(&batch(1, 0, 1)).unwrap();
+    let size = read_all(&log, 0)[0].size();
+    drop(log);
+    let path = fx.segment_file(0);
+    let mut bytes = fs::read(&path).unwrap();
+    let mut header = vec![0u8; 61];
+    header[8..12].copy_from_slice(&i32::MAX.to_be_bytes());
+    header[16] = 2;
+    bytes.extend_from_slice(&header);
+    fs::write(&path, &bytes).unwrap();
+
+    let log = fx.open(LogConfig::default());
+    assert_eq!(log.end_offset(), 1);
+    assert_eq!(fs::metadata(&path).unwrap().len(), size as u64);
+}
+
+#[test]
+fn a_missing_or_damaged_index_is_rebuilt() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..30 {
+        log.append_batch(&batch(2, i * 10, 60)).unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    let all = read_all(&log, 0);
+    let lookup = log.offset_for_timestamp(155).unwrap();
+    drop(log);
+
+    let first_index = fx.index_file(bases[0]);
+    let original = fs::read(&first_index).unwrap();
+    fs::remove_file(&first_index).unwrap();
+    // Second index: a torn (not a multiple of the entry size) file.
+    let second_index = fx.index_file(bases[1]);
+    let mut torn = fs::read(&second_index).unwrap();
+    torn.pop();
+    fs::write(&second_index, &torn).unwrap();
+
+    let log = fx.open(small_segments());
+    assert_eq!(fs::read(&first_index).unwrap(), original);
+    assert_eq!(fs::read(&second_index).unwrap().len() % 16, 0);
+    assert_eq!(log.segment_base_offsets(), bases);
+    assert_eq!(read_all(&log, 0), all);
+    assert_eq!(log.offset_for_timestamp(155).unwrap(), lookup);
+}
+
+#[test]
+fn an_index_whose_entries_point_nowhere_falls_back_to_scanning() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig {
+        segment_bytes: 2_000,
+        index_interval_bytes: 1,
+    });
+    for i in 0..30 {
+        log.append_batch(&batch(1, i, 60)).unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    drop(log);
+    // Keep the trailer (so the index is trusted) but corrupt the positions.
+    let path = fx.index_file(bases[0]);
+    let mut bytes = fs::read(&path).unwrap();
+    let entries = bytes.len() / 16;
+    assert!(entries > 2);
+    for e in 0..entries - 1 {
+        bytes[e * 16 + 4..e * 16 + 8].copy_from_slice(&3u32.to_be_bytes());
+    }
+    fs::write(&path, &bytes).unwrap();
+    let log = fx.open(LogConfig::default());
+    for offset in 0..bases[1] {
+        let read = log.read(offset, 1, i64::MAX).unwrap();
+        let b = split_batches(read.records).next().unwrap();
+        assert_eq!(b.base_offset(), offset);
+    }
+}
+
+#[test]
+fn orphan_index_files_are_removed() {
+    let fx = Fixture::new();
+    let log = fx.open(LogConfig::default());
+    drop(log);
+    fs::write(fx.index_file(500), [0u8; 16]).unwrap();
+    let _log = fx.open(LogConfig::default());
+    assert!(!fx.index_file(500).exists());
+}
+
+#[test]
+fn offset_for_timestamp_finds_the_first_record_at_or_after() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    // Batch i holds records with timestamps 100*i, 100*i+1, 100*i+2.
+    for i in 0..20 {
+        log.append_batch(&batch(3, 100 * i, 40)).unwrap();
+    }
+    assert!(log.segment_count() > 2);
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 0)));
+    assert_eq!(log.offset_for_timestamp(101).unwrap(), Some((4, 101)));
+    assert_eq!(log.offset_for_timestamp(150).unwrap(), Some((6, 200)));
+    assert_eq!(log.offset_for_timestamp(1_902).unwrap(), Some((59, 1_902)));
+    assert_eq!(log.offset_for_timestamp(1_903).unwrap(), None);
+    assert_eq!(log.max_timestamp().unwrap(), Some((59, 1_902)));
+}
+
+#[test]
+fn max_timestamp_picks_the_earliest_record_with_the_largest_timestamp() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    assert_eq!(log.max_timestamp().unwrap(), None);
+    log.append_batch(&batch(1, 10, 1)).unwrap();
+    log.append_batch(&batch(3, 500, 1)).unwrap(); // 500, 501, 502 at 1..=3
+    log.append_batch(&batch(1, 502, 1)).unwrap();
+    log.append_batch(&batch(1, 20, 1)).unwrap();
+    assert_eq!(log.max_timestamp().unwrap(), Some((3, 502)));
+}
+
+#[test]
+fn delete_records_before_moves_the_start_and_drops_whole_segments() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..30 {
+        log.append_batch(&batch(2, i, 60)).unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    let cut = bases[2] + 1;
+    assert_eq!(log.delete_records_before(cut).unwrap(), cut);
+    assert_eq!(log.log_start_offset(), cut);
+    assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
+    assert!(!fx.segment_file(bases[0]).exists());
+    assert!(!fx.index_file(bases[1]).exists());
+    // Below the start: out of range; at it: the batch holding it.
+    assert!(matches!(
+        log.read(cut - 1, 100, i64::MAX),
+        Err(ReadError::OutOfRange)
+    ));
+    let read = log.read(cut, 1, i64::MAX).unwrap();
+    assert_eq!(
+        split_batches(read.records).next().unwrap().last_offset(),
+        cut
+    );
+    // Moving backwards changes nothing; past the end is out of range.
+    assert_eq!(log.delete_records_before(1).unwrap(), cut);
+    assert!(matches!(
+        log.delete_records_before(61),
+        Err(ReadError::OutOfRange)
+    ));
+    // Timestamp lookups skip the deleted prefix.
+    assert_eq!(
+        log.offset_for_timestamp(0).unwrap().map(|(o, _)| o),
+        Some(cut)
+    );
+    assert_eq!(
+        fs::read_to_string(fx.file("log-start-offset"))
+            .unwrap()
+            .trim(),
+        cut.to_string()
+    );
+    drop(log);
+
+    let log = fx.open(small_segments());
+    assert_eq!(log.log_start_offset(), cut);
+    assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
+}
+
+#[test]
+fn deletion_interrupted_by_a_crash_is_finished_on_open() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..30 {
+        log.append_batch(&batch(2, i, 60)).unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    drop(log);
+    // The log start was persisted, the segments not yet deleted.
+    fx.volume
+        .write_atomic(&layout::log_start_offset_path(DIR), b"30\n")
+        .unwrap();
+    let log = fx.open(small_segments());
+    assert_eq!(log.log_start_offset(), 30);
+    assert!(log.segment_base_offsets()[0] <= 30);
+    assert!(log.segment_base_offsets().len() < bases.len());
+    assert_eq!(read_all(&log, 30).first().unwrap().last_offset(), 31);
+}
+
+#[test]
+fn deleting_records_up_to_the_end_leaves_an_empty_readable_log() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..10 {
+        log.append_batch(&batch(2, i, 60)).unwrap();
+    }
+    assert_eq!(log.delete_records_before(20).unwrap(), 20);
+    assert!(log.read(20, 100, i64::MAX).unwrap().records.is_empty());
+    assert_eq!(log.max_timestamp().unwrap(), None);
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
+    drop(log);
+    let mut log = fx.open(small_segments());
+    assert_eq!((log.log_start_offset(), log.end_offset()), (20, 20));
+    assert_eq!(log.append_batch(&batch(1, 0, 1)).unwrap().base_offset, 20);
+}
+
+#[test]
+fn size_retention_keeps_at_least_the_limit_and_never_the_active_segment() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..30 {
+        log.append_batch(&batch(2, i, 60)).unwrap();
+    }
+    let before = log.segment_count();
+    let limit = 1_500;
+    let outcome = log.apply_retention(0, limit, -1).unwrap();
+    assert!(outcome.deleted_segments > 0);
+    assert_eq!(log.segment_count(), before - outcome.deleted_segments);
+    assert!(log.size_bytes() >= limit as u64);
+    assert_eq!(outcome.log_start_offset, log.segment_base_offsets()[0]);
+    assert_eq!(log.log_start_offset(), outcome.log_start_offset);
+
+    // A zero limit still keeps the active segment.
+    log.apply_retention(0, 0, -1).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_start_offset(), log.segment_base_offsets()[0]);
+    // Unlimited: nothing happens.
+    assert_eq!(log.apply_retention(0, -1, -1).unwrap().deleted_segments, 0);
+}
+
+#[test]
+fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    // Timestamps 1000 * i: each segment's newest record is ~ its last batch.
+    for i in 0..30 {
+        log.append_batch(&batch(2, 1_000 * i, 60)).unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    // Everything older than 10_000 at now = 20_000 with retention 10_000.
+    let outcome = log.apply_retention(20_000, -1, 10_000).unwrap();
+    assert!(outcome.deleted_segments > 0);
+    let first = log.segment_base_offsets()[0];
+    assert!(first > 0);
+    // The first kept segment holds a timestamp >= 10_000; the last deleted
+    // one did not.
+    let kept = read_all(&log, first);
+    assert!(kept.iter().any(|b| b.max_timestamp() >= 10_000));
+    assert_eq!(log.log_start_offset(), first);
+    assert!(bases.contains(&first));
+    // Far in the future everything but the active segment goes.
+    log.apply_retention(i64::MAX, -1, 0).unwrap();
+    assert_eq!(log.segment_count(), 1);
+}
+
+#[test]
+fn delete_removes_the_partition_directory() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    log.append_batch(&batch(1, 0, 1)).unwrap();
+    assert!(fx.root.join(DIR).exists());
+    log.delete().unwrap();
+    assert!(!fx.root.join(DIR).exists());
+}
+
+#[test]
+fn a_batch_larger_than_a_segment_gets_a_segment_of_its_own() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    log.append_batch(&batch(1, 0, 10)).unwrap();
+    let huge = batch(1, 0, 5_000);
+    let a = log.append_batch(&huge).unwrap();
+    assert!(a.rolled);
+    log.append_batch(&batch(1, 0, 10)).unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![0, 1, 2]);
+    let read = log.read(1, 10, i64::MAX).unwrap();
+    assert_eq!(read.records.len(), huge.size());
+}
+
+#[test]
+fn recovery_from_every_cut_point_keeps_exactly_the_whole_batches() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    for i in 0..4 {
+        log.append_batch(&batch(2, i, 20)).unwrap();
+    }
+    let intact = read_all(&log, 0);
+    drop(log);
+    let path = fx.segment_file(0);
+    let original = fs::read(&path).unwrap();
+    let boundaries: Vec<usize> = intact
+        .iter()
+        .scan(0, |end, b| {
+            *end += b.size();
+            Some(*end)
+        })
+        .collect();
+    for cut in boundaries[1]..original.len() {
+        fs::write(&path, &original[..cut]).unwrap();
+        let log = fx.open(LogConfig::default());
+        let whole = boundaries.iter().filter(|&&b| b <= cut).count();
+        assert_eq!(log.end_offset(), 2 * whole as i64, "cut {cut}");
+        assert_eq!(
+            fs::metadata(&path).unwrap().len() as usize,
+            boundaries[whole - 1]
+        );
+        assert_eq!(read_all(&log, 0), intact[..whole].to_vec());
+    }
+}

@@ -1,0 +1,110 @@
+//! The TCP front end: accept connections, read frames, answer in order.
+//!
+//! Requests on one connection are handled one at a time and answered in
+//! the order they arrived, as Kafka does (a client pipelines by sending
+//! ahead; the broker reads the next frame only after answering). A slow
+//! long-poll Fetch therefore holds up only its own connection.
+
+use crate::broker::Broker;
+use crate::handlers::{self, Outcome};
+use bytes::BytesMut;
+use kaas_core::protocol::frame::{encode_response, frame_length};
+use kaas_core::protocol::{Reader, RequestHeader};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The body of a large frame is read in steps of at most this much, so
+/// memory grows with bytes actually received, not with a claimed length.
+const READ_CHUNK: usize = 1 << 20;
+
+/// Accepts connections until `shutdown` completes.
+pub async fn serve(broker: Arc<Broker>, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(run_connection(broker.clone(), stream, peer));
+                }
+                Err(e) => {
+                    // Out of file descriptors and similar: keep serving the
+                    // connections we have; back off before accepting again.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Serves one client connection until it closes or misbehaves.
+pub async fn run_connection<S>(broker: Arc<Broker>, stream: S, peer: SocketAddr)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let max = broker.config.max_frame_bytes;
+    loop {
+        let frame = match read_frame(&mut rd, max).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return,
+            Err(reason) => {
+                tracing::info!(%peer, %reason, "closing connection");
+                return;
+            }
+        };
+        let mut r = Reader::new(frame);
+        let header = match RequestHeader::decode(&mut r) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::info!(%peer, error = %e, "closing connection: bad request header");
+                return;
+            }
+        };
+        match handlers::dispatch(&broker, &header, &mut r).await {
+            Outcome::Respond { body, version } => {
+                let bytes = match encode_response(header.api_key, version, header.correlation_id, &body) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::error!(%peer, api_key = header.api_key, version, error = %e, "cannot encode response");
+                        return;
+                    }
+                };
+                if wr.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+            Outcome::Silent => {}
+            Outcome::Close(reason) => {
+                tracing::info!(%peer, api_key = header.api_key, version = header.api_version, %reason, "closing connection");
+                return;
+            }
+        }
+    }
+}
+
+/// Reads one frame; `Ok(None)` on a clean close between frames.
+async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize) -> Result<Option<bytes::Bytes>, String> {
+    let mut prefix = [0u8; 4];
+    match rd.read_exact(&mut prefix).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    let len = frame_length(prefix, max).map_err(|e| e.to_string())?;
+    let mut buf = BytesMut::with_capacity(len.min(READ_CHUNK));
+    while buf.len() < len {
+        let want = (len - buf.len()).min(READ_CHUNK);
+        buf.reserve(want);
+        let n = (&mut *rd).take(want as u64).read_buf(&mut buf).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err(format!("connection closed mid-frame ({} of {len} bytes)", buf.len()));
+        }
+    }
+    Ok(Some(buf.freeze()))
+}
