@@ -413,7 +413,7 @@ def sample_elem(f):
 
 def sample_field(f):
     if f.is_array:
-        v = f"(0..g.len()).map(|_| {sample_elem(f)}).collect()"
+        v = f"(0..g.count()).map(|_| {sample_elem(f)}).collect()"
     else:
         v = sample_elem(f)
     if f.optional:

@@ -50,19 +50,19 @@ impl Gen {
         crate::protocol::wire::Uuid::from_u128(((self.u64() as u128) << 64) | self.u64() as u128)
     }
     /// A short length for arrays, strings and bytes.
-    pub fn len(&mut self) -> usize {
+    pub fn count(&mut self) -> usize {
         (self.u64() % 4) as usize
     }
     /// Whether a nullable field should be null this time.
     pub fn null(&mut self) -> bool {
-        self.u64() % 4 == 0
+        self.u64().is_multiple_of(4)
     }
     pub fn string(&mut self) -> String {
-        let n = self.len() * 3;
+        let n = self.count() * 3;
         (0..n).map(|_| char::from(b'a' + (self.u64() % 26) as u8)).collect()
     }
     pub fn bytes(&mut self) -> Bytes {
-        let n = self.len() * 5;
+        let n = self.count() * 5;
         (0..n).map(|_| self.u64() as u8).collect::<Vec<u8>>().into()
     }
 }

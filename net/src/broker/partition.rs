@@ -6,6 +6,7 @@
 //! fsync plays the role replication plays in Kafka: a consumer never reads
 //! an offset that a crash could take back and hand to a different record.
 
+pub use crate::log::partition_dir;
 use crate::log::{LogConfig, PartitionLog, ReadError};
 use bytes::Bytes;
 use kaas_core::protocol::ErrorCode;
@@ -64,10 +65,6 @@ impl Isolation {
             Isolation::ReadUncommitted
         }
     }
-}
-
-pub fn partition_dir(topic: &str, index: i32) -> String {
-    format!("topics/{topic}-{index}")
 }
 
 impl Partition {

@@ -127,10 +127,11 @@ pub(crate) fn read_trailer(
     segment_len: u64,
 ) -> io::Result<Option<(IndexEntry, u64)>> {
     let len = file.len();
-    if len == 0 || len % ENTRY_LEN as u64 != 0 {
+    let entries = len / ENTRY_LEN as u64;
+    // A torn index (not whole entries) is rebuilt rather than trusted.
+    if entries == 0 || entries * ENTRY_LEN as u64 != len {
         return Ok(None);
     }
-    let entries = len / ENTRY_LEN as u64;
     let bytes = file.read_at(len - ENTRY_LEN as u64, ENTRY_LEN)?;
     let trailer = match IndexEntry::decode(&bytes) {
         Some(t) => t,

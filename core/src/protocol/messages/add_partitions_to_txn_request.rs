@@ -151,7 +151,7 @@ impl AddPartitionsToTxnRequest {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         if version >= 4 {
-            this.transactions = (0..g.len())
+            this.transactions = (0..g.count())
                 .map(|_| AddPartitionsToTxnTransaction::sample(g, version))
                 .collect();
         }
@@ -165,7 +165,7 @@ impl AddPartitionsToTxnRequest {
             this.v3_and_below_producer_epoch = g.int16();
         }
         if version <= 3 {
-            this.v3_and_below_topics = (0..g.len())
+            this.v3_and_below_topics = (0..g.count())
                 .map(|_| AddPartitionsToTxnTopic::sample(g, version))
                 .collect();
         }
@@ -303,7 +303,7 @@ impl AddPartitionsToTxnTransaction {
             this.verify_only = g.bool();
         }
         if version >= 4 {
-            this.topics = (0..g.len())
+            this.topics = (0..g.count())
                 .map(|_| AddPartitionsToTxnTopic::sample(g, version))
                 .collect();
         }
@@ -390,7 +390,7 @@ impl AddPartitionsToTxnTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len()).map(|_| g.int32()).collect();
+        this.partitions = (0..g.count()).map(|_| g.int32()).collect();
         let _ = version;
         this
     }

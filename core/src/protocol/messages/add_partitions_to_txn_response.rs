@@ -136,12 +136,12 @@ impl AddPartitionsToTxnResponse {
             this.error_code = g.int16();
         }
         if version >= 4 {
-            this.results_by_transaction = (0..g.len())
+            this.results_by_transaction = (0..g.count())
                 .map(|_| AddPartitionsToTxnResult::sample(g, version))
                 .collect();
         }
         if version <= 3 {
-            this.results_by_topic_v3_and_below = (0..g.len())
+            this.results_by_topic_v3_and_below = (0..g.count())
                 .map(|_| AddPartitionsToTxnTopicResult::sample(g, version))
                 .collect();
         }
@@ -244,7 +244,7 @@ impl AddPartitionsToTxnResult {
             this.transactional_id = g.string();
         }
         if version >= 4 {
-            this.topic_results = (0..g.len())
+            this.topic_results = (0..g.count())
                 .map(|_| AddPartitionsToTxnTopicResult::sample(g, version))
                 .collect();
         }
@@ -335,7 +335,7 @@ impl AddPartitionsToTxnTopicResult {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.results_by_partition = (0..g.len())
+        this.results_by_partition = (0..g.count())
             .map(|_| AddPartitionsToTxnPartitionResult::sample(g, version))
             .collect();
         let _ = version;

@@ -89,7 +89,7 @@ impl AlterConfigsResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
-        this.responses = (0..g.len())
+        this.responses = (0..g.count())
             .map(|_| AlterConfigsResourceResponse::sample(g, version))
             .collect();
         let _ = version;

@@ -205,14 +205,14 @@ impl ApiVersionsResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.error_code = g.int16();
-        this.api_keys = (0..g.len())
+        this.api_keys = (0..g.count())
             .map(|_| ApiVersion::sample(g, version))
             .collect();
         if version >= 1 {
             this.throttle_time_ms = g.int32();
         }
         if version >= 3 {
-            this.supported_features = (0..g.len())
+            this.supported_features = (0..g.count())
                 .map(|_| SupportedFeatureKey::sample(g, version))
                 .collect();
         }
@@ -220,7 +220,7 @@ impl ApiVersionsResponse {
             this.finalized_features_epoch = g.int64();
         }
         if version >= 3 {
-            this.finalized_features = (0..g.len())
+            this.finalized_features = (0..g.count())
                 .map(|_| FinalizedFeatureKey::sample(g, version))
                 .collect();
         }

@@ -78,7 +78,7 @@ impl ConsumerProtocolAssignment {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.assigned_partitions = (0..g.len())
+        this.assigned_partitions = (0..g.count())
             .map(|_| TopicPartition::sample(g, version))
             .collect();
         this.user_data = if g.null() { None } else { Some(g.bytes()) };
@@ -149,7 +149,7 @@ impl TopicPartition {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.topic = g.string();
-        this.partitions = (0..g.len()).map(|_| g.int32()).collect();
+        this.partitions = (0..g.count()).map(|_| g.int32()).collect();
         let _ = version;
         this
     }

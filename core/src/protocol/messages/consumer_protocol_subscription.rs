@@ -128,10 +128,10 @@ impl ConsumerProtocolSubscription {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.topics = (0..g.len()).map(|_| g.string()).collect();
+        this.topics = (0..g.count()).map(|_| g.string()).collect();
         this.user_data = if g.null() { None } else { Some(g.bytes()) };
         if version >= 1 {
-            this.owned_partitions = (0..g.len())
+            this.owned_partitions = (0..g.count())
                 .map(|_| TopicPartition::sample(g, version))
                 .collect();
         }
@@ -219,7 +219,7 @@ impl TopicPartition {
             this.topic = g.string();
         }
         if version >= 1 {
-            this.partitions = (0..g.len()).map(|_| g.int32()).collect();
+            this.partitions = (0..g.count()).map(|_| g.int32()).collect();
         }
         let _ = version;
         this

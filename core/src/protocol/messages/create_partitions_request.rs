@@ -92,7 +92,7 @@ impl CreatePartitionsRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| CreatePartitionsTopic::sample(g, version))
             .collect();
         this.timeout_ms = g.int32();
@@ -187,7 +187,7 @@ impl CreatePartitionsTopic {
             None
         } else {
             Some(
-                (0..g.len())
+                (0..g.count())
                     .map(|_| CreatePartitionsAssignment::sample(g, version))
                     .collect(),
             )
@@ -270,7 +270,7 @@ impl CreatePartitionsAssignment {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.broker_ids = (0..g.len()).map(|_| g.int32()).collect();
+        this.broker_ids = (0..g.count()).map(|_| g.int32()).collect();
         let _ = version;
         this
     }

@@ -89,7 +89,7 @@ impl CreatePartitionsResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
-        this.results = (0..g.len())
+        this.results = (0..g.count())
             .map(|_| CreatePartitionsTopicResult::sample(g, version))
             .collect();
         let _ = version;

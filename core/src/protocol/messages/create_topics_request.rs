@@ -92,7 +92,7 @@ impl CreateTopicsRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| CreatableTopic::sample(g, version))
             .collect();
         this.timeout_ms = g.int32();
@@ -209,10 +209,10 @@ impl CreatableTopic {
         this.name = g.string();
         this.num_partitions = g.int32();
         this.replication_factor = g.int16();
-        this.assignments = (0..g.len())
+        this.assignments = (0..g.count())
             .map(|_| CreatableReplicaAssignment::sample(g, version))
             .collect();
-        this.configs = (0..g.len())
+        this.configs = (0..g.count())
             .map(|_| CreatableTopicConfig::sample(g, version))
             .collect();
         let _ = version;
@@ -298,7 +298,7 @@ impl CreatableReplicaAssignment {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.partition_index = g.int32();
-        this.broker_ids = (0..g.len()).map(|_| g.int32()).collect();
+        this.broker_ids = (0..g.count()).map(|_| g.int32()).collect();
         let _ = version;
         this
     }

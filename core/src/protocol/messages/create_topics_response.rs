@@ -89,7 +89,7 @@ impl CreateTopicsResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| CreatableTopicResult::sample(g, version))
             .collect();
         let _ = version;
@@ -248,7 +248,7 @@ impl CreatableTopicResult {
                 None
             } else {
                 Some(
-                    (0..g.len())
+                    (0..g.count())
                         .map(|_| CreatableTopicConfigs::sample(g, version))
                         .collect(),
                 )

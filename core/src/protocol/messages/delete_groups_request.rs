@@ -84,7 +84,7 @@ impl DeleteGroupsRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.groups_names = (0..g.len()).map(|_| g.string()).collect();
+        this.groups_names = (0..g.count()).map(|_| g.string()).collect();
         let _ = version;
         this
     }

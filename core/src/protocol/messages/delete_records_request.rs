@@ -88,7 +88,7 @@ impl DeleteRecordsRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| DeleteRecordsTopic::sample(g, version))
             .collect();
         this.timeout_ms = g.int32();
@@ -175,7 +175,7 @@ impl DeleteRecordsTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| DeleteRecordsPartition::sample(g, version))
             .collect();
         let _ = version;

@@ -89,7 +89,7 @@ impl DeleteRecordsResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| DeleteRecordsTopicResult::sample(g, version))
             .collect();
         let _ = version;
@@ -175,7 +175,7 @@ impl DeleteRecordsTopicResult {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| DeleteRecordsPartitionResult::sample(g, version))
             .collect();
         let _ = version;

@@ -124,12 +124,12 @@ impl DeleteTopicsRequest {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         if version >= 6 {
-            this.topics = (0..g.len())
+            this.topics = (0..g.count())
                 .map(|_| DeleteTopicState::sample(g, version))
                 .collect();
         }
         if version <= 5 {
-            this.topic_names = (0..g.len()).map(|_| g.string()).collect();
+            this.topic_names = (0..g.count()).map(|_| g.string()).collect();
         }
         this.timeout_ms = g.int32();
         let _ = version;

@@ -133,7 +133,7 @@ impl DescribeClusterResponse {
         }
         this.cluster_id = g.string();
         this.controller_id = g.int32();
-        this.brokers = (0..g.len())
+        this.brokers = (0..g.count())
             .map(|_| DescribeClusterBroker::sample(g, version))
             .collect();
         this.cluster_authorized_operations = g.int32();

@@ -96,7 +96,7 @@ impl DescribeConfigsRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.resources = (0..g.len())
+        this.resources = (0..g.count())
             .map(|_| DescribeConfigsResource::sample(g, version))
             .collect();
         this.include_synonyms = g.bool();
@@ -200,7 +200,7 @@ impl DescribeConfigsResource {
         this.configuration_keys = if g.null() {
             None
         } else {
-            Some((0..g.len()).map(|_| g.string()).collect())
+            Some((0..g.count()).map(|_| g.string()).collect())
         };
         let _ = version;
         this

@@ -89,7 +89,7 @@ impl DescribeConfigsResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
-        this.results = (0..g.len())
+        this.results = (0..g.count())
             .map(|_| DescribeConfigsResult::sample(g, version))
             .collect();
         let _ = version;
@@ -197,7 +197,7 @@ impl DescribeConfigsResult {
         this.error_message = if g.null() { None } else { Some(g.string()) };
         this.resource_type = g.int8();
         this.resource_name = g.string();
-        this.configs = (0..g.len())
+        this.configs = (0..g.count())
             .map(|_| DescribeConfigsResourceResult::sample(g, version))
             .collect();
         let _ = version;
@@ -337,7 +337,7 @@ impl DescribeConfigsResourceResult {
         this.read_only = g.bool();
         this.config_source = g.int8();
         this.is_sensitive = g.bool();
-        this.synonyms = (0..g.len())
+        this.synonyms = (0..g.count())
             .map(|_| DescribeConfigsSynonym::sample(g, version))
             .collect();
         if version >= 3 {

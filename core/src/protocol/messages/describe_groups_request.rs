@@ -92,7 +92,7 @@ impl DescribeGroupsRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.groups = (0..g.len()).map(|_| g.string()).collect();
+        this.groups = (0..g.count()).map(|_| g.string()).collect();
         if version >= 3 {
             this.include_authorized_operations = g.bool();
         }

@@ -95,7 +95,7 @@ impl DescribeGroupsResponse {
         if version >= 1 {
             this.throttle_time_ms = g.int32();
         }
-        this.groups = (0..g.len())
+        this.groups = (0..g.count())
             .map(|_| DescribedGroup::sample(g, version))
             .collect();
         let _ = version;
@@ -223,7 +223,7 @@ impl DescribedGroup {
         this.group_state = g.string();
         this.protocol_type = g.string();
         this.protocol_data = g.string();
-        this.members = (0..g.len())
+        this.members = (0..g.count())
             .map(|_| DescribedGroupMember::sample(g, version))
             .collect();
         if version >= 3 {

@@ -86,7 +86,7 @@ impl DescribeLogDirsRequest {
             None
         } else {
             Some(
-                (0..g.len())
+                (0..g.count())
                     .map(|_| DescribableLogDirTopic::sample(g, version))
                     .collect(),
             )
@@ -174,7 +174,7 @@ impl DescribableLogDirTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.topic = g.string();
-        this.partitions = (0..g.len()).map(|_| g.int32()).collect();
+        this.partitions = (0..g.count()).map(|_| g.int32()).collect();
         let _ = version;
         this
     }

@@ -100,7 +100,7 @@ impl DescribeLogDirsResponse {
         if version >= 3 {
             this.error_code = g.int16();
         }
-        this.results = (0..g.len())
+        this.results = (0..g.count())
             .map(|_| DescribeLogDirsResult::sample(g, version))
             .collect();
         let _ = version;
@@ -215,7 +215,7 @@ impl DescribeLogDirsResult {
         let mut this = Self::default();
         this.error_code = g.int16();
         this.log_dir = g.string();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| DescribeLogDirsTopic::sample(g, version))
             .collect();
         if version >= 4 {
@@ -310,7 +310,7 @@ impl DescribeLogDirsTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| DescribeLogDirsPartition::sample(g, version))
             .collect();
         let _ = version;

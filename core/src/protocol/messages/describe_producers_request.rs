@@ -84,7 +84,7 @@ impl DescribeProducersRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| TopicRequest::sample(g, version))
             .collect();
         let _ = version;
@@ -170,7 +170,7 @@ impl TopicRequest {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partition_indexes = (0..g.len()).map(|_| g.int32()).collect();
+        this.partition_indexes = (0..g.count()).map(|_| g.int32()).collect();
         let _ = version;
         this
     }

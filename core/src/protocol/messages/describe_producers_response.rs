@@ -89,7 +89,7 @@ impl DescribeProducersResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| TopicResponse::sample(g, version))
             .collect();
         let _ = version;
@@ -171,7 +171,7 @@ impl TopicResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| PartitionResponse::sample(g, version))
             .collect();
         let _ = version;
@@ -270,7 +270,7 @@ impl PartitionResponse {
         this.partition_index = g.int32();
         this.error_code = g.int16();
         this.error_message = if g.null() { None } else { Some(g.string()) };
-        this.active_producers = (0..g.len())
+        this.active_producers = (0..g.count())
             .map(|_| ProducerState::sample(g, version))
             .collect();
         let _ = version;

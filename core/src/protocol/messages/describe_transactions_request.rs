@@ -88,7 +88,7 @@ impl DescribeTransactionsRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.transactional_ids = (0..g.len()).map(|_| g.string()).collect();
+        this.transactional_ids = (0..g.count()).map(|_| g.string()).collect();
         let _ = version;
         this
     }

@@ -89,7 +89,7 @@ impl DescribeTransactionsResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
-        this.transaction_states = (0..g.len())
+        this.transaction_states = (0..g.count())
             .map(|_| TransactionState::sample(g, version))
             .collect();
         let _ = version;
@@ -205,7 +205,7 @@ impl TransactionState {
         this.transaction_start_time_ms = g.int64();
         this.producer_id = g.int64();
         this.producer_epoch = g.int16();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| TopicData::sample(g, version))
             .collect();
         let _ = version;
@@ -283,7 +283,7 @@ impl TopicData {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.topic = g.string();
-        this.partitions = (0..g.len()).map(|_| g.int32()).collect();
+        this.partitions = (0..g.count()).map(|_| g.int32()).collect();
         let _ = version;
         this
     }

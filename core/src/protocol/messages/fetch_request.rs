@@ -211,11 +211,11 @@ impl FetchRequest {
         if version >= 7 {
             this.session_epoch = g.int32();
         }
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| FetchTopic::sample(g, version))
             .collect();
         if version >= 7 {
-            this.forgotten_topics_data = (0..g.len())
+            this.forgotten_topics_data = (0..g.count())
                 .map(|_| ForgottenTopic::sample(g, version))
                 .collect();
         }
@@ -387,7 +387,7 @@ impl FetchTopic {
         if version >= 13 {
             this.topic_id = g.uuid();
         }
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| FetchPartition::sample(g, version))
             .collect();
         let _ = version;
@@ -632,7 +632,7 @@ impl ForgottenTopic {
             this.topic_id = g.uuid();
         }
         if version >= 7 {
-            this.partitions = (0..g.len()).map(|_| g.int32()).collect();
+            this.partitions = (0..g.count()).map(|_| g.int32()).collect();
         }
         let _ = version;
         this

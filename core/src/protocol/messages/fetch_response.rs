@@ -143,11 +143,11 @@ impl FetchResponse {
         if version >= 7 {
             this.session_id = g.int32();
         }
-        this.responses = (0..g.len())
+        this.responses = (0..g.count())
             .map(|_| FetchableTopicResponse::sample(g, version))
             .collect();
         if version >= 16 {
-            this.node_endpoints = (0..g.len())
+            this.node_endpoints = (0..g.count())
                 .map(|_| NodeEndpoint::sample(g, version))
                 .collect();
         }
@@ -251,7 +251,7 @@ impl FetchableTopicResponse {
         if version >= 13 {
             this.topic_id = g.uuid();
         }
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| PartitionData::sample(g, version))
             .collect();
         let _ = version;
@@ -436,7 +436,7 @@ impl PartitionData {
             None
         } else {
             Some(
-                (0..g.len())
+                (0..g.count())
                     .map(|_| AbortedTransaction::sample(g, version))
                     .collect(),
             )

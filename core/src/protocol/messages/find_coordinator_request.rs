@@ -111,7 +111,7 @@ impl FindCoordinatorRequest {
             this.key_type = g.int8();
         }
         if version >= 4 {
-            this.coordinator_keys = (0..g.len()).map(|_| g.string()).collect();
+            this.coordinator_keys = (0..g.count()).map(|_| g.string()).collect();
         }
         let _ = version;
         this

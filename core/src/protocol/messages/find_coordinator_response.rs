@@ -160,7 +160,7 @@ impl FindCoordinatorResponse {
             this.port = g.int32();
         }
         if version >= 4 {
-            this.coordinators = (0..g.len())
+            this.coordinators = (0..g.count())
                 .map(|_| Coordinator::sample(g, version))
                 .collect();
         }

@@ -88,7 +88,7 @@ impl IncrementalAlterConfigsRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.resources = (0..g.len())
+        this.resources = (0..g.count())
             .map(|_| AlterConfigsResource::sample(g, version))
             .collect();
         this.validate_only = g.bool();
@@ -184,7 +184,7 @@ impl AlterConfigsResource {
         let mut this = Self::default();
         this.resource_type = g.int8();
         this.resource_name = g.string();
-        this.configs = (0..g.len())
+        this.configs = (0..g.count())
             .map(|_| AlterableConfig::sample(g, version))
             .collect();
         let _ = version;

@@ -146,7 +146,7 @@ impl JoinGroupRequest {
             this.group_instance_id = if g.null() { None } else { Some(g.string()) };
         }
         this.protocol_type = g.string();
-        this.protocols = (0..g.len())
+        this.protocols = (0..g.count())
             .map(|_| JoinGroupRequestProtocol::sample(g, version))
             .collect();
         if version >= 8 {

@@ -162,7 +162,7 @@ impl JoinGroupResponse {
             this.skip_assignment = g.bool();
         }
         this.member_id = g.string();
-        this.members = (0..g.len())
+        this.members = (0..g.count())
             .map(|_| JoinGroupResponseMember::sample(g, version))
             .collect();
         let _ = version;

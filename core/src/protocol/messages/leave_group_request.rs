@@ -101,7 +101,7 @@ impl LeaveGroupRequest {
             this.member_id = g.string();
         }
         if version >= 3 {
-            this.members = (0..g.len())
+            this.members = (0..g.count())
                 .map(|_| MemberIdentity::sample(g, version))
                 .collect();
         }

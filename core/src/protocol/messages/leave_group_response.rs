@@ -105,7 +105,7 @@ impl LeaveGroupResponse {
         }
         this.error_code = g.int16();
         if version >= 3 {
-            this.members = (0..g.len())
+            this.members = (0..g.count())
                 .map(|_| MemberResponse::sample(g, version))
                 .collect();
         }

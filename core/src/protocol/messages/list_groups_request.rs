@@ -120,10 +120,10 @@ impl ListGroupsRequest {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         if version >= 4 {
-            this.states_filter = (0..g.len()).map(|_| g.string()).collect();
+            this.states_filter = (0..g.count()).map(|_| g.string()).collect();
         }
         if version >= 5 {
-            this.types_filter = (0..g.len()).map(|_| g.string()).collect();
+            this.types_filter = (0..g.count()).map(|_| g.string()).collect();
         }
         let _ = version;
         this

@@ -96,7 +96,7 @@ impl ListGroupsResponse {
             this.throttle_time_ms = g.int32();
         }
         this.error_code = g.int16();
-        this.groups = (0..g.len())
+        this.groups = (0..g.count())
             .map(|_| ListedGroup::sample(g, version))
             .collect();
         let _ = version;

@@ -104,7 +104,7 @@ impl ListOffsetsRequest {
         if version >= 2 {
             this.isolation_level = g.int8();
         }
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| ListOffsetsTopic::sample(g, version))
             .collect();
         if version >= 10 {
@@ -193,7 +193,7 @@ impl ListOffsetsTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| ListOffsetsPartition::sample(g, version))
             .collect();
         let _ = version;

@@ -95,7 +95,7 @@ impl ListOffsetsResponse {
         if version >= 2 {
             this.throttle_time_ms = g.int32();
         }
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| ListOffsetsTopicResponse::sample(g, version))
             .collect();
         let _ = version;
@@ -181,7 +181,7 @@ impl ListOffsetsTopicResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| ListOffsetsPartitionResponse::sample(g, version))
             .collect();
         let _ = version;

@@ -138,8 +138,8 @@ impl ListTransactionsRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.state_filters = (0..g.len()).map(|_| g.string()).collect();
-        this.producer_id_filters = (0..g.len()).map(|_| g.int64()).collect();
+        this.state_filters = (0..g.count()).map(|_| g.string()).collect();
+        this.producer_id_filters = (0..g.count()).map(|_| g.int64()).collect();
         if version >= 1 {
             this.duration_filter = g.int64();
         }

@@ -125,8 +125,8 @@ impl ListTransactionsResponse {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
         this.error_code = g.int16();
-        this.unknown_state_filters = (0..g.len()).map(|_| g.string()).collect();
-        this.transaction_states = (0..g.len())
+        this.unknown_state_filters = (0..g.count()).map(|_| g.string()).collect();
+        this.transaction_states = (0..g.count())
             .map(|_| TransactionState::sample(g, version))
             .collect();
         let _ = version;

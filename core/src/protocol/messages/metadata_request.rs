@@ -108,7 +108,7 @@ impl MetadataRequest {
             None
         } else {
             Some(
-                (0..g.len())
+                (0..g.count())
                     .map(|_| MetadataRequestTopic::sample(g, version))
                     .collect(),
             )

@@ -145,7 +145,7 @@ impl MetadataResponse {
         if version >= 3 {
             this.throttle_time_ms = g.int32();
         }
-        this.brokers = (0..g.len())
+        this.brokers = (0..g.count())
             .map(|_| MetadataResponseBroker::sample(g, version))
             .collect();
         if version >= 2 {
@@ -154,7 +154,7 @@ impl MetadataResponse {
         if version >= 1 {
             this.controller_id = g.int32();
         }
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| MetadataResponseTopic::sample(g, version))
             .collect();
         if version >= 8 && version <= 10 {
@@ -382,7 +382,7 @@ impl MetadataResponseTopic {
         if version >= 1 {
             this.is_internal = g.bool();
         }
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| MetadataResponsePartition::sample(g, version))
             .collect();
         if version >= 8 {
@@ -550,10 +550,10 @@ impl MetadataResponsePartition {
         if version >= 7 {
             this.leader_epoch = g.int32();
         }
-        this.replica_nodes = (0..g.len()).map(|_| g.int32()).collect();
-        this.isr_nodes = (0..g.len()).map(|_| g.int32()).collect();
+        this.replica_nodes = (0..g.count()).map(|_| g.int32()).collect();
+        this.isr_nodes = (0..g.count()).map(|_| g.int32()).collect();
         if version >= 5 {
-            this.offline_replicas = (0..g.len()).map(|_| g.int32()).collect();
+            this.offline_replicas = (0..g.count()).map(|_| g.int32()).collect();
         }
         let _ = version;
         this

@@ -130,7 +130,7 @@ impl OffsetCommitRequest {
         if version <= 4 {
             this.retention_time_ms = g.int64();
         }
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| OffsetCommitRequestTopic::sample(g, version))
             .collect();
         let _ = version;
@@ -233,7 +233,7 @@ impl OffsetCommitRequestTopic {
         if version >= 10 {
             this.topic_id = g.uuid();
         }
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| OffsetCommitRequestPartition::sample(g, version))
             .collect();
         let _ = version;

@@ -95,7 +95,7 @@ impl OffsetCommitResponse {
         if version >= 3 {
             this.throttle_time_ms = g.int32();
         }
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| OffsetCommitResponseTopic::sample(g, version))
             .collect();
         let _ = version;
@@ -198,7 +198,7 @@ impl OffsetCommitResponseTopic {
         if version >= 10 {
             this.topic_id = g.uuid();
         }
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| OffsetCommitResponsePartition::sample(g, version))
             .collect();
         let _ = version;

@@ -73,7 +73,7 @@ impl OffsetDeleteRequest {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.group_id = g.string();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| OffsetDeleteRequestTopic::sample(g, version))
             .collect();
         let _ = version;
@@ -147,7 +147,7 @@ impl OffsetDeleteRequestTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| OffsetDeleteRequestPartition::sample(g, version))
             .collect();
         let _ = version;

@@ -78,7 +78,7 @@ impl OffsetDeleteResponse {
         let mut this = Self::default();
         this.error_code = g.int16();
         this.throttle_time_ms = g.int32();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| OffsetDeleteResponseTopic::sample(g, version))
             .collect();
         let _ = version;
@@ -152,7 +152,7 @@ impl OffsetDeleteResponseTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| OffsetDeleteResponsePartition::sample(g, version))
             .collect();
         let _ = version;

@@ -145,14 +145,14 @@ impl OffsetFetchRequest {
                 None
             } else {
                 Some(
-                    (0..g.len())
+                    (0..g.count())
                         .map(|_| OffsetFetchRequestTopic::sample(g, version))
                         .collect(),
                 )
             };
         }
         if version >= 8 {
-            this.groups = (0..g.len())
+            this.groups = (0..g.count())
                 .map(|_| OffsetFetchRequestGroup::sample(g, version))
                 .collect();
         }
@@ -253,7 +253,7 @@ impl OffsetFetchRequestTopic {
             this.name = g.string();
         }
         if version <= 7 {
-            this.partition_indexes = (0..g.len()).map(|_| g.int32()).collect();
+            this.partition_indexes = (0..g.count()).map(|_| g.int32()).collect();
         }
         let _ = version;
         this
@@ -382,7 +382,7 @@ impl OffsetFetchRequestGroup {
                 None
             } else {
                 Some(
-                    (0..g.len())
+                    (0..g.count())
                         .map(|_| OffsetFetchRequestTopics::sample(g, version))
                         .collect(),
                 )
@@ -493,7 +493,7 @@ impl OffsetFetchRequestTopics {
             this.topic_id = g.uuid();
         }
         if version >= 8 {
-            this.partition_indexes = (0..g.len()).map(|_| g.int32()).collect();
+            this.partition_indexes = (0..g.count()).map(|_| g.int32()).collect();
         }
         let _ = version;
         this

@@ -139,7 +139,7 @@ impl OffsetFetchResponse {
             this.throttle_time_ms = g.int32();
         }
         if version <= 7 {
-            this.topics = (0..g.len())
+            this.topics = (0..g.count())
                 .map(|_| OffsetFetchResponseTopic::sample(g, version))
                 .collect();
         }
@@ -147,7 +147,7 @@ impl OffsetFetchResponse {
             this.error_code = g.int16();
         }
         if version >= 8 {
-            this.groups = (0..g.len())
+            this.groups = (0..g.count())
                 .map(|_| OffsetFetchResponseGroup::sample(g, version))
                 .collect();
         }
@@ -245,7 +245,7 @@ impl OffsetFetchResponseTopic {
             this.name = g.string();
         }
         if version <= 7 {
-            this.partitions = (0..g.len())
+            this.partitions = (0..g.count())
                 .map(|_| OffsetFetchResponsePartition::sample(g, version))
                 .collect();
         }
@@ -466,7 +466,7 @@ impl OffsetFetchResponseGroup {
             this.group_id = g.string();
         }
         if version >= 8 {
-            this.topics = (0..g.len())
+            this.topics = (0..g.count())
                 .map(|_| OffsetFetchResponseTopics::sample(g, version))
                 .collect();
         }
@@ -578,7 +578,7 @@ impl OffsetFetchResponseTopics {
             this.topic_id = g.uuid();
         }
         if version >= 8 {
-            this.partitions = (0..g.len())
+            this.partitions = (0..g.count())
                 .map(|_| OffsetFetchResponsePartitions::sample(g, version))
                 .collect();
         }

@@ -95,7 +95,7 @@ impl OffsetForLeaderEpochRequest {
         if version >= 3 {
             this.replica_id = g.int32();
         }
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| OffsetForLeaderTopic::sample(g, version))
             .collect();
         let _ = version;
@@ -181,7 +181,7 @@ impl OffsetForLeaderTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.topic = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| OffsetForLeaderPartition::sample(g, version))
             .collect();
         let _ = version;

@@ -89,7 +89,7 @@ impl OffsetForLeaderEpochResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| OffsetForLeaderTopicResult::sample(g, version))
             .collect();
         let _ = version;
@@ -179,7 +179,7 @@ impl OffsetForLeaderTopicResult {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.topic = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| EpochEndOffset::sample(g, version))
             .collect();
         let _ = version;

@@ -98,7 +98,7 @@ impl ProduceRequest {
         this.transactional_id = if g.null() { None } else { Some(g.string()) };
         this.acks = g.int16();
         this.timeout_ms = g.int32();
-        this.topic_data = (0..g.len())
+        this.topic_data = (0..g.count())
             .map(|_| TopicProduceData::sample(g, version))
             .collect();
         let _ = version;
@@ -201,7 +201,7 @@ impl TopicProduceData {
         if version >= 13 {
             this.topic_id = g.uuid();
         }
-        this.partition_data = (0..g.len())
+        this.partition_data = (0..g.count())
             .map(|_| PartitionProduceData::sample(g, version))
             .collect();
         let _ = version;

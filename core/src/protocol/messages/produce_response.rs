@@ -124,12 +124,12 @@ impl ProduceResponse {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.responses = (0..g.len())
+        this.responses = (0..g.count())
             .map(|_| TopicProduceResponse::sample(g, version))
             .collect();
         this.throttle_time_ms = g.int32();
         if version >= 10 {
-            this.node_endpoints = (0..g.len())
+            this.node_endpoints = (0..g.count())
                 .map(|_| NodeEndpoint::sample(g, version))
                 .collect();
         }
@@ -233,7 +233,7 @@ impl TopicProduceResponse {
         if version >= 13 {
             this.topic_id = g.uuid();
         }
-        this.partition_responses = (0..g.len())
+        this.partition_responses = (0..g.count())
             .map(|_| PartitionProduceResponse::sample(g, version))
             .collect();
         let _ = version;
@@ -380,7 +380,7 @@ impl PartitionProduceResponse {
             this.log_start_offset = g.int64();
         }
         if version >= 8 {
-            this.record_errors = (0..g.len())
+            this.record_errors = (0..g.count())
                 .map(|_| BatchIndexAndErrorMessage::sample(g, version))
                 .collect();
         }

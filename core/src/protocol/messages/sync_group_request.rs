@@ -143,7 +143,7 @@ impl SyncGroupRequest {
         if version >= 5 {
             this.protocol_name = if g.null() { None } else { Some(g.string()) };
         }
-        this.assignments = (0..g.len())
+        this.assignments = (0..g.count())
             .map(|_| SyncGroupRequestAssignment::sample(g, version))
             .collect();
         let _ = version;

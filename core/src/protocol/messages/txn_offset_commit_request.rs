@@ -154,7 +154,7 @@ impl TxnOffsetCommitRequest {
         if version >= 3 {
             this.group_instance_id = if g.null() { None } else { Some(g.string()) };
         }
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| TxnOffsetCommitRequestTopic::sample(g, version))
             .collect();
         let _ = version;
@@ -240,7 +240,7 @@ impl TxnOffsetCommitRequestTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| TxnOffsetCommitRequestPartition::sample(g, version))
             .collect();
         let _ = version;

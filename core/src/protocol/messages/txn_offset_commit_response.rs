@@ -89,7 +89,7 @@ impl TxnOffsetCommitResponse {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.throttle_time_ms = g.int32();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| TxnOffsetCommitResponseTopic::sample(g, version))
             .collect();
         let _ = version;
@@ -179,7 +179,7 @@ impl TxnOffsetCommitResponseTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| TxnOffsetCommitResponsePartition::sample(g, version))
             .collect();
         let _ = version;

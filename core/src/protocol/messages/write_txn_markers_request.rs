@@ -84,7 +84,7 @@ impl WriteTxnMarkersRequest {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.markers = (0..g.len())
+        this.markers = (0..g.count())
             .map(|_| WritableTxnMarker::sample(g, version))
             .collect();
         let _ = version;
@@ -188,7 +188,7 @@ impl WritableTxnMarker {
         this.producer_id = g.int64();
         this.producer_epoch = g.int16();
         this.transaction_result = g.bool();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| WritableTxnMarkerTopic::sample(g, version))
             .collect();
         this.coordinator_epoch = g.int32();
@@ -278,7 +278,7 @@ impl WritableTxnMarkerTopic {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partition_indexes = (0..g.len()).map(|_| g.int32()).collect();
+        this.partition_indexes = (0..g.count()).map(|_| g.int32()).collect();
         let _ = version;
         this
     }

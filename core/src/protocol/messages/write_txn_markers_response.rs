@@ -84,7 +84,7 @@ impl WriteTxnMarkersResponse {
     /// A random value with every field of `version` set.
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
-        this.markers = (0..g.len())
+        this.markers = (0..g.count())
             .map(|_| WritableTxnMarkerResult::sample(g, version))
             .collect();
         let _ = version;
@@ -170,7 +170,7 @@ impl WritableTxnMarkerResult {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.producer_id = g.int64();
-        this.topics = (0..g.len())
+        this.topics = (0..g.count())
             .map(|_| WritableTxnMarkerTopicResult::sample(g, version))
             .collect();
         let _ = version;
@@ -260,7 +260,7 @@ impl WritableTxnMarkerTopicResult {
     pub fn sample(g: &mut super::Gen, version: i16) -> Self {
         let mut this = Self::default();
         this.name = g.string();
-        this.partitions = (0..g.len())
+        this.partitions = (0..g.count())
             .map(|_| WritableTxnMarkerPartitionResult::sample(g, version))
             .collect();
         let _ = version;
