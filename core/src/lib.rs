@@ -10,3 +10,4 @@ pub mod record;
 pub mod topic_config;
 pub mod topic_name;
 pub mod produce;
+pub mod producer;

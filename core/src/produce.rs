@@ -49,15 +49,15 @@ fn batch_error_code(e: &BatchError) -> ErrorCode {
     }
 }
 
-/// The point where a batch is classified against producer state before it
-/// is appended. Plain (non-idempotent) batches are always admitted.
-/// Idempotent and transactional batches need a producer id this broker
-/// handed out (InitProducerId); until kaas serves that API no such id exists,
-/// so those batches are refused with UNKNOWN_PRODUCER_ID rather than
-/// appended without their duplicate and ordering guarantees.
+/// Batches that no producer state can admit. Idempotent batches are
+/// classified against the partition's producer state (`crate::producer`)
+/// under the partition lock; transactional ones need a transaction this
+/// broker coordinates, and kaas does not coordinate transactions yet, so
+/// they are refused with INVALID_TXN_STATE rather than appended without
+/// their atomicity.
 pub fn admit_batch(batch: &RecordBatch) -> Result<(), ErrorCode> {
-    if batch.has_producer_id() || batch.is_transactional() {
-        return Err(ErrorCode::UnknownProducerId);
+    if batch.is_transactional() {
+        return Err(ErrorCode::InvalidTxnState);
     }
     Ok(())
 }

@@ -20,6 +20,8 @@ pub struct BrokerConfig {
     pub max_frame_bytes: usize,
     /// Defaults for topic configs a topic does not set itself.
     pub log: LogDefaults,
+    /// Producer state idle this long is forgotten (producer.id.expiration.ms).
+    pub producer_id_expiration_ms: i64,
 }
 
 /// Broker-wide defaults of the per-topic log configs (Kafka's `log.*`).
@@ -57,6 +59,7 @@ impl BrokerConfig {
             default_partitions: 1,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             log: LogDefaults::default(),
+            producer_id_expiration_ms: kaas_core::producer::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         }
     }
 }

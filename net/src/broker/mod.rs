@@ -5,9 +5,12 @@
 //! flusher per partition, and retention).
 
 mod partition;
+mod producer_ids;
+mod producer_state;
 mod topic_file;
 
 pub use partition::{partition_dir, Appended, FetchedData, Isolation, Partition};
+pub use producer_ids::ProducerIdManager;
 pub use topic_file::TopicFile;
 
 use crate::clock;
@@ -67,6 +70,8 @@ pub struct Broker {
     admin: tokio::sync::Mutex<()>,
     /// Bumped whenever any high watermark moves: long-poll fetches wait on it.
     progress: Arc<watch::Sender<u64>>,
+    /// Hands out producer ids, never the same one twice.
+    pub producer_ids: ProducerIdManager,
 }
 
 impl Broker {
@@ -76,7 +81,9 @@ impl Broker {
         volume.create_dir_all("__cluster/topics")?;
         volume.create_dir_all("topics")?;
         let cluster_id = load_or_create_cluster_id(volume.as_ref())?;
+        let producer_ids = ProducerIdManager::new(volume.clone(), config.broker_id);
         let broker = Arc::new(Broker {
+            producer_ids,
             config,
             volume,
             cluster_id,
@@ -139,7 +146,7 @@ impl Broker {
     }
 
     fn open_partition(&self, topic: &str, index: i32, configs: &BTreeMap<String, String>) -> io::Result<Arc<Partition>> {
-        let partition = Arc::new(Partition::open(self.volume.clone(), topic, index, self.log_config(configs))?);
+        let partition = Arc::new(Partition::open(self.volume.clone(), topic, index, self.log_config(configs), clock::now_ms())?);
         tokio::spawn(partition.clone().run_flusher(self.progress.clone()));
         Ok(partition)
     }
@@ -299,8 +306,8 @@ impl Broker {
         for topic in self.topics() {
             let (bytes, ms) = self.retention(&topic);
             for p in &topic.partitions {
-                let result = p.with_log(|log| log.apply_retention(now_ms, bytes, ms));
-                if let Ok(Err(e)) = result {
+                let result = p.apply_retention(now_ms, bytes, ms, self.config.producer_id_expiration_ms);
+                if let Err(e) = result {
                     tracing::error!(topic = %topic.name, partition = p.index, error = %e, "retention failed");
                 }
             }
@@ -317,11 +324,16 @@ impl Broker {
         }
     }
 
-    /// fsyncs every partition (clean shutdown).
+    /// fsyncs every partition and snapshots its producer state (clean
+    /// shutdown), so the next start replays nothing.
     pub async fn flush_all(&self) {
         for topic in self.topics() {
             for p in &topic.partitions {
-                let _ = p.flush().await;
+                if p.flush().await.is_ok() {
+                    if let Err(e) = p.save_producer_state() {
+                        tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "producer snapshot failed");
+                    }
+                }
             }
         }
     }

@@ -6,9 +6,12 @@
 //! fsync plays the role replication plays in Kafka: a consumer never reads
 //! an offset that a crash could take back and hand to a different record.
 
+use super::producer_state;
 pub use crate::log::partition_dir;
 use crate::log::{LogConfig, PartitionLog, ReadError};
+use crate::volume::Volume;
 use bytes::Bytes;
+use kaas_core::producer::{BatchIdentity, Classification, ProducerTable};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::record::RecordBatch;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -25,10 +28,18 @@ const FAILED: u8 = 2;
 pub struct Partition {
     pub topic: String,
     pub index: i32,
-    log: Mutex<PartitionLog>,
+    volume: Arc<dyn Volume>,
+    inner: Mutex<Inner>,
     high_watermark: watch::Sender<i64>,
     flush_wanted: Notify,
     state: AtomicU8,
+}
+
+/// The log and the producer state that rules what may be appended to it,
+/// under one lock: classification and append must be atomic.
+struct Inner {
+    log: PartitionLog,
+    producers: ProducerTable,
 }
 
 /// Where an append landed.
@@ -39,6 +50,8 @@ pub struct Appended {
     /// reaches it.
     pub end_offset: i64,
     pub log_start_offset: i64,
+    /// A retry of a batch already in the log: nothing was written.
+    pub duplicate: bool,
 }
 
 /// What a fetch of one partition returns.
@@ -68,28 +81,28 @@ impl Isolation {
 }
 
 impl Partition {
-    pub fn new(topic: &str, index: i32, log: PartitionLog) -> Partition {
+    /// Opens the partition's log (recovering it) and rebuilds its producer
+    /// state.
+    pub fn open(volume: Arc<dyn Volume>, topic: &str, index: i32, config: LogConfig, now_ms: i64) -> std::io::Result<Partition> {
+        let log = PartitionLog::open(volume.clone(), partition_dir(topic, index), config)?;
+        let producers = producer_state::recover(volume.as_ref(), &log, now_ms)?;
         let durable = log.end_offset();
-        Partition {
+        Ok(Partition {
             topic: topic.to_string(),
             index,
-            log: Mutex::new(log),
+            volume,
+            inner: Mutex::new(Inner { log, producers }),
             high_watermark: watch::Sender::new(durable),
             flush_wanted: Notify::new(),
             state: AtomicU8::new(OPEN),
-        }
+        })
     }
 
-    pub fn open(volume: Arc<dyn crate::volume::Volume>, topic: &str, index: i32, config: LogConfig) -> std::io::Result<Partition> {
-        let log = PartitionLog::open(volume, partition_dir(topic, index), config)?;
-        Ok(Partition::new(topic, index, log))
-    }
-
-    fn log(&self) -> MutexGuard<'_, PartitionLog> {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave the log half-updated in
         // a way the next caller could not handle: appends are all-or-nothing
         // on the in-memory state. Keep serving.
-        self.log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn check_open(&self) -> Result<(), ErrorCode> {
@@ -112,25 +125,55 @@ impl Partition {
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        self.log().log_start_offset()
+        self.lock().log.log_start_offset()
     }
 
-    /// Appends validated batches and asks the flusher for an fsync. Does not
-    /// wait for it: `wait_durable` does, for acks=all.
-    pub fn append(&self, batches: &[RecordBatch]) -> Result<Appended, ErrorCode> {
+    /// Appends one validated batch and asks the flusher for an fsync. An
+    /// idempotent batch is first classified against the producer state: a
+    /// retry of a batch already in the log is answered with that batch's
+    /// offsets (`duplicate`) and writes nothing. Does not wait for the
+    /// fsync: `wait_durable` does, for acks=all — for a duplicate too, since
+    /// the original may still be on its way to disk.
+    pub fn append(&self, batch: &RecordBatch, now_ms: i64) -> Result<Appended, ErrorCode> {
         self.check_open()?;
-        let mut log = self.log();
-        let appended = log.append(batches).map_err(|e| {
+        let mut inner = self.lock();
+        let identity = BatchIdentity::of(batch);
+        if let Some(id) = &identity {
+            match inner.producers.classify(id) {
+                Classification::Append => {}
+                Classification::Duplicate { first_offset, last_offset } => {
+                    return Ok(Appended {
+                        base_offset: first_offset,
+                        end_offset: last_offset + 1,
+                        log_start_offset: inner.log.log_start_offset(),
+                        duplicate: true,
+                    });
+                }
+                Classification::Reject(code) => return Err(code),
+            }
+        }
+        let appended = inner.log.append(std::slice::from_ref(batch)).map_err(|e| {
             tracing::error!(topic = %self.topic, partition = self.index, error = %e, "append failed");
             ErrorCode::KafkaStorageError
         })?;
-        let log_start_offset = log.log_start_offset();
-        drop(log);
+        if let Some(id) = &identity {
+            inner.producers.record_append(id, appended.base_offset, batch.max_timestamp(), now_ms);
+        }
+        if appended.rolled {
+            // Segment rolls are where the snapshot is refreshed, so the
+            // recovery replay is bounded by one segment.
+            if let Err(e) = producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers) {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer snapshot failed");
+            }
+        }
+        let log_start_offset = inner.log.log_start_offset();
+        drop(inner);
         self.flush_wanted.notify_one();
         Ok(Appended {
             base_offset: appended.base_offset,
             end_offset: appended.last_offset + 1,
             log_start_offset,
+            duplicate: false,
         })
     }
 
@@ -162,9 +205,9 @@ impl Partition {
             Isolation::ReadUncommitted => high_watermark,
             Isolation::ReadCommitted => last_stable_offset,
         };
-        let log = self.log();
-        let log_start_offset = log.log_start_offset();
-        let records = match log.read(offset, max_bytes, bound) {
+        let inner = self.lock();
+        let log_start_offset = inner.log.log_start_offset();
+        let records = match inner.log.read(offset, max_bytes, bound) {
             Ok(read) => read.records,
             Err(ReadError::OutOfRange) => return Err(ErrorCode::OffsetOutOfRange),
             Err(ReadError::Io(e)) => {
@@ -180,11 +223,50 @@ impl Partition {
         })
     }
 
-    /// Runs `f` on the log under its lock (ListOffsets, DeleteRecords,
-    /// retention: short, infrequent operations).
-    pub fn with_log<T>(&self, f: impl FnOnce(&mut PartitionLog) -> T) -> Result<T, ErrorCode> {
+    /// Runs `f` on the log under its lock (ListOffsets: short, infrequent).
+    pub fn with_log<T>(&self, f: impl FnOnce(&PartitionLog) -> T) -> Result<T, ErrorCode> {
         self.check_open()?;
-        Ok(f(&mut self.log()))
+        Ok(f(&self.lock().log))
+    }
+
+    /// Runs `f` on the producer state (DescribeProducers).
+    pub fn with_producers<T>(&self, f: impl FnOnce(&ProducerTable) -> T) -> Result<T, ErrorCode> {
+        self.check_open()?;
+        Ok(f(&self.lock().producers))
+    }
+
+    /// DeleteRecords: moves the log start to `offset`. The producer state is
+    /// snapshotted first: it must outlive the segments that go (KIP-360).
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, ErrorCode> {
+        self.check_open()?;
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers).map_err(|_| ErrorCode::KafkaStorageError)?;
+        inner.log.delete_records_before(offset).map_err(|e| match e {
+            ReadError::OutOfRange => ErrorCode::OffsetOutOfRange,
+            ReadError::Io(_) => ErrorCode::KafkaStorageError,
+        })
+    }
+
+    /// Retention and producer expiry (the periodic task's body).
+    pub fn apply_retention(&self, now_ms: i64, retention_bytes: i64, retention_ms: i64, producer_expiration_ms: i64) -> std::io::Result<()> {
+        if self.check_open().is_err() {
+            return Ok(());
+        }
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        inner.producers.expire(now_ms, producer_expiration_ms);
+        let would_delete = inner.log.segment_count() > 1;
+        if would_delete {
+            producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)?;
+        }
+        inner.log.apply_retention(now_ms, retention_bytes, retention_ms).map(|_| ())
+    }
+
+    /// Writes the producer snapshot (clean shutdown).
+    pub fn save_producer_state(&self) -> std::io::Result<()> {
+        let inner = self.lock();
+        producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)
     }
 
     /// Stops the flusher and refuses further requests (topic deletion).
@@ -198,17 +280,17 @@ impl Partition {
     /// watermark (clean shutdown; the flusher's loop body).
     pub async fn flush(&self) -> Result<(), ErrorCode> {
         let (file, end) = {
-            let log = self.log();
-            if log.end_offset() <= self.high_watermark() {
+            let inner = self.lock();
+            if inner.log.end_offset() <= self.high_watermark() {
                 return Ok(());
             }
-            log.sync_handle()
+            inner.log.sync_handle()
         };
         // fsync blocks; keep it off the async worker threads.
         let synced = tokio::task::spawn_blocking(move || file.sync()).await;
         match synced {
             Ok(Ok(())) => {
-                self.log().mark_durable(end);
+                self.lock().log.mark_durable(end);
                 self.high_watermark.send_if_modified(|hw| {
                     let moved = end > *hw;
                     *hw = (*hw).max(end);

@@ -42,11 +42,5 @@ fn delete_before(p: &Partition, offset: i64) -> Result<i64, ErrorCode> {
     if target < 0 || target > hw {
         return Err(ErrorCode::OffsetOutOfRange);
     }
-    p.with_log(|log| {
-        log.delete_records_before(target).map_err(|e| {
-            tracing::error!(error = %e, "delete records failed");
-            ErrorCode::KafkaStorageError
-        })?;
-        Ok(log.log_start_offset())
-    })?
+    p.delete_records_before(target)
 }

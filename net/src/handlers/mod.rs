@@ -12,7 +12,9 @@ mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_producers;
 mod fetch;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod offset_for_leader_epoch;
@@ -39,6 +41,8 @@ pub const SUPPORTED_APIS: &[(i16, i16, i16)] = &[
     (describe_configs_request::API_KEY, 1, 4),
     (create_partitions_request::API_KEY, 0, 3),
     (describe_cluster_request::API_KEY, 0, 2),
+    (init_producer_id_request::API_KEY, 0, 5),
+    (describe_producers_request::API_KEY, 0, 0),
 ];
 
 pub fn supported_versions(api_key: i16) -> Option<(i16, i16)> {
@@ -110,6 +114,12 @@ pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, r: &mut Read
         }
         RequestBody::DescribeCluster(req) => {
             respond(ResponseBody::DescribeCluster(describe_cluster::handle(broker, req)))
+        }
+        RequestBody::InitProducerId(req) => {
+            respond(ResponseBody::InitProducerId(init_producer_id::handle(broker, req).await))
+        }
+        RequestBody::DescribeProducers(req) => {
+            respond(ResponseBody::DescribeProducers(describe_producers::handle(broker, req)))
         }
         other => Outcome::Close(format!("no handler for api key {}", other.api_key())),
     }

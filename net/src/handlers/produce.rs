@@ -88,6 +88,6 @@ fn append_one(
     let partition = topic.partition(index).ok_or(ErrorCode::UnknownTopicOrPartition)?;
     let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
     admit_batch(&batch)?;
-    let appended = partition.append(std::slice::from_ref(&batch))?;
+    let appended = partition.append(&batch, crate::clock::now_ms())?;
     Ok((partition.clone(), appended))
 }

@@ -71,7 +71,10 @@ impl<'a> BatchReader<'a> {
         if self.position >= self.end {
             return Ok(Step::End);
         }
-        let mut refilled = false;
+        // How many bytes the last refill asked for: a second refill is
+        // only worth it when the batch turned out bigger than that (the
+        // first refill may only have been for the header).
+        let mut refilled_for = 0usize;
         loop {
             let position = self.position;
             match frame_batch(self.buffered()) {
@@ -89,11 +92,11 @@ impl<'a> BatchReader<'a> {
                     let needed = needed.unwrap_or(BATCH_HEADER_LEN);
                     // A length field pointing past the end is a torn (or
                     // garbled) tail; never read or allocate for it.
-                    if refilled || position.saturating_add(needed as u64) > self.end {
+                    if refilled_for >= needed || position.saturating_add(needed as u64) > self.end {
                         return Ok(Step::Partial { position });
                     }
                     self.refill(needed)?;
-                    refilled = true;
+                    refilled_for = needed;
                 }
             }
         }

@@ -1,0 +1,227 @@
+use super::*;
+use proptest::prelude::*;
+
+fn batch(pid: i64, epoch: i16, first_seq: i32, count: i32) -> BatchIdentity {
+    BatchIdentity {
+        producer_id: pid,
+        epoch,
+        first_seq,
+        last_seq: ((i64::from(first_seq) + i64::from(count) - 1) % (i64::from(i32::MAX) + 1)) as i32,
+        is_transactional: false,
+        offset_delta: count - 1,
+    }
+}
+
+fn table_with(b: &BatchIdentity, first_offset: i64) -> ProducerTable {
+    let mut t = ProducerTable::new();
+    t.record_append(b, first_offset, 0, 0);
+    t
+}
+
+#[test]
+fn retry_of_a_remembered_batch_is_a_duplicate_with_its_original_offsets() {
+    let b = batch(7, 0, 0, 3);
+    let t = table_with(&b, 100);
+    assert_eq!(t.classify(&b), Classification::Duplicate { first_offset: 100, last_offset: 102 });
+}
+
+#[test]
+fn only_the_last_five_batches_are_remembered() {
+    let mut t = ProducerTable::new();
+    for i in 0..6 {
+        t.record_append(&batch(7, 0, i, 1), i64::from(i), 0, 0);
+    }
+    // The oldest fell out of the window: its retry is out of order, not a
+    // silent duplicate with a stale offset.
+    assert_eq!(t.classify(&batch(7, 0, 0, 1)), Classification::Reject(ErrorCode::OutOfOrderSequenceNumber));
+    assert!(matches!(t.classify(&batch(7, 0, 1, 1)), Classification::Duplicate { .. }));
+}
+
+#[test]
+fn sequence_gap_is_out_of_order_sequence_number() {
+    let t = table_with(&batch(7, 0, 0, 2), 0);
+    assert_eq!(t.classify(&batch(7, 0, 3, 1)), Classification::Reject(ErrorCode::OutOfOrderSequenceNumber));
+    assert_eq!(t.classify(&batch(7, 0, 2, 1)), Classification::Append);
+}
+
+#[test]
+fn epoch_lower_than_stored_is_invalid_producer_epoch() {
+    let t = table_with(&batch(7, 3, 0, 1), 0);
+    assert_eq!(t.classify(&batch(7, 2, 1, 1)), Classification::Reject(ErrorCode::InvalidProducerEpoch));
+}
+
+#[test]
+fn new_epoch_must_start_at_sequence_zero() {
+    let t = table_with(&batch(7, 0, 0, 5), 0);
+    assert_eq!(t.classify(&batch(7, 1, 5, 1)), Classification::Reject(ErrorCode::OutOfOrderSequenceNumber));
+    assert_eq!(t.classify(&batch(7, 1, 0, 1)), Classification::Append);
+}
+
+#[test]
+fn new_epoch_forgets_the_old_epochs_batches() {
+    let mut t = table_with(&batch(7, 0, 0, 1), 0);
+    t.record_append(&batch(7, 1, 0, 1), 1, 0, 0);
+    // The old epoch's batch 0 is not a duplicate of anything any more.
+    assert_eq!(t.classify(&batch(7, 0, 0, 1)), Classification::Reject(ErrorCode::InvalidProducerEpoch));
+    assert_eq!(t.get(7).unwrap().batches.len(), 1);
+}
+
+#[test]
+fn sequence_wraps_from_i32_max_to_zero() {
+    assert!(in_sequence(i32::MAX, 0));
+    assert!(!in_sequence(i32::MAX, i32::MIN));
+    let t = table_with(&batch(7, 0, i32::MAX - 1, 2), 0);
+    assert_eq!(t.get(7).unwrap().last_seq(), i32::MAX);
+    assert_eq!(t.classify(&batch(7, 0, 0, 1)), Classification::Append);
+}
+
+#[test]
+fn unknown_producer_with_nonzero_sequence_is_unknown_producer_id() {
+    let t = ProducerTable::new();
+    assert_eq!(t.classify(&batch(9, 4, 42, 1)), Classification::Reject(ErrorCode::UnknownProducerId));
+    assert_eq!(t.classify(&batch(9, 4, 0, 1)), Classification::Append);
+}
+
+#[test]
+fn producer_state_outlives_the_log_until_expiration() {
+    let mut t = ProducerTable::new();
+    t.record_append(&batch(7, 0, 0, 1), 0, 0, 1_000);
+    assert_eq!(t.expire(1_000 + DEFAULT_PRODUCER_ID_EXPIRATION_MS - 1, DEFAULT_PRODUCER_ID_EXPIRATION_MS), 0);
+    assert_eq!(t.expire(1_000 + DEFAULT_PRODUCER_ID_EXPIRATION_MS, DEFAULT_PRODUCER_ID_EXPIRATION_MS), 1);
+    assert!(t.is_empty());
+}
+
+#[test]
+fn snapshot_round_trips_and_garbage_is_an_error() {
+    let mut t = ProducerTable::new();
+    for i in 0..7 {
+        t.record_append(&batch(7, 2, i * 2, 2), i64::from(i) * 2, 5, 9);
+    }
+    t.record_append(&batch(8, 0, 0, 1), 20, 5, 9);
+    let bytes = encode_snapshot(&t, 21);
+    assert_eq!(decode_snapshot(&bytes).unwrap(), (t, 21));
+    assert!(decode_snapshot(b"{not json").is_err());
+    assert!(decode_snapshot(b"{\"version\":9,\"offset\":0,\"producers\":[]}").is_err());
+}
+
+// ---------------------------------------------------------------------------
+// Property: an idempotent producer with retries, reordering within its
+// in-flight window, lost responses and broker restarts (snapshot + log
+// replay) gets every acknowledged batch into the log exactly once, at the
+// offset it was told.
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Send the next new batch (if the in-flight window allows).
+    SendNew { records: i32 },
+    /// The broker processes in-flight request `i % n`; `lose_response`
+    /// drops the answer so the producer will retry.
+    Deliver { i: usize, lose_response: bool },
+    /// The producer re-sends every unacknowledged batch (a retry round).
+    RetryAll,
+    /// The broker restarts: producer state is rebuilt from the snapshot at
+    /// `at % (log len + 1)` plus a replay of the log after it.
+    Restart { at: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1..4i32).prop_map(|records| Op::SendNew { records }),
+        5 => (any::<usize>(), any::<bool>()).prop_map(|(i, lose_response)| Op::Deliver { i, lose_response }),
+        1 => Just(Op::RetryAll),
+        1 => any::<usize>().prop_map(|at| Op::Restart { at }),
+    ]
+}
+
+struct Broker {
+    /// (first_offset, batch) per appended batch.
+    log: Vec<(i64, BatchIdentity)>,
+    next_offset: i64,
+    table: ProducerTable,
+}
+
+impl Broker {
+    fn produce(&mut self, b: &BatchIdentity) -> Option<i64> {
+        match self.table.classify(b) {
+            Classification::Append => {
+                let offset = self.next_offset;
+                self.log.push((offset, *b));
+                self.next_offset += i64::from(b.offset_delta) + 1;
+                self.table.record_append(b, offset, 0, 0);
+                Some(offset)
+            }
+            Classification::Duplicate { first_offset, .. } => Some(first_offset),
+            Classification::Reject(_) => None,
+        }
+    }
+
+    fn restart(&mut self, at: usize) {
+        // A snapshot taken when the log held its first `at` batches.
+        let at = at % (self.log.len() + 1);
+        let mut t = ProducerTable::new();
+        for (offset, b) in &self.log[..at] {
+            t.record_append(b, *offset, 0, 0);
+        }
+        let snap_offset = self.log.get(at).map_or(self.next_offset, |(o, _)| *o);
+        let (mut t, offset) = decode_snapshot(&encode_snapshot(&t, snap_offset)).unwrap();
+        for (o, b) in self.log.iter().filter(|(o, _)| *o >= offset) {
+            t.record_append(b, *o, 0, 0);
+        }
+        self.table = t;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    #[test]
+    fn every_acknowledged_batch_is_in_the_log_exactly_once_at_its_offset(ops in prop::collection::vec(op(), 1..120)) {
+        let mut broker = Broker { log: Vec::new(), next_offset: 0, table: ProducerTable::new() };
+        let mut batches: Vec<BatchIdentity> = Vec::new();
+        let mut acked: Vec<Option<i64>> = Vec::new();
+        let mut in_flight: Vec<usize> = Vec::new();
+        let mut next_seq = 0i32;
+        for op in ops {
+            match op {
+                Op::SendNew { records } => {
+                    let first_unacked = acked.iter().position(Option::is_none).unwrap_or(acked.len());
+                    if batches.len() < first_unacked + MAX_CACHED_BATCHES {
+                        batches.push(batch(1, 0, next_seq, records));
+                        acked.push(None);
+                        in_flight.push(batches.len() - 1);
+                        next_seq += records;
+                    }
+                }
+                Op::Deliver { i, lose_response } => {
+                    if !in_flight.is_empty() {
+                        let idx = in_flight.remove(i % in_flight.len());
+                        if let Some(offset) = broker.produce(&batches[idx]) {
+                            if !lose_response {
+                                prop_assert!(acked[idx].is_none_or(|o| o == offset), "a batch was told two offsets");
+                                acked[idx] = Some(offset);
+                            }
+                        }
+                    }
+                }
+                Op::RetryAll => {
+                    in_flight = (0..batches.len()).filter(|i| acked[*i].is_none()).collect();
+                }
+                Op::Restart { at } => broker.restart(at),
+            }
+        }
+        // Drain: retry in order until everything is acknowledged.
+        for idx in 0..batches.len() {
+            if acked[idx].is_none() {
+                let offset = broker.produce(&batches[idx]);
+                prop_assert!(offset.is_some(), "in-order retry of batch {} rejected", idx);
+                acked[idx] = offset;
+            }
+        }
+        // Exactly once, in order, at the told offset.
+        prop_assert_eq!(broker.log.len(), batches.len());
+        for (idx, b) in batches.iter().enumerate() {
+            let (offset, logged) = broker.log[idx];
+            prop_assert_eq!(logged, *b);
+            prop_assert_eq!(Some(offset), acked[idx]);
+        }
+    }
+}
