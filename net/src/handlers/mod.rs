@@ -22,7 +22,7 @@ mod produce;
 
 use crate::broker::Broker;
 use kaas_core::protocol::messages::*;
-use kaas_core::protocol::{DecodeError, Reader, RequestBody, RequestHeader, ResponseBody};
+use kaas_core::protocol::{RequestBody, RequestError, RequestHeader, ResponseBody};
 use std::sync::Arc;
 
 /// The APIs kaas serves and the versions of each: (api key, min, max).
@@ -64,30 +64,23 @@ pub enum Outcome {
     Close(String),
 }
 
-pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, r: &mut Reader) -> Outcome {
-    let key = header.api_key;
-    let version = header.api_version;
-    let Some((lo, hi)) = supported_versions(key) else {
-        return Outcome::Close(format!("unsupported api key {key}"));
-    };
-    if !(lo..=hi).contains(&version) {
-        if key == api_versions_request::API_KEY {
-            // A client newer than us: answer in v0 with the versions we have
-            // so it can retry with one of them.
-            return Outcome::Respond { body: ResponseBody::ApiVersions(api_versions::unsupported()), version: 0 };
+/// The answer to a frame that `decode_request` refused. An ApiVersions
+/// request of a version we do not serve comes from a client newer than us:
+/// it gets the versions we have (in v0) so it can retry with one of them.
+/// Anything else closes the connection.
+pub fn refuse(error: &RequestError) -> Outcome {
+    match error {
+        RequestError::UnsupportedVersion { header, .. } if header.api_key == api_versions_request::API_KEY => {
+            Outcome::Respond { body: ResponseBody::ApiVersions(api_versions::unsupported()), version: 0 }
         }
-        return Outcome::Close(format!("unsupported version {version} of api key {key}"));
+        other => Outcome::Close(other.to_string()),
     }
-    let body = match RequestBody::decode(key, version, r).and_then(|b| r.finish().map(|_| b)) {
-        Ok(body) => body,
-        Err(DecodeError::TrailingBytes(n)) if key == api_versions_request::API_KEY => {
-            // ApiVersions must be answerable by a newer client whose request
-            // has fields we do not know.
-            tracing::debug!(trailing = n, "ignoring trailing bytes of ApiVersions");
-            RequestBody::ApiVersions(Default::default())
-        }
-        Err(e) => return Outcome::Close(format!("cannot decode api key {key} v{version}: {e}")),
-    };
+}
+
+/// Handles a request that `kaas_core::protocol::decode_request` decoded
+/// (so its API and version are ones we serve).
+pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, body: RequestBody) -> Outcome {
+    let version = header.api_version;
     let respond = |body| Outcome::Respond { body, version };
     match body {
         RequestBody::ApiVersions(req) => respond(ResponseBody::ApiVersions(api_versions::handle(req, version))),
