@@ -460,3 +460,82 @@ def check_roundtrip(
                 assert r.timestamp == m.timestamp, "%s: timestamp %d != produced %d" % (ctx, r.timestamp, m.timestamp)
         counts[p] = len(pairs)
     return counts
+
+
+def ck_produce_through_kills(kaas, topic, msgs, conf, kills, total, kill_after, down_for, chunk=100):
+    """Stream `msgs[:total]` with a confluent-kafka producer (extra config
+    `conf`) while the broker is kill -9'd `kills` times: each time once
+    `kill_after` more messages are acknowledged, the broker dies, the producer
+    keeps producing into it for `down_for` seconds, then it restarts on the
+    same data dir and port. Returns the delivery reports and counters that
+    prove the scenario happened."""
+    c = {
+        "linger.ms": 2,
+        "message.timeout.ms": 120000,  # outlives the outages: queued messages wait for the restart
+        "retry.backoff.ms": 100,
+        "retry.backoff.max.ms": 500,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
+        "request.timeout.ms": 10000,
+        "max.in.flight.requests.per.connection": 5,
+    }
+    c.update(conf)
+    p = ck_producer(kaas.bootstrap, **c)
+    d = Delivery()
+
+    def cb_for(seq):
+        def cb(err, m):
+            if err is not None:
+                d.failed[seq] = str(err)
+            else:
+                d.ok[seq] = (m.partition(), m.offset())
+
+        return cb
+
+    def produce_chunk(part):
+        for m in part:
+            kwargs = dict(value=m.value, key=m.key, headers=list(m.headers), timestamp=m.timestamp,
+                          on_delivery=cb_for(m.seq))
+            if m.partition is not None:
+                kwargs["partition"] = m.partition
+            for _ in range(200):
+                try:
+                    p.produce(topic, **kwargs)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            else:
+                raise AssertionError("producer queue stayed full")
+        p.poll(0.005)
+
+    i = 0
+    stats = dict(killed_at_acked=[], offered_before_kill=[], sent_while_down=0)
+    for k in range(kills):
+        target = len(d.ok) + kill_after
+        deadline = time.monotonic() + 60
+        # stream until `kill_after` more messages are acknowledged, then kill -9
+        while len(d.ok) < target:
+            assert time.monotonic() < deadline, "only %d acks before kill %d after 60 s" % (len(d.ok), k + 1)
+            if i < total * (k + 1) // (kills + 1):
+                produce_chunk(msgs[i:i + chunk])
+                i += chunk
+            else:
+                p.poll(0.05)
+        kaas.kill9()
+        stats["killed_at_acked"].append(len(d.ok))
+        stats["offered_before_kill"].append(i)
+        # keep producing into the dead broker for a while
+        down_until = time.monotonic() + down_for
+        while time.monotonic() < down_until and i < total - 2000:
+            produce_chunk(msgs[i:i + chunk])
+            i += chunk
+            stats["sent_while_down"] += chunk
+            time.sleep(0.1)
+        kaas.restart()
+    while i < total:
+        produce_chunk(msgs[i:i + chunk])
+        i += chunk
+    remaining = p.flush(180)
+    assert remaining == 0, "%d messages neither acknowledged nor failed after 180 s" % remaining
+    stats["offered"] = i
+    return d, stats

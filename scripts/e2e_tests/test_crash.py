@@ -7,15 +7,12 @@ can be retried and stored twice: duplicates of that kind are allowed. Lost or mo
 acknowledged messages are not.
 """
 
-import time
-
 import pytest
 
 from helpers import (
-    Delivery,
     ck_consume,
     ck_create_topic,
-    ck_producer,
+    ck_produce_through_kills,
     ck_watermarks,
     make_messages,
 )
@@ -24,84 +21,6 @@ PARTITIONS = 3
 TOTAL = 12_000  # messages offered to the producer
 KILL_AFTER = 3_000  # acknowledged messages before the kill
 DOWN_FOR = 1.5  # seconds the producer keeps producing into a dead broker
-CHUNK = 100
-
-
-def _produce_with_crash(kaas, topic, msgs, acks):
-    p = ck_producer(
-        kaas.bootstrap,
-        **{
-            "acks": acks,
-            "linger.ms": 2,
-            "message.timeout.ms": 90000,  # outlives the outage: queued messages wait for the restart
-            "retry.backoff.ms": 100,
-            "retry.backoff.max.ms": 500,
-            "reconnect.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 500,
-            "request.timeout.ms": 10000,
-            "max.in.flight.requests.per.connection": 5,
-        },
-    )
-    d = Delivery()
-
-    def cb_for(seq):
-        def cb(err, m):
-            if err is not None:
-                d.failed[seq] = str(err)
-            else:
-                d.ok[seq] = (m.partition(), m.offset())
-
-        return cb
-
-    def produce_chunk(chunk):
-        for m in chunk:
-            kwargs = dict(value=m.value, key=m.key, headers=list(m.headers), timestamp=m.timestamp,
-                          on_delivery=cb_for(m.seq))
-            if m.partition is not None:
-                kwargs["partition"] = m.partition
-            for _ in range(200):
-                try:
-                    p.produce(topic, **kwargs)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-            else:
-                raise AssertionError("producer queue stayed full")
-        p.poll(0.005)
-
-    i = 0
-    sent_while_down = 0
-    deadline = time.monotonic() + 60
-    # phase 1: stream until KILL_AFTER messages are acknowledged, then kill -9
-    while len(d.ok) < KILL_AFTER:
-        assert time.monotonic() < deadline, "only %d acks before the kill after 60 s" % len(d.ok)
-        if i < TOTAL // 2:
-            produce_chunk(msgs[i:i + CHUNK])
-            i += CHUNK
-        else:
-            p.poll(0.05)
-    # one more burst, and kill while it is on the wire or being written
-    produce_chunk(msgs[i:i + 3 * CHUNK])
-    i += 3 * CHUNK
-    kaas.kill9()
-    killed_at_acked = len(d.ok)
-    offered_before_kill = i
-    # phase 2: keep producing into the dead broker for a while
-    down_until = time.monotonic() + DOWN_FOR
-    while time.monotonic() < down_until and i < TOTAL - 4000:
-        produce_chunk(msgs[i:i + CHUNK])
-        i += CHUNK
-        sent_while_down += CHUNK
-        time.sleep(0.1)
-    # phase 3: restart on the same dir and port; the producer reconnects and retries
-    kaas.restart()
-    while i < TOTAL:
-        produce_chunk(msgs[i:i + CHUNK])
-        i += CHUNK
-    remaining = p.flush(120)
-    assert remaining == 0, "%d messages neither acknowledged nor failed after 120 s" % remaining
-    return d, dict(killed_at_acked=killed_at_acked, offered_before_kill=offered_before_kill,
-                   sent_while_down=sent_while_down, offered=i)
 
 
 @pytest.mark.slow
@@ -110,15 +29,16 @@ def _produce_with_crash(kaas, topic, msgs, acks):
 def test_kill9_midstream_keeps_every_acknowledged_message(kaas, topic_name, acks):
     ck_create_topic(kaas.bootstrap, topic_name, PARTITIONS)
     msgs = make_messages(TOTAL, PARTITIONS, seed=20, max_value=300)
-    d, stats = _produce_with_crash(kaas, topic_name, msgs, acks)
+    d, stats = ck_produce_through_kills(kaas, topic_name, msgs, {"acks": acks}, kills=1, total=TOTAL,
+                                       kill_after=KILL_AFTER, down_for=DOWN_FOR)
     info = "acks=%s stats=%s acked=%d failed=%d (first failures: %s)" % (
         acks, stats, len(d.ok), len(d.failed), list(d.failed.items())[:3])
 
     print(info)
     # the scenario really happened: acks before the kill, and after the restart
-    assert stats["killed_at_acked"] >= KILL_AFTER, info
+    assert stats["killed_at_acked"][0] >= KILL_AFTER, info
     assert stats["sent_while_down"] > 0, info
-    acked_after_kill = [s for s in d.ok if s >= stats["offered_before_kill"]]
+    acked_after_kill = [s for s in d.ok if s >= stats["offered_before_kill"][0]]
     assert len(acked_after_kill) >= 1000, "producer did not continue after restart: " + info
 
     # no two acknowledged messages were given the same offset
