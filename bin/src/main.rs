@@ -9,7 +9,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "kaas", version, about = "A Kafka-wire-compatible broker on a shared volume")]
+#[command(
+    name = "kaas",
+    version,
+    about = "A Kafka-wire-compatible broker on a shared volume"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,11 +64,15 @@ struct ServeArgs {
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the runtime: {e}");
@@ -89,6 +97,15 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     config.auto_create_topics = args.auto_create_topics;
     config.default_partitions = args.default_partitions.max(1);
     config.max_frame_bytes = args.max_frame_bytes;
+    // Request capture for the fuzz corpus (scripts/fuzz-capture); off unless set.
+    config.capture_dir = std::env::var_os("KAAS_CAPTURE_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from);
+    if let Some(dir) = &config.capture_dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        tracing::warn!(dir = %dir.display(), "capturing every request frame (KAAS_CAPTURE_DIR)");
+    }
     config.log = LogDefaults {
         segment_bytes: args.segment_bytes,
         retention_ms: args.retention_ms,
@@ -97,14 +114,25 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         ..LogDefaults::default()
     };
     if let Some(adv) = &args.advertised {
-        let (host, port) = adv.rsplit_once(':').ok_or_else(|| format!("--advertised {adv}: expected host:port"))?;
+        let (host, port) = adv
+            .rsplit_once(':')
+            .ok_or_else(|| format!("--advertised {adv}: expected host:port"))?;
         config.advertised_host = host.to_string();
-        config.advertised_port = port.parse().map_err(|_| format!("--advertised {adv}: bad port"))?;
+        config.advertised_port = port
+            .parse()
+            .map_err(|_| format!("--advertised {adv}: bad port"))?;
     }
-    std::fs::create_dir_all(&args.data_dir).map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
-    let volume = Arc::new(LocalVolume::new(&args.data_dir).map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?);
-    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let broker = Broker::open(config, volume).map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
+    std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
+    let volume = Arc::new(
+        LocalVolume::new(&args.data_dir)
+            .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?,
+    );
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let broker = Broker::open(config, volume)
+        .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
     tokio::spawn(broker.clone().run_retention());
     tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), cluster_id = %broker.cluster_id, "kaas is serving");
     kaas_net::server::serve(broker.clone(), listener, shutdown_signal()).await;

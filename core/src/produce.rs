@@ -17,7 +17,10 @@ pub fn valid_acks(acks: i16) -> bool {
 /// none, is INVALID_RECORD); a batch whose framing or CRC is broken is
 /// CORRUPT_MESSAGE; a batch larger than the topic's `max.message.bytes` is
 /// MESSAGE_TOO_LARGE.
-pub fn validate_produce_records(records: Option<Bytes>, max_message_bytes: i64) -> Result<RecordBatch, ErrorCode> {
+pub fn validate_produce_records(
+    records: Option<Bytes>,
+    max_message_bytes: i64,
+) -> Result<RecordBatch, ErrorCode> {
     let records = records.ok_or(ErrorCode::InvalidRecord)?;
     let mut batches = split_batches(records);
     let first = batches.next();
@@ -34,7 +37,9 @@ pub fn validate_produce_records(records: Option<Bytes>, max_message_bytes: i64) 
     if batch.size() as i64 > max_message_bytes {
         return Err(ErrorCode::MessageTooLarge);
     }
-    batch.validate_from_client().map_err(|e| batch_error_code(&e))?;
+    batch
+        .validate_from_client()
+        .map_err(|e| batch_error_code(&e))?;
     Ok(batch)
 }
 
@@ -42,9 +47,9 @@ fn batch_error_code(e: &BatchError) -> ErrorCode {
     match e {
         BatchError::UnsupportedMagic(_) => ErrorCode::UnsupportedForMessageFormat,
         BatchError::UnknownCompression(_) => ErrorCode::UnsupportedCompressionType,
-        BatchError::InconsistentRecordCount { .. } | BatchError::ControlBatchFromClient | BatchError::MissingSequence => {
-            ErrorCode::InvalidRecord
-        }
+        BatchError::InconsistentRecordCount { .. }
+        | BatchError::ControlBatchFromClient
+        | BatchError::MissingSequence => ErrorCode::InvalidRecord,
         _ => ErrorCode::CorruptMessage,
     }
 }
@@ -79,9 +84,18 @@ mod tests {
         assert!(validate_produce_records(Some(batch()), 1 << 20).is_ok());
         let mut two = batch().to_vec();
         two.extend_from_slice(&batch());
-        assert_eq!(validate_produce_records(Some(two.into()), 1 << 20).unwrap_err(), ErrorCode::InvalidRecord);
-        assert_eq!(validate_produce_records(Some(Bytes::new()), 1 << 20).unwrap_err(), ErrorCode::InvalidRecord);
-        assert_eq!(validate_produce_records(None, 1 << 20).unwrap_err(), ErrorCode::InvalidRecord);
+        assert_eq!(
+            validate_produce_records(Some(two.into()), 1 << 20).unwrap_err(),
+            ErrorCode::InvalidRecord
+        );
+        assert_eq!(
+            validate_produce_records(Some(Bytes::new()), 1 << 20).unwrap_err(),
+            ErrorCode::InvalidRecord
+        );
+        assert_eq!(
+            validate_produce_records(None, 1 << 20).unwrap_err(),
+            ErrorCode::InvalidRecord
+        );
     }
 
     #[test]
@@ -89,21 +103,30 @@ mod tests {
         let mut b = batch().to_vec();
         let last = b.len() - 1;
         b[last] ^= 1;
-        assert_eq!(validate_produce_records(Some(b.into()), 1 << 20).unwrap_err(), ErrorCode::CorruptMessage);
+        assert_eq!(
+            validate_produce_records(Some(b.into()), 1 << 20).unwrap_err(),
+            ErrorCode::CorruptMessage
+        );
     }
 
     #[test]
     fn a_truncated_batch_is_corrupt_message() {
         let b = batch();
         let cut = b.slice(..b.len() - 3);
-        assert_eq!(validate_produce_records(Some(cut), 1 << 20).unwrap_err(), ErrorCode::CorruptMessage);
+        assert_eq!(
+            validate_produce_records(Some(cut), 1 << 20).unwrap_err(),
+            ErrorCode::CorruptMessage
+        );
     }
 
     #[test]
     fn a_batch_over_max_message_bytes_is_message_too_large() {
         let b = batch();
         let limit = b.len() as i64 - 1;
-        assert_eq!(validate_produce_records(Some(b), limit).unwrap_err(), ErrorCode::MessageTooLarge);
+        assert_eq!(
+            validate_produce_records(Some(b), limit).unwrap_err(),
+            ErrorCode::MessageTooLarge
+        );
     }
 
     #[test]

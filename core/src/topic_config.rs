@@ -41,14 +41,54 @@ pub const CLEANUP_POLICY: &str = "cleanup.policy";
 /// compaction is not implemented, and accepting `compact` would silently
 /// keep every record.
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
-    ConfigDef { name: CLEANUP_POLICY, kind: ConfigType::List, choices: &["delete"], broker_name: "log.cleanup.policy" },
-    ConfigDef { name: "compression.type", kind: ConfigType::String, choices: &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"], broker_name: "compression.type" },
-    ConfigDef { name: MAX_MESSAGE_BYTES, kind: ConfigType::Int, choices: &[], broker_name: "message.max.bytes" },
-    ConfigDef { name: "message.timestamp.type", kind: ConfigType::String, choices: &["CreateTime"], broker_name: "log.message.timestamp.type" },
-    ConfigDef { name: "min.insync.replicas", kind: ConfigType::Int, choices: &[], broker_name: "min.insync.replicas" },
-    ConfigDef { name: RETENTION_BYTES, kind: ConfigType::Long, choices: &[], broker_name: "log.retention.bytes" },
-    ConfigDef { name: RETENTION_MS, kind: ConfigType::Long, choices: &[], broker_name: "log.retention.ms" },
-    ConfigDef { name: SEGMENT_BYTES, kind: ConfigType::Int, choices: &[], broker_name: "log.segment.bytes" },
+    ConfigDef {
+        name: CLEANUP_POLICY,
+        kind: ConfigType::List,
+        choices: &["delete"],
+        broker_name: "log.cleanup.policy",
+    },
+    ConfigDef {
+        name: "compression.type",
+        kind: ConfigType::String,
+        choices: &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"],
+        broker_name: "compression.type",
+    },
+    ConfigDef {
+        name: MAX_MESSAGE_BYTES,
+        kind: ConfigType::Int,
+        choices: &[],
+        broker_name: "message.max.bytes",
+    },
+    ConfigDef {
+        name: "message.timestamp.type",
+        kind: ConfigType::String,
+        choices: &["CreateTime"],
+        broker_name: "log.message.timestamp.type",
+    },
+    ConfigDef {
+        name: "min.insync.replicas",
+        kind: ConfigType::Int,
+        choices: &[],
+        broker_name: "min.insync.replicas",
+    },
+    ConfigDef {
+        name: RETENTION_BYTES,
+        kind: ConfigType::Long,
+        choices: &[],
+        broker_name: "log.retention.bytes",
+    },
+    ConfigDef {
+        name: RETENTION_MS,
+        kind: ConfigType::Long,
+        choices: &[],
+        broker_name: "log.retention.ms",
+    },
+    ConfigDef {
+        name: SEGMENT_BYTES,
+        kind: ConfigType::Int,
+        choices: &[],
+        broker_name: "log.segment.bytes",
+    },
 ];
 
 pub fn find(name: &str) -> Option<&'static ConfigDef> {
@@ -61,8 +101,14 @@ pub fn validate(name: &str, value: Option<&str>) -> Result<(), String> {
     let def = find(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
     let value = value.ok_or_else(|| format!("Null value not supported for topic config {name}"))?;
     let ok = match def.kind {
-        ConfigType::Int => value.trim().parse::<i32>().is_ok_and(|v| i64::from(v) >= minimum(name)),
-        ConfigType::Long => value.trim().parse::<i64>().is_ok_and(|v| v >= minimum(name)),
+        ConfigType::Int => value
+            .trim()
+            .parse::<i32>()
+            .is_ok_and(|v| i64::from(v) >= minimum(name)),
+        ConfigType::Long => value
+            .trim()
+            .parse::<i64>()
+            .is_ok_and(|v| v >= minimum(name)),
         ConfigType::Boolean => matches!(value, "true" | "false"),
         _ => def.choices.is_empty() || def.choices.contains(&value.trim()),
     };

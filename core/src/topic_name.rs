@@ -14,9 +14,14 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
         return Err("Topic name cannot be \".\" or \"..\"".into());
     }
     if name.len() > MAX_TOPIC_NAME_LEN {
-        return Err(format!("Topic name is longer than {MAX_TOPIC_NAME_LEN} characters"));
+        return Err(format!(
+            "Topic name is longer than {MAX_TOPIC_NAME_LEN} characters"
+        ));
     }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
         return Err(format!("Topic name {name:?} contains characters other than ASCII alphanumerics, '.', '_' and '-'"));
     }
     Ok(())

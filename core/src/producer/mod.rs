@@ -152,10 +152,18 @@ pub fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
 /// - within an epoch, each batch must follow the previous one.
 pub fn check_sequence(entry: &ProducerEntry, batch: &BatchIdentity) -> Result<(), ErrorCode> {
     if entry.epoch == NO_PRODUCER_EPOCH {
-        return if batch.first_seq == 0 { Ok(()) } else { Err(ErrorCode::UnknownProducerId) };
+        return if batch.first_seq == 0 {
+            Ok(())
+        } else {
+            Err(ErrorCode::UnknownProducerId)
+        };
     }
     if batch.epoch != entry.epoch {
-        return if batch.first_seq == 0 { Ok(()) } else { Err(ErrorCode::OutOfOrderSequenceNumber) };
+        return if batch.first_seq == 0 {
+            Ok(())
+        } else {
+            Err(ErrorCode::OutOfOrderSequenceNumber)
+        };
     }
     // With no batch remembered in this epoch the last sequence is
     // NO_SEQUENCE (-1), so this also requires the epoch to start at 0.
@@ -192,7 +200,10 @@ impl ProducerTable {
         let fresh = ProducerEntry::new(batch.producer_id);
         let entry = self.entries.get(&batch.producer_id).unwrap_or(&fresh);
         if let Some(dup) = find_duplicate(entry, batch) {
-            return Classification::Duplicate { first_offset: dup.first_offset, last_offset: dup.last_offset };
+            return Classification::Duplicate {
+                first_offset: dup.first_offset,
+                last_offset: dup.last_offset,
+            };
         }
         if let Err(code) = check_epoch(entry, batch).and_then(|_| check_sequence(entry, batch)) {
             return Classification::Reject(code);
@@ -203,7 +214,13 @@ impl ProducerTable {
     /// Records a batch that was appended at `first_offset`: the epoch moves
     /// to the batch's (a new epoch forgets the old epoch's batches), the
     /// batch joins the remembered ones, the oldest beyond five is dropped.
-    pub fn record_append(&mut self, batch: &BatchIdentity, first_offset: i64, max_timestamp: i64, now_ms: i64) {
+    pub fn record_append(
+        &mut self,
+        batch: &BatchIdentity,
+        first_offset: i64,
+        max_timestamp: i64,
+        now_ms: i64,
+    ) {
         let entry = self
             .entries
             .entry(batch.producer_id)
@@ -249,13 +266,17 @@ impl ProducerTable {
     /// (KIP-360): only this clock removes it.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.entries.len();
-        self.entries
-            .retain(|_, e| e.current_txn_first_offset.is_some() || now_ms.saturating_sub(e.last_update_ms) < expiration_ms);
+        self.entries.retain(|_, e| {
+            e.current_txn_first_offset.is_some()
+                || now_ms.saturating_sub(e.last_update_ms) < expiration_ms
+        });
         before - self.entries.len()
     }
 
     fn from_entries(entries: Vec<ProducerEntry>) -> ProducerTable {
-        ProducerTable { entries: entries.into_iter().map(|e| (e.producer_id, e)).collect() }
+        ProducerTable {
+            entries: entries.into_iter().map(|e| (e.producer_id, e)).collect(),
+        }
     }
 }
 

@@ -31,7 +31,10 @@ impl PidBlock {
     /// The block that starts where the persisted allocation ended. The
     /// caller must persist `block.end` before taking ids from it.
     pub fn starting_at(start: i64) -> PidBlock {
-        PidBlock { next: start, end: start + PID_BLOCK_SIZE }
+        PidBlock {
+            next: start,
+            end: start + PID_BLOCK_SIZE,
+        }
     }
 
     /// The next local id, or `None` when the block is used up.

@@ -6,7 +6,8 @@ fn batch(pid: i64, epoch: i16, first_seq: i32, count: i32) -> BatchIdentity {
         producer_id: pid,
         epoch,
         first_seq,
-        last_seq: ((i64::from(first_seq) + i64::from(count) - 1) % (i64::from(i32::MAX) + 1)) as i32,
+        last_seq: ((i64::from(first_seq) + i64::from(count) - 1) % (i64::from(i32::MAX) + 1))
+            as i32,
         is_transactional: false,
         offset_delta: count - 1,
     }
@@ -22,7 +23,13 @@ fn table_with(b: &BatchIdentity, first_offset: i64) -> ProducerTable {
 fn retry_of_a_remembered_batch_is_a_duplicate_with_its_original_offsets() {
     let b = batch(7, 0, 0, 3);
     let t = table_with(&b, 100);
-    assert_eq!(t.classify(&b), Classification::Duplicate { first_offset: 100, last_offset: 102 });
+    assert_eq!(
+        t.classify(&b),
+        Classification::Duplicate {
+            first_offset: 100,
+            last_offset: 102
+        }
+    );
 }
 
 #[test]
@@ -33,27 +40,42 @@ fn only_the_last_five_batches_are_remembered() {
     }
     // The oldest fell out of the window: its retry is out of order, not a
     // silent duplicate with a stale offset.
-    assert_eq!(t.classify(&batch(7, 0, 0, 1)), Classification::Reject(ErrorCode::OutOfOrderSequenceNumber));
-    assert!(matches!(t.classify(&batch(7, 0, 1, 1)), Classification::Duplicate { .. }));
+    assert_eq!(
+        t.classify(&batch(7, 0, 0, 1)),
+        Classification::Reject(ErrorCode::OutOfOrderSequenceNumber)
+    );
+    assert!(matches!(
+        t.classify(&batch(7, 0, 1, 1)),
+        Classification::Duplicate { .. }
+    ));
 }
 
 #[test]
 fn sequence_gap_is_out_of_order_sequence_number() {
     let t = table_with(&batch(7, 0, 0, 2), 0);
-    assert_eq!(t.classify(&batch(7, 0, 3, 1)), Classification::Reject(ErrorCode::OutOfOrderSequenceNumber));
+    assert_eq!(
+        t.classify(&batch(7, 0, 3, 1)),
+        Classification::Reject(ErrorCode::OutOfOrderSequenceNumber)
+    );
     assert_eq!(t.classify(&batch(7, 0, 2, 1)), Classification::Append);
 }
 
 #[test]
 fn epoch_lower_than_stored_is_invalid_producer_epoch() {
     let t = table_with(&batch(7, 3, 0, 1), 0);
-    assert_eq!(t.classify(&batch(7, 2, 1, 1)), Classification::Reject(ErrorCode::InvalidProducerEpoch));
+    assert_eq!(
+        t.classify(&batch(7, 2, 1, 1)),
+        Classification::Reject(ErrorCode::InvalidProducerEpoch)
+    );
 }
 
 #[test]
 fn new_epoch_must_start_at_sequence_zero() {
     let t = table_with(&batch(7, 0, 0, 5), 0);
-    assert_eq!(t.classify(&batch(7, 1, 5, 1)), Classification::Reject(ErrorCode::OutOfOrderSequenceNumber));
+    assert_eq!(
+        t.classify(&batch(7, 1, 5, 1)),
+        Classification::Reject(ErrorCode::OutOfOrderSequenceNumber)
+    );
     assert_eq!(t.classify(&batch(7, 1, 0, 1)), Classification::Append);
 }
 
@@ -62,7 +84,10 @@ fn new_epoch_forgets_the_old_epochs_batches() {
     let mut t = table_with(&batch(7, 0, 0, 1), 0);
     t.record_append(&batch(7, 1, 0, 1), 1, 0, 0);
     // The old epoch's batch 0 is not a duplicate of anything any more.
-    assert_eq!(t.classify(&batch(7, 0, 0, 1)), Classification::Reject(ErrorCode::InvalidProducerEpoch));
+    assert_eq!(
+        t.classify(&batch(7, 0, 0, 1)),
+        Classification::Reject(ErrorCode::InvalidProducerEpoch)
+    );
     assert_eq!(t.get(7).unwrap().batches.len(), 1);
 }
 
@@ -78,7 +103,10 @@ fn sequence_wraps_from_i32_max_to_zero() {
 #[test]
 fn unknown_producer_with_nonzero_sequence_is_unknown_producer_id() {
     let t = ProducerTable::new();
-    assert_eq!(t.classify(&batch(9, 4, 42, 1)), Classification::Reject(ErrorCode::UnknownProducerId));
+    assert_eq!(
+        t.classify(&batch(9, 4, 42, 1)),
+        Classification::Reject(ErrorCode::UnknownProducerId)
+    );
     assert_eq!(t.classify(&batch(9, 4, 0, 1)), Classification::Append);
 }
 
@@ -86,8 +114,20 @@ fn unknown_producer_with_nonzero_sequence_is_unknown_producer_id() {
 fn producer_state_outlives_the_log_until_expiration() {
     let mut t = ProducerTable::new();
     t.record_append(&batch(7, 0, 0, 1), 0, 0, 1_000);
-    assert_eq!(t.expire(1_000 + DEFAULT_PRODUCER_ID_EXPIRATION_MS - 1, DEFAULT_PRODUCER_ID_EXPIRATION_MS), 0);
-    assert_eq!(t.expire(1_000 + DEFAULT_PRODUCER_ID_EXPIRATION_MS, DEFAULT_PRODUCER_ID_EXPIRATION_MS), 1);
+    assert_eq!(
+        t.expire(
+            1_000 + DEFAULT_PRODUCER_ID_EXPIRATION_MS - 1,
+            DEFAULT_PRODUCER_ID_EXPIRATION_MS
+        ),
+        0
+    );
+    assert_eq!(
+        t.expire(
+            1_000 + DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+            DEFAULT_PRODUCER_ID_EXPIRATION_MS
+        ),
+        1
+    );
     assert!(t.is_empty());
 }
 

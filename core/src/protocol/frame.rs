@@ -22,7 +22,9 @@ impl std::fmt::Display for FrameError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FrameError::InvalidLength(n) => write!(f, "invalid frame length {n}"),
-            FrameError::TooLarge { len, max } => write!(f, "frame of {len} bytes exceeds the maximum of {max}"),
+            FrameError::TooLarge { len, max } => {
+                write!(f, "frame of {len} bytes exceeds the maximum of {max}")
+            }
         }
     }
 }
@@ -70,11 +72,20 @@ mod tests {
     #[test]
     fn frame_length_is_checked_before_allocation() {
         assert_eq!(frame_length(100i32.to_be_bytes(), 1000), Ok(100));
-        assert_eq!(frame_length((-1i32).to_be_bytes(), 1000), Err(FrameError::InvalidLength(-1)));
-        assert_eq!(frame_length(3i32.to_be_bytes(), 1000), Err(FrameError::InvalidLength(3)));
+        assert_eq!(
+            frame_length((-1i32).to_be_bytes(), 1000),
+            Err(FrameError::InvalidLength(-1))
+        );
+        assert_eq!(
+            frame_length(3i32.to_be_bytes(), 1000),
+            Err(FrameError::InvalidLength(3))
+        );
         assert_eq!(
             frame_length(i32::MAX.to_be_bytes(), 1000),
-            Err(FrameError::TooLarge { len: i32::MAX as usize, max: 1000 })
+            Err(FrameError::TooLarge {
+                len: i32::MAX as usize,
+                max: 1000
+            })
         );
     }
 }

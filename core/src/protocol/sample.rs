@@ -59,7 +59,9 @@ impl Gen {
     }
     pub fn string(&mut self) -> String {
         let n = self.count() * 3;
-        (0..n).map(|_| char::from(b'a' + (self.u64() % 26) as u8)).collect()
+        (0..n)
+            .map(|_| char::from(b'a' + (self.u64() % 26) as u8))
+            .collect()
     }
     pub fn bytes(&mut self) -> Bytes {
         let n = self.count() * 5;

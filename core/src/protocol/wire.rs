@@ -36,7 +36,10 @@ impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DecodeError::UnexpectedEof { needed, remaining } => {
-                write!(f, "unexpected end of frame: needed {needed} bytes, {remaining} remain")
+                write!(
+                    f,
+                    "unexpected end of frame: needed {needed} bytes, {remaining} remain"
+                )
             }
             DecodeError::InvalidLength(n) => write!(f, "invalid length prefix {n}"),
             DecodeError::InvalidVarint => write!(f, "varint too long"),
@@ -295,7 +298,11 @@ impl Reader {
         }
     }
 
-    pub fn bytes_field(&mut self, compact: bool, field: &'static str) -> Result<Bytes, DecodeError> {
+    pub fn bytes_field(
+        &mut self,
+        compact: bool,
+        field: &'static str,
+    ) -> Result<Bytes, DecodeError> {
         self.nullable_bytes(compact)?
             .ok_or(DecodeError::NullNotAllowed(field))
     }
@@ -400,7 +407,13 @@ impl<'a> Writer<'a> {
         self.uvarlong(((v << 1) ^ (v >> 63)) as u64)
     }
 
-    fn length(&mut self, n: Option<usize>, compact: bool, wide: bool, field: &'static str) -> Result<(), EncodeError> {
+    fn length(
+        &mut self,
+        n: Option<usize>,
+        compact: bool,
+        wide: bool,
+        field: &'static str,
+    ) -> Result<(), EncodeError> {
         match (n, compact) {
             (None, true) => self.uvarint(0),
             (None, false) if wide => self.i32(-1),
@@ -409,13 +422,22 @@ impl<'a> Writer<'a> {
                 let n = u32::try_from(n).ok().and_then(|n| n.checked_add(1));
                 self.uvarint(n.ok_or(EncodeError::TooLong(field))?)
             }
-            (Some(n), false) if wide => self.i32(i32::try_from(n).map_err(|_| EncodeError::TooLong(field))?),
-            (Some(n), false) => self.i16(i16::try_from(n).map_err(|_| EncodeError::TooLong(field))?),
+            (Some(n), false) if wide => {
+                self.i32(i32::try_from(n).map_err(|_| EncodeError::TooLong(field))?)
+            }
+            (Some(n), false) => {
+                self.i16(i16::try_from(n).map_err(|_| EncodeError::TooLong(field))?)
+            }
         }
         Ok(())
     }
 
-    pub fn nullable_string(&mut self, v: Option<&str>, compact: bool, field: &'static str) -> Result<(), EncodeError> {
+    pub fn nullable_string(
+        &mut self,
+        v: Option<&str>,
+        compact: bool,
+        field: &'static str,
+    ) -> Result<(), EncodeError> {
         self.length(v.map(str::len), compact, false, field)?;
         if let Some(s) = v {
             self.raw(s.as_bytes());
@@ -423,11 +445,21 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    pub fn string(&mut self, v: &str, compact: bool, field: &'static str) -> Result<(), EncodeError> {
+    pub fn string(
+        &mut self,
+        v: &str,
+        compact: bool,
+        field: &'static str,
+    ) -> Result<(), EncodeError> {
         self.nullable_string(Some(v), compact, field)
     }
 
-    pub fn nullable_bytes(&mut self, v: Option<&[u8]>, compact: bool, field: &'static str) -> Result<(), EncodeError> {
+    pub fn nullable_bytes(
+        &mut self,
+        v: Option<&[u8]>,
+        compact: bool,
+        field: &'static str,
+    ) -> Result<(), EncodeError> {
         self.length(v.map(<[u8]>::len), compact, true, field)?;
         if let Some(b) = v {
             self.raw(b);
@@ -435,11 +467,21 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    pub fn bytes(&mut self, v: &[u8], compact: bool, field: &'static str) -> Result<(), EncodeError> {
+    pub fn bytes(
+        &mut self,
+        v: &[u8],
+        compact: bool,
+        field: &'static str,
+    ) -> Result<(), EncodeError> {
         self.nullable_bytes(Some(v), compact, field)
     }
 
-    pub fn array_len(&mut self, n: Option<usize>, compact: bool, field: &'static str) -> Result<(), EncodeError> {
+    pub fn array_len(
+        &mut self,
+        n: Option<usize>,
+        compact: bool,
+        field: &'static str,
+    ) -> Result<(), EncodeError> {
         self.length(n, compact, true, field)
     }
 
@@ -448,10 +490,14 @@ impl<'a> Writer<'a> {
     /// order as the protocol requires.
     pub fn tagged_fields(&mut self, mut fields: Vec<(u32, Bytes)>) -> Result<(), EncodeError> {
         fields.sort_by_key(|(tag, _)| *tag);
-        self.uvarint(u32::try_from(fields.len()).map_err(|_| EncodeError::TooLong("tagged fields"))?);
+        self.uvarint(
+            u32::try_from(fields.len()).map_err(|_| EncodeError::TooLong("tagged fields"))?,
+        );
         for (tag, data) in fields {
             self.uvarint(tag);
-            self.uvarint(u32::try_from(data.len()).map_err(|_| EncodeError::TooLong("tagged field"))?);
+            self.uvarint(
+                u32::try_from(data.len()).map_err(|_| EncodeError::TooLong("tagged field"))?,
+            );
             self.raw(&data);
         }
         Ok(())
@@ -504,7 +550,10 @@ mod tests {
     fn length_prefix_beyond_frame_is_an_error_not_an_allocation() {
         // An array claiming i32::MAX elements in a 4-byte frame.
         let mut r = Reader::new(Bytes::from_static(&[0x7f, 0xff, 0xff, 0xff]));
-        assert_eq!(r.array_len(false), Err(DecodeError::InvalidLength(i32::MAX as i64)));
+        assert_eq!(
+            r.array_len(false),
+            Err(DecodeError::InvalidLength(i32::MAX as i64))
+        );
         let mut r = Reader::new(Bytes::from_static(&[0x00, 0x05, b'a']));
         assert_eq!(r.nullable_string(false), Err(DecodeError::InvalidLength(5)));
     }
@@ -514,7 +563,10 @@ mod tests {
         let mut r = Reader::new(Bytes::from_static(&[0xff, 0xff]));
         assert_eq!(r.nullable_string(false), Ok(None));
         let mut r = Reader::new(Bytes::from_static(&[0xff, 0xfe]));
-        assert_eq!(r.nullable_string(false), Err(DecodeError::InvalidLength(-2)));
+        assert_eq!(
+            r.nullable_string(false),
+            Err(DecodeError::InvalidLength(-2))
+        );
         let mut r = Reader::new(Bytes::from_static(&[0x00]));
         assert_eq!(r.nullable_bytes(true), Ok(None));
     }
@@ -523,11 +575,20 @@ mod tests {
     fn unknown_tagged_fields_are_kept_raw() {
         let mut buf = BytesMut::new();
         Writer::new(&mut buf)
-            .tagged_fields(vec![(7, Bytes::from_static(b"xy")), (2, Bytes::from_static(b"z"))])
+            .tagged_fields(vec![
+                (7, Bytes::from_static(b"xy")),
+                (2, Bytes::from_static(b"z")),
+            ])
             .unwrap();
         let mut r = Reader::new(buf.freeze());
         let unknown = r.tagged_fields(|tag, _| Ok(tag == 2)).unwrap();
-        assert_eq!(unknown, vec![RawTaggedField { tag: 7, data: Bytes::from_static(b"xy") }]);
+        assert_eq!(
+            unknown,
+            vec![RawTaggedField {
+                tag: 7,
+                data: Bytes::from_static(b"xy")
+            }]
+        );
         assert!(r.is_empty());
     }
 }

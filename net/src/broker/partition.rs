@@ -83,7 +83,13 @@ impl Isolation {
 impl Partition {
     /// Opens the partition's log (recovering it) and rebuilds its producer
     /// state.
-    pub fn open(volume: Arc<dyn Volume>, topic: &str, index: i32, config: LogConfig, now_ms: i64) -> std::io::Result<Partition> {
+    pub fn open(
+        volume: Arc<dyn Volume>,
+        topic: &str,
+        index: i32,
+        config: LogConfig,
+        now_ms: i64,
+    ) -> std::io::Result<Partition> {
         let log = PartitionLog::open(volume.clone(), partition_dir(topic, index), config)?;
         let producers = producer_state::recover(volume.as_ref(), &log, now_ms)?;
         let durable = log.end_offset();
@@ -102,7 +108,9 @@ impl Partition {
         // A panic while holding the lock cannot leave the log half-updated in
         // a way the next caller could not handle: appends are all-or-nothing
         // on the in-memory state. Keep serving.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn check_open(&self) -> Result<(), ErrorCode> {
@@ -141,7 +149,10 @@ impl Partition {
         if let Some(id) = &identity {
             match inner.producers.classify(id) {
                 Classification::Append => {}
-                Classification::Duplicate { first_offset, last_offset } => {
+                Classification::Duplicate {
+                    first_offset,
+                    last_offset,
+                } => {
                     return Ok(Appended {
                         base_offset: first_offset,
                         end_offset: last_offset + 1,
@@ -157,12 +168,15 @@ impl Partition {
             ErrorCode::KafkaStorageError
         })?;
         if let Some(id) = &identity {
-            inner.producers.record_append(id, appended.base_offset, batch.max_timestamp(), now_ms);
+            inner
+                .producers
+                .record_append(id, appended.base_offset, batch.max_timestamp(), now_ms);
         }
         if appended.rolled {
             // Segment rolls are where the snapshot is refreshed, so the
             // recovery replay is bounded by one segment.
-            if let Err(e) = producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers) {
+            if let Err(e) = producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)
+            {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer snapshot failed");
             }
         }
@@ -197,7 +211,12 @@ impl Partition {
     }
 
     /// Reads from `offset` up to the isolation level's bound.
-    pub fn read(&self, offset: i64, max_bytes: usize, isolation: Isolation) -> Result<FetchedData, ErrorCode> {
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        isolation: Isolation,
+    ) -> Result<FetchedData, ErrorCode> {
         self.check_open()?;
         let high_watermark = self.high_watermark();
         let last_stable_offset = self.last_stable_offset();
@@ -241,15 +260,25 @@ impl Partition {
         self.check_open()?;
         let mut inner = self.lock();
         let inner = &mut *inner;
-        producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers).map_err(|_| ErrorCode::KafkaStorageError)?;
-        inner.log.delete_records_before(offset).map_err(|e| match e {
-            ReadError::OutOfRange => ErrorCode::OffsetOutOfRange,
-            ReadError::Io(_) => ErrorCode::KafkaStorageError,
-        })
+        producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)
+            .map_err(|_| ErrorCode::KafkaStorageError)?;
+        inner
+            .log
+            .delete_records_before(offset)
+            .map_err(|e| match e {
+                ReadError::OutOfRange => ErrorCode::OffsetOutOfRange,
+                ReadError::Io(_) => ErrorCode::KafkaStorageError,
+            })
     }
 
     /// Retention and producer expiry (the periodic task's body).
-    pub fn apply_retention(&self, now_ms: i64, retention_bytes: i64, retention_ms: i64, producer_expiration_ms: i64) -> std::io::Result<()> {
+    pub fn apply_retention(
+        &self,
+        now_ms: i64,
+        retention_bytes: i64,
+        retention_ms: i64,
+        producer_expiration_ms: i64,
+    ) -> std::io::Result<()> {
         if self.check_open().is_err() {
             return Ok(());
         }
@@ -260,7 +289,10 @@ impl Partition {
         if would_delete {
             producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)?;
         }
-        inner.log.apply_retention(now_ms, retention_bytes, retention_ms).map(|_| ())
+        inner
+            .log
+            .apply_retention(now_ms, retention_bytes, retention_ms)
+            .map(|_| ())
     }
 
     /// Writes the producer snapshot (clean shutdown).
@@ -286,7 +318,16 @@ impl Partition {
             }
             inner.log.sync_handle()
         };
-        // fsync blocks; keep it off the async worker threads.
+        // Zero on a real disk (the blocking call below takes the time); the
+        // simulator's volume asks for simulated time to pass, so requests
+        // arrive during an fsync (group commit) and crashes land before it.
+        let latency = file.sync_latency();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        // fsync blocks; keep it off the async worker threads. (madsim marks
+        // spawn_blocking deprecated; in simulation it just runs the closure.)
+        #[cfg_attr(madsim, allow(deprecated))]
         let synced = tokio::task::spawn_blocking(move || file.sync()).await;
         match synced {
             Ok(Ok(())) => {
@@ -329,7 +370,8 @@ impl Partition {
     }
 }
 
-#[cfg(all(test, not(madsim)))]
+#[cfg(test)]
+#[cfg(not(madsim))]
 mod tests {
     use super::*;
     use crate::volume::LocalVolume;
@@ -338,13 +380,20 @@ mod tests {
     fn idempotent(pid: i64, seq: i32, n: usize) -> RecordBatch {
         let mut b = BatchBuilder::idempotent(pid, 0, seq);
         for i in 0..n {
-            b.push(kaas_core::record::NewRecord::new(0, None, Some(format!("{seq}-{i}").as_bytes())));
+            b.push(kaas_core::record::NewRecord::new(
+                0,
+                None,
+                Some(format!("{seq}-{i}").as_bytes()),
+            ));
         }
         b.build()
     }
 
     fn open(volume: &Arc<dyn Volume>, segment_bytes: u64) -> Partition {
-        let config = LogConfig { segment_bytes, ..LogConfig::default() };
+        let config = LogConfig {
+            segment_bytes,
+            ..LogConfig::default()
+        };
         Partition::open(volume.clone(), "t", 0, config, 0).unwrap()
     }
 
@@ -363,7 +412,10 @@ mod tests {
             told.push(a.base_offset);
         }
         // The small segments forced rolls, so a snapshot exists.
-        assert!(volume.read("topics/t-0/producer-state.snapshot").unwrap().is_some());
+        assert!(volume
+            .read("topics/t-0/producer-state.snapshot")
+            .unwrap()
+            .is_some());
         drop(p);
         let p = open(&volume, 600);
         for i in 15..20 {
@@ -371,7 +423,10 @@ mod tests {
             assert!(a.duplicate, "batch {i} appended twice");
             assert_eq!(a.base_offset, told[i as usize]);
         }
-        assert_eq!(p.append(&idempotent(42, 14 * 3, 3), 0).unwrap_err(), ErrorCode::OutOfOrderSequenceNumber);
+        assert_eq!(
+            p.append(&idempotent(42, 14 * 3, 3), 0).unwrap_err(),
+            ErrorCode::OutOfOrderSequenceNumber
+        );
         assert_eq!(p.append(&idempotent(42, 60, 3), 0).unwrap().base_offset, 60);
     }
 
@@ -383,7 +438,9 @@ mod tests {
         let first = p.append(&idempotent(42, 0, 2), 0).unwrap();
         p.save_producer_state().unwrap();
         drop(p);
-        volume.write_atomic("topics/t-0/producer-state.snapshot", b"\x00garbage").unwrap();
+        volume
+            .write_atomic("topics/t-0/producer-state.snapshot", b"\x00garbage")
+            .unwrap();
         let p = open(&volume, 1 << 20);
         let again = p.append(&idempotent(42, 0, 2), 0).unwrap();
         assert!(again.duplicate);

@@ -26,7 +26,11 @@ pub struct ProducerIdManager {
 
 impl ProducerIdManager {
     pub fn new(volume: Arc<dyn Volume>, broker_id: i32) -> ProducerIdManager {
-        ProducerIdManager { volume, broker_id, block: tokio::sync::Mutex::new(None) }
+        ProducerIdManager {
+            volume,
+            broker_id,
+            block: tokio::sync::Mutex::new(None),
+        }
     }
 
     fn path(&self) -> String {
@@ -40,26 +44,39 @@ impl ProducerIdManager {
             return Ok(pid_for(self.broker_id, local));
         }
         let start = match self.volume.read(&self.path())? {
-            Some(bytes) => serde_json::from_slice::<BlockFile>(&bytes)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", self.path())))?
-                .next_block_start,
+            Some(bytes) => {
+                serde_json::from_slice::<BlockFile>(&bytes)
+                    .map_err(|e| {
+                        io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", self.path()))
+                    })?
+                    .next_block_start
+            }
             None => 0,
         };
         let mut fresh = PidBlock::starting_at(start);
         if start < 0 || fresh.end > local_pid_range().end {
-            return Err(io::Error::other(format!("producer id space of broker {} is exhausted", self.broker_id)));
+            return Err(io::Error::other(format!(
+                "producer id space of broker {} is exhausted",
+                self.broker_id
+            )));
         }
         // Persist the block's end before handing out any id of it.
         self.volume.create_dir_all(DIR)?;
-        let json = serde_json::to_vec(&BlockFile { next_block_start: fresh.end }).map_err(io::Error::other)?;
+        let json = serde_json::to_vec(&BlockFile {
+            next_block_start: fresh.end,
+        })
+        .map_err(io::Error::other)?;
         self.volume.write_atomic(&self.path(), &json)?;
-        let local = fresh.take().ok_or_else(|| io::Error::other("empty producer id block"))?;
+        let local = fresh
+            .take()
+            .ok_or_else(|| io::Error::other("empty producer id block"))?;
         *block = Some(fresh);
         Ok(pid_for(self.broker_id, local))
     }
 }
 
-#[cfg(all(test, not(madsim)))]
+#[cfg(test)]
+#[cfg(not(madsim))]
 mod tests {
     use super::*;
     use crate::volume::LocalVolume;
@@ -73,7 +90,13 @@ mod tests {
         let mut seen = BTreeSet::new();
         // Restart after varying numbers of allocations, including mid-block
         // and exactly at a block boundary.
-        for allocations in [1, 7, PID_BLOCK_SIZE as usize, 3, PID_BLOCK_SIZE as usize + 1] {
+        for allocations in [
+            1,
+            7,
+            PID_BLOCK_SIZE as usize,
+            3,
+            PID_BLOCK_SIZE as usize + 1,
+        ] {
             let manager = ProducerIdManager::new(volume.clone(), 2);
             for _ in 0..allocations {
                 let pid = manager.next().await.unwrap();

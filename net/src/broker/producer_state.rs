@@ -16,7 +16,10 @@ fn snapshot_path(dir: &str) -> String {
 
 /// Writes the table as of the log end (atomically, durably).
 pub fn save(volume: &dyn Volume, log: &PartitionLog, table: &ProducerTable) -> io::Result<()> {
-    volume.write_atomic(&snapshot_path(log.dir()), &encode_snapshot(table, log.end_offset()))
+    volume.write_atomic(
+        &snapshot_path(log.dir()),
+        &encode_snapshot(table, log.end_offset()),
+    )
 }
 
 /// Rebuilds the producer table of a just-opened log: the snapshot, if it is
@@ -25,9 +28,16 @@ pub fn save(volume: &dyn Volume, log: &PartitionLog, table: &ProducerTable) -> i
 pub fn recover(volume: &dyn Volume, log: &PartitionLog, now_ms: i64) -> io::Result<ProducerTable> {
     let (mut table, from) = match volume.read(&snapshot_path(log.dir()))? {
         Some(bytes) => match decode_snapshot(&bytes) {
-            Ok((table, offset)) if offset <= log.end_offset() => (table, offset.max(log.log_start_offset())),
+            Ok((table, offset)) if offset <= log.end_offset() => {
+                (table, offset.max(log.log_start_offset()))
+            }
             Ok((_, offset)) => {
-                tracing::warn!(dir = log.dir(), offset, end = log.end_offset(), "producer snapshot is ahead of the log; rebuilding from the log");
+                tracing::warn!(
+                    dir = log.dir(),
+                    offset,
+                    end = log.end_offset(),
+                    "producer snapshot is ahead of the log; rebuilding from the log"
+                );
                 (ProducerTable::new(), log.log_start_offset())
             }
             Err(e) => {
@@ -40,7 +50,9 @@ pub fn recover(volume: &dyn Volume, log: &PartitionLog, now_ms: i64) -> io::Resu
     let end = log.end_offset();
     let mut offset = from;
     while offset < end {
-        let read = log.read(offset, REPLAY_CHUNK, end).map_err(|e| io::Error::other(e.to_string()))?;
+        let read = log
+            .read(offset, REPLAY_CHUNK, end)
+            .map_err(|e| io::Error::other(e.to_string()))?;
         if read.records.is_empty() {
             break;
         }

@@ -24,7 +24,9 @@ pub struct TopicFile {
 
 impl TopicFile {
     pub fn id(&self) -> Option<Uuid> {
-        u128::from_str_radix(&self.topic_id, 16).ok().map(Uuid::from_u128)
+        u128::from_str_radix(&self.topic_id, 16)
+            .ok()
+            .map(Uuid::from_u128)
     }
 }
 
@@ -44,12 +46,18 @@ pub fn write(volume: &dyn Volume, file: &TopicFile) -> io::Result<()> {
 pub fn read_all(volume: &dyn Volume) -> io::Result<Vec<TopicFile>> {
     let mut out = Vec::new();
     for entry in volume.list(TOPICS_DIR)? {
-        let Some(name) = entry.strip_suffix(".json") else { continue };
-        let Some(bytes) = volume.read(&path(name))? else { continue };
+        let Some(name) = entry.strip_suffix(".json") else {
+            continue;
+        };
+        let Some(bytes) = volume.read(&path(name))? else {
+            continue;
+        };
         match serde_json::from_slice::<TopicFile>(&bytes) {
             Ok(f) if f.name == name && f.partitions > 0 && f.id().is_some() => out.push(f),
             Ok(_) => tracing::error!(file = %path(name), "topic file is inconsistent; ignoring it"),
-            Err(e) => tracing::error!(file = %path(name), error = %e, "topic file does not parse; ignoring it"),
+            Err(e) => {
+                tracing::error!(file = %path(name), error = %e, "topic file does not parse; ignoring it")
+            }
         }
     }
     Ok(out)

@@ -2,21 +2,34 @@
 
 use crate::broker::{AdminError, Broker};
 use kaas_core::protocol::messages::create_topics_request::CreatableTopic;
-use kaas_core::protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kaas_core::protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kaas_core::protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub async fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, _version: i16) -> CreateTopicsResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: CreateTopicsRequest,
+    _version: i16,
+) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
     let mut seen = std::collections::BTreeSet::new();
     for t in req.topics {
         let name = t.name.clone();
-        let mut result = CreatableTopicResult { name: name.clone(), num_partitions: -1, replication_factor: -1, ..Default::default() };
+        let mut result = CreatableTopicResult {
+            name: name.clone(),
+            num_partitions: -1,
+            replication_factor: -1,
+            ..Default::default()
+        };
         if !seen.insert(name.clone()) {
             result.error_code = ErrorCode::InvalidRequest.code();
-            result.error_message = Some(format!("Create topics request from client contains multiple entries for topic {name}"));
+            result.error_message = Some(format!(
+                "Create topics request from client contains multiple entries for topic {name}"
+            ));
             results.push(result);
             continue;
         }
@@ -46,7 +59,10 @@ pub async fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, _version: i1
         }
         results.push(result);
     }
-    CreateTopicsResponse { topics: results, ..Default::default() }
+    CreateTopicsResponse {
+        topics: results,
+        ..Default::default()
+    }
 }
 
 async fn create(
@@ -56,7 +72,8 @@ async fn create(
 ) -> Result<(Uuid, i32, BTreeMap<String, String>), AdminError> {
     let mut configs = BTreeMap::new();
     for c in &t.configs {
-        kaas_core::topic_config::validate(&c.name, c.value.as_deref()).map_err(|m| AdminError::new(ErrorCode::InvalidConfig, m))?;
+        kaas_core::topic_config::validate(&c.name, c.value.as_deref())
+            .map_err(|m| AdminError::new(ErrorCode::InvalidConfig, m))?;
         if let Some(v) = &c.value {
             configs.insert(c.name.clone(), v.trim().to_string());
         }
@@ -67,10 +84,19 @@ async fn create(
         }
         for (i, a) in t.assignments.iter().enumerate() {
             if a.partition_index != i as i32 {
-                return Err(AdminError::new(ErrorCode::InvalidReplicaAssignment, "Partitions should be a consecutive 0-based integer sequence"));
+                return Err(AdminError::new(
+                    ErrorCode::InvalidReplicaAssignment,
+                    "Partitions should be a consecutive 0-based integer sequence",
+                ));
             }
             if a.broker_ids != [broker.config.broker_id] {
-                return Err(AdminError::new(ErrorCode::InvalidReplicaAssignment, format!("Replica assignment {:?} names brokers other than the only broker {}", a.broker_ids, broker.config.broker_id)));
+                return Err(AdminError::new(
+                    ErrorCode::InvalidReplicaAssignment,
+                    format!(
+                        "Replica assignment {:?} names brokers other than the only broker {}",
+                        a.broker_ids, broker.config.broker_id
+                    ),
+                ));
             }
         }
         t.assignments.len() as i32
@@ -83,6 +109,8 @@ async fn create(
         broker.validate_new_topic(&t.name, partitions, t.replication_factor, &configs)?;
         return Ok((Uuid::ZERO, partitions, configs));
     }
-    let topic = broker.create_topic(&t.name, partitions, t.replication_factor, configs).await?;
+    let topic = broker
+        .create_topic(&t.name, partitions, t.replication_factor, configs)
+        .await?;
     Ok((topic.id, partitions, topic.configs.clone()))
 }

@@ -1,7 +1,9 @@
 //! DeleteRecords: move a partition's log start offset forward.
 
 use crate::broker::{Broker, Partition};
-use kaas_core::protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use kaas_core::protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
 use kaas_core::protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use kaas_core::protocol::ErrorCode;
 
@@ -18,7 +20,11 @@ pub fn handle(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsRespon
                 .partitions
                 .into_iter()
                 .map(|p| {
-                    let mut r = DeleteRecordsPartitionResult { partition_index: p.partition_index, low_watermark: -1, ..Default::default() };
+                    let mut r = DeleteRecordsPartitionResult {
+                        partition_index: p.partition_index,
+                        low_watermark: -1,
+                        ..Default::default()
+                    };
                     let result = match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
                         None => Err(ErrorCode::UnknownTopicOrPartition),
                         Some(part) => delete_before(part, p.offset),
@@ -30,10 +36,17 @@ pub fn handle(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsRespon
                     r
                 })
                 .collect();
-            DeleteRecordsTopicResult { name: t.name, partitions, ..Default::default() }
+            DeleteRecordsTopicResult {
+                name: t.name,
+                partitions,
+                ..Default::default()
+            }
         })
         .collect();
-    DeleteRecordsResponse { topics, ..Default::default() }
+    DeleteRecordsResponse {
+        topics,
+        ..Default::default()
+    }
 }
 
 fn delete_before(p: &Partition, offset: i64) -> Result<i64, ErrorCode> {

@@ -8,14 +8,28 @@ use std::sync::Arc;
 
 pub async fn handle(broker: &Arc<Broker>, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
     // v0-5 list names; v6+ lists (name or id) pairs.
-    let mut targets: Vec<(Option<String>, Uuid)> = req.topic_names.into_iter().map(|n| (Some(n), Uuid::ZERO)).collect();
+    let mut targets: Vec<(Option<String>, Uuid)> = req
+        .topic_names
+        .into_iter()
+        .map(|n| (Some(n), Uuid::ZERO))
+        .collect();
     targets.extend(req.topics.into_iter().map(|t| (t.name, t.topic_id)));
     let mut responses = Vec::with_capacity(targets.len());
     for (name, id) in targets {
-        let mut result = DeletableTopicResult { name: name.clone(), topic_id: id, ..Default::default() };
+        let mut result = DeletableTopicResult {
+            name: name.clone(),
+            topic_id: id,
+            ..Default::default()
+        };
         let resolved = match (&name, id.is_zero()) {
-            (Some(n), _) => broker.topic(n).map(|t| t.name.clone()).ok_or(ErrorCode::UnknownTopicOrPartition),
-            (None, false) => broker.topic_by_id(id).map(|t| t.name.clone()).ok_or(ErrorCode::UnknownTopicId),
+            (Some(n), _) => broker
+                .topic(n)
+                .map(|t| t.name.clone())
+                .ok_or(ErrorCode::UnknownTopicOrPartition),
+            (None, false) => broker
+                .topic_by_id(id)
+                .map(|t| t.name.clone())
+                .ok_or(ErrorCode::UnknownTopicId),
             (None, true) => Err(ErrorCode::InvalidRequest),
         };
         match resolved {
@@ -33,5 +47,8 @@ pub async fn handle(broker: &Arc<Broker>, req: DeleteTopicsRequest) -> DeleteTop
         }
         responses.push(result);
     }
-    DeleteTopicsResponse { responses, ..Default::default() }
+    DeleteTopicsResponse {
+        responses,
+        ..Default::default()
+    }
 }

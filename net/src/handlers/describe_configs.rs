@@ -1,7 +1,9 @@
 //! DescribeConfigs for topics and for this broker.
 
 use crate::broker::Broker;
-use kaas_core::protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym};
+use kaas_core::protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
 use kaas_core::protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::topic_config::{ConfigType, TOPIC_CONFIGS};
@@ -79,18 +81,50 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
         synonyms: vec![(name.to_string(), value, SOURCE_STATIC_BROKER)],
     };
     vec![
-        entry("auto.create.topics.enable", cfg.auto_create_topics.to_string(), ConfigType::Boolean),
+        entry(
+            "auto.create.topics.enable",
+            cfg.auto_create_topics.to_string(),
+            ConfigType::Boolean,
+        ),
         entry("broker.id", cfg.broker_id.to_string(), ConfigType::Int),
-        entry("log.retention.bytes", cfg.log.retention_bytes.to_string(), ConfigType::Long),
-        entry("log.retention.ms", cfg.log.retention_ms.to_string(), ConfigType::Long),
-        entry("log.segment.bytes", cfg.log.segment_bytes.to_string(), ConfigType::Int),
-        entry("message.max.bytes", cfg.log.max_message_bytes.to_string(), ConfigType::Int),
-        entry("num.partitions", cfg.default_partitions.to_string(), ConfigType::Int),
-        entry("socket.request.max.bytes", cfg.max_frame_bytes.to_string(), ConfigType::Int),
+        entry(
+            "log.retention.bytes",
+            cfg.log.retention_bytes.to_string(),
+            ConfigType::Long,
+        ),
+        entry(
+            "log.retention.ms",
+            cfg.log.retention_ms.to_string(),
+            ConfigType::Long,
+        ),
+        entry(
+            "log.segment.bytes",
+            cfg.log.segment_bytes.to_string(),
+            ConfigType::Int,
+        ),
+        entry(
+            "message.max.bytes",
+            cfg.log.max_message_bytes.to_string(),
+            ConfigType::Int,
+        ),
+        entry(
+            "num.partitions",
+            cfg.default_partitions.to_string(),
+            ConfigType::Int,
+        ),
+        entry(
+            "socket.request.max.bytes",
+            cfg.max_frame_bytes.to_string(),
+            ConfigType::Int,
+        ),
     ]
 }
 
-pub fn handle(broker: &Broker, req: DescribeConfigsRequest, _version: i16) -> DescribeConfigsResponse {
+pub fn handle(
+    broker: &Broker,
+    req: DescribeConfigsRequest,
+    _version: i16,
+) -> DescribeConfigsResponse {
     let results = req
         .resources
         .into_iter()
@@ -103,19 +137,35 @@ pub fn handle(broker: &Broker, req: DescribeConfigsRequest, _version: i16) -> De
             let entries = match res.resource_type {
                 RESOURCE_TOPIC => match broker.topic(&res.resource_name) {
                     Some(t) => Ok(topic_entries(broker, &t.configs)),
-                    None => Err((ErrorCode::UnknownTopicOrPartition, format!("Topic {} does not exist", res.resource_name))),
+                    None => Err((
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("Topic {} does not exist", res.resource_name),
+                    )),
                 },
-                RESOURCE_BROKER if res.resource_name.is_empty() || res.resource_name == broker.config.broker_id.to_string() => {
+                RESOURCE_BROKER
+                    if res.resource_name.is_empty()
+                        || res.resource_name == broker.config.broker_id.to_string() =>
+                {
                     Ok(broker_entries(broker))
                 }
-                RESOURCE_BROKER => Err((ErrorCode::InvalidRequest, format!("Unexpected broker id {}", res.resource_name))),
-                other => Err((ErrorCode::InvalidRequest, format!("Unsupported resource type {other}"))),
+                RESOURCE_BROKER => Err((
+                    ErrorCode::InvalidRequest,
+                    format!("Unexpected broker id {}", res.resource_name),
+                )),
+                other => Err((
+                    ErrorCode::InvalidRequest,
+                    format!("Unsupported resource type {other}"),
+                )),
             };
             match entries {
                 Ok(entries) => {
                     result.configs = entries
                         .into_iter()
-                        .filter(|e| res.configuration_keys.as_ref().is_none_or(|keys| keys.contains(&e.name)))
+                        .filter(|e| {
+                            res.configuration_keys
+                                .as_ref()
+                                .is_none_or(|keys| keys.contains(&e.name))
+                        })
                         .map(|e| DescribeConfigsResourceResult {
                             name: e.name,
                             value: e.value,
@@ -125,7 +175,12 @@ pub fn handle(broker: &Broker, req: DescribeConfigsRequest, _version: i16) -> De
                             synonyms: if req.include_synonyms {
                                 e.synonyms
                                     .into_iter()
-                                    .map(|(name, value, source)| DescribeConfigsSynonym { name, value: Some(value), source, ..Default::default() })
+                                    .map(|(name, value, source)| DescribeConfigsSynonym {
+                                        name,
+                                        value: Some(value),
+                                        source,
+                                        ..Default::default()
+                                    })
                                     .collect()
                             } else {
                                 Vec::new()
@@ -144,5 +199,8 @@ pub fn handle(broker: &Broker, req: DescribeConfigsRequest, _version: i16) -> De
             result
         })
         .collect();
-    DescribeConfigsResponse { results, ..Default::default() }
+    DescribeConfigsResponse {
+        results,
+        ..Default::default()
+    }
 }

@@ -1,7 +1,9 @@
 //! DescribeProducers: the producer state of partitions, for operators.
 
 use crate::broker::Broker;
-use kaas_core::protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
+use kaas_core::protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
 use kaas_core::protocol::messages::{DescribeProducersRequest, DescribeProducersResponse};
 use kaas_core::protocol::ErrorCode;
 
@@ -15,7 +17,10 @@ pub fn handle(broker: &Broker, req: DescribeProducersRequest) -> DescribeProduce
                 .partition_indexes
                 .into_iter()
                 .map(|index| {
-                    let mut resp = PartitionResponse { partition_index: index, ..Default::default() };
+                    let mut resp = PartitionResponse {
+                        partition_index: index,
+                        ..Default::default()
+                    };
                     let found = topic
                         .as_ref()
                         .and_then(|t| t.partition(index))
@@ -30,7 +35,9 @@ pub fn handle(broker: &Broker, req: DescribeProducersRequest) -> DescribeProduce
                                         last_sequence: e.last_seq(),
                                         last_timestamp: e.last_timestamp,
                                         coordinator_epoch: e.coordinator_epoch,
-                                        current_txn_start_offset: e.current_txn_first_offset.unwrap_or(-1),
+                                        current_txn_start_offset: e
+                                            .current_txn_first_offset
+                                            .unwrap_or(-1),
                                         ..Default::default()
                                     })
                                     .collect()
@@ -46,8 +53,15 @@ pub fn handle(broker: &Broker, req: DescribeProducersRequest) -> DescribeProduce
                     resp
                 })
                 .collect();
-            TopicResponse { name: t.name, partitions, ..Default::default() }
+            TopicResponse {
+                name: t.name,
+                partitions,
+                ..Default::default()
+            }
         })
         .collect();
-    DescribeProducersResponse { topics, ..Default::default() }
+    DescribeProducersResponse {
+        topics,
+        ..Default::default()
+    }
 }

@@ -25,10 +25,15 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     let mut progress = broker.watch_progress();
     loop {
         progress.borrow_and_update();
-        let (responses, bytes, any_error) = read_all(broker, &req.topics, req.max_bytes, isolation, version);
+        let (responses, bytes, any_error) =
+            read_all(broker, &req.topics, req.max_bytes, isolation, version);
         let satisfied = bytes >= req.min_bytes.max(0) as usize || any_error;
         if satisfied || tokio::time::Instant::now() >= deadline {
-            return FetchResponse { responses, session_id: 0, ..Default::default() };
+            return FetchResponse {
+                responses,
+                session_id: 0,
+                ..Default::default()
+            };
         }
         tokio::select! {
             changed = progress.changed() => if changed.is_err() { return FetchResponse { responses, ..Default::default() } },
@@ -50,9 +55,13 @@ fn read_all(
     let mut out = Vec::with_capacity(topics.len());
     for ft in topics {
         let topic: Result<Arc<Topic>, ErrorCode> = if version >= TOPIC_IDS_FROM {
-            broker.topic_by_id(ft.topic_id).ok_or(ErrorCode::UnknownTopicId)
+            broker
+                .topic_by_id(ft.topic_id)
+                .ok_or(ErrorCode::UnknownTopicId)
         } else {
-            broker.topic(&ft.topic).ok_or(ErrorCode::UnknownTopicOrPartition)
+            broker
+                .topic(&ft.topic)
+                .ok_or(ErrorCode::UnknownTopicOrPartition)
         };
         let mut partitions = Vec::with_capacity(ft.partitions.len());
         for fp in &ft.partitions {
@@ -66,7 +75,11 @@ fn read_all(
                 records: Some(bytes::Bytes::new()),
                 ..Default::default()
             };
-            let partition = topic.as_ref().map_err(|c| *c).and_then(|t| t.partition(fp.partition).cloned().ok_or(ErrorCode::UnknownTopicOrPartition));
+            let partition = topic.as_ref().map_err(|c| *c).and_then(|t| {
+                t.partition(fp.partition)
+                    .cloned()
+                    .ok_or(ErrorCode::UnknownTopicOrPartition)
+            });
             let result = partition.and_then(|p| {
                 check_leader_epoch(fp.current_leader_epoch)?;
                 // KIP-74: the first partition with data may exceed the
@@ -74,7 +87,11 @@ fn read_all(
                 // progress; later ones only get what is left.
                 let limit = (fp.partition_max_bytes.max(0) as usize).min(budget);
                 let must_return_one = total == 0;
-                p.read(fp.fetch_offset, if must_return_one { limit.max(1) } else { limit }, isolation)
+                p.read(
+                    fp.fetch_offset,
+                    if must_return_one { limit.max(1) } else { limit },
+                    isolation,
+                )
             });
             match result {
                 Ok(data) => {
@@ -93,7 +110,12 @@ fn read_all(
             }
             partitions.push(pd);
         }
-        out.push(FetchableTopicResponse { topic: ft.topic.clone(), topic_id: ft.topic_id, partitions, ..Default::default() });
+        out.push(FetchableTopicResponse {
+            topic: ft.topic.clone(),
+            topic_id: ft.topic_id,
+            partitions,
+            ..Default::default()
+        });
     }
     (out, total, any_error)
 }

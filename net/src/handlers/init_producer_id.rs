@@ -11,7 +11,11 @@ use kaas_core::protocol::messages::{InitProducerIdRequest, InitProducerIdRespons
 use kaas_core::protocol::ErrorCode;
 
 pub async fn handle(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
-    let mut resp = InitProducerIdResponse { producer_id: -1, producer_epoch: -1, ..Default::default() };
+    let mut resp = InitProducerIdResponse {
+        producer_id: -1,
+        producer_epoch: -1,
+        ..Default::default()
+    };
     if req.transactional_id.is_some() {
         tracing::warn!(transactional_id = ?req.transactional_id, "transactions are not supported yet");
         resp.error_code = ErrorCode::InvalidRequest.code();

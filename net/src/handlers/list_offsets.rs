@@ -2,7 +2,9 @@
 
 use super::fetch::check_leader_epoch;
 use crate::broker::{Broker, Isolation, Partition};
-use kaas_core::protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kaas_core::protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
 use kaas_core::protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kaas_core::protocol::ErrorCode;
 
@@ -34,7 +36,8 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, _version: i16) -> ListOf
                     let partition = topic.as_ref().and_then(|t| t.partition(p.partition_index));
                     let result = match partition {
                         None => Err(ErrorCode::UnknownTopicOrPartition),
-                        Some(part) => check_leader_epoch(p.current_leader_epoch).and_then(|_| lookup(part, p.timestamp, isolation)),
+                        Some(part) => check_leader_epoch(p.current_leader_epoch)
+                            .and_then(|_| lookup(part, p.timestamp, isolation)),
                     };
                     match result {
                         Ok(Some((offset, timestamp))) => {
@@ -48,14 +51,25 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, _version: i16) -> ListOf
                     resp
                 })
                 .collect();
-            ListOffsetsTopicResponse { name: t.name, partitions, ..Default::default() }
+            ListOffsetsTopicResponse {
+                name: t.name,
+                partitions,
+                ..Default::default()
+            }
         })
         .collect();
-    ListOffsetsResponse { topics, ..Default::default() }
+    ListOffsetsResponse {
+        topics,
+        ..Default::default()
+    }
 }
 
 /// (offset, timestamp) for one partition, or `None` if no offset matches.
-fn lookup(p: &Partition, timestamp: i64, isolation: Isolation) -> Result<Option<(i64, i64)>, ErrorCode> {
+fn lookup(
+    p: &Partition,
+    timestamp: i64,
+    isolation: Isolation,
+) -> Result<Option<(i64, i64)>, ErrorCode> {
     let bound = match isolation {
         Isolation::ReadUncommitted => p.high_watermark(),
         Isolation::ReadCommitted => p.last_stable_offset(),

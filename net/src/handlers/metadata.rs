@@ -2,7 +2,9 @@
 //! Names a client asks for may be auto-created.
 
 use crate::broker::{Broker, Topic};
-use kaas_core::protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kaas_core::protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
 use kaas_core::protocol::messages::{MetadataRequest, MetadataResponse};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use std::sync::Arc;
@@ -23,7 +25,11 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
             }
             out
         }
-        _ => broker.topics().iter().map(|t| describe(broker, t)).collect(),
+        _ => broker
+            .topics()
+            .iter()
+            .map(|t| describe(broker, t))
+            .collect(),
     };
     MetadataResponse {
         brokers: vec![MetadataResponseBroker {
@@ -44,7 +50,13 @@ async fn by_name(broker: &Arc<Broker>, name: String, may_create: bool) -> Metada
     if let Err(_msg) = kaas_core::topic_name::validate_topic_name(&name) {
         return error_topic(Some(name), Uuid::ZERO, ErrorCode::InvalidTopicException);
     }
-    let found = if may_create { broker.get_or_auto_create(&name).await } else { broker.topic(&name).ok_or(ErrorCode::UnknownTopicOrPartition) };
+    let found = if may_create {
+        broker.get_or_auto_create(&name).await
+    } else {
+        broker
+            .topic(&name)
+            .ok_or(ErrorCode::UnknownTopicOrPartition)
+    };
     match found {
         Ok(topic) => describe(broker, &topic),
         Err(code) => error_topic(Some(name), Uuid::ZERO, code),
@@ -59,7 +71,12 @@ fn by_id(broker: &Broker, id: Uuid) -> MetadataResponseTopic {
 }
 
 fn error_topic(name: Option<String>, topic_id: Uuid, code: ErrorCode) -> MetadataResponseTopic {
-    MetadataResponseTopic { error_code: code.code(), name, topic_id, ..Default::default() }
+    MetadataResponseTopic {
+        error_code: code.code(),
+        name,
+        topic_id,
+        ..Default::default()
+    }
 }
 
 fn describe(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {

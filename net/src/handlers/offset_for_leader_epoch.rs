@@ -6,7 +6,9 @@
 
 use super::fetch::check_leader_epoch;
 use crate::broker::Broker;
-use kaas_core::protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+use kaas_core::protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
 use kaas_core::protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use kaas_core::protocol::ErrorCode;
 
@@ -20,7 +22,12 @@ pub fn handle(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLea
                 .partitions
                 .into_iter()
                 .map(|p| {
-                    let mut resp = EpochEndOffset { partition: p.partition, leader_epoch: -1, end_offset: -1, ..Default::default() };
+                    let mut resp = EpochEndOffset {
+                        partition: p.partition,
+                        leader_epoch: -1,
+                        end_offset: -1,
+                        ..Default::default()
+                    };
                     let partition = topic.as_ref().and_then(|t| t.partition(p.partition));
                     match (partition, check_leader_epoch(p.current_leader_epoch)) {
                         (None, _) => resp.error_code = ErrorCode::UnknownTopicOrPartition.code(),
@@ -36,8 +43,15 @@ pub fn handle(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLea
                     resp
                 })
                 .collect();
-            OffsetForLeaderTopicResult { topic: t.topic, partitions, ..Default::default() }
+            OffsetForLeaderTopicResult {
+                topic: t.topic,
+                partitions,
+                ..Default::default()
+            }
         })
         .collect();
-    OffsetForLeaderEpochResponse { topics, ..Default::default() }
+    OffsetForLeaderEpochResponse {
+        topics,
+        ..Default::default()
+    }
 }

@@ -3,7 +3,9 @@
 
 use crate::broker::{Appended, Broker, Topic};
 use kaas_core::produce::{admit_batch, valid_acks, validate_produce_records};
-use kaas_core::protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kaas_core::protocol::messages::produce_response::{
+    PartitionProduceResponse, TopicProduceResponse,
+};
 use kaas_core::protocol::messages::{ProduceRequest, ProduceResponse};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use std::sync::Arc;
@@ -13,7 +15,11 @@ use std::time::Duration;
 const TOPIC_IDS_FROM: i16 = 13;
 
 /// `None` for acks=0: the client expects no response.
-pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: ProduceRequest,
+    version: i16,
+) -> Option<ProduceResponse> {
     let acks = req.acks;
     let mut responses = Vec::with_capacity(req.topic_data.len());
     // (response slot, partition, where it landed) for every successful append.
@@ -23,7 +29,13 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
         let topic = resolve(broker, &topic_data.name, topic_data.topic_id, version).await;
         let mut partition_responses = Vec::with_capacity(topic_data.partition_data.len());
         for pd in topic_data.partition_data {
-            let mut resp = PartitionProduceResponse { index: pd.index, base_offset: -1, log_append_time_ms: -1, log_start_offset: -1, ..Default::default() };
+            let mut resp = PartitionProduceResponse {
+                index: pd.index,
+                base_offset: -1,
+                log_append_time_ms: -1,
+                log_start_offset: -1,
+                ..Default::default()
+            };
             let outcome = if valid_acks(acks) {
                 append_one(broker, &topic, pd.index, pd.records)
             } else {
@@ -33,7 +45,11 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
                 Ok((partition, appended)) => {
                     resp.base_offset = appended.base_offset;
                     resp.log_start_offset = appended.log_start_offset;
-                    pending.push(((responses.len(), partition_responses.len()), partition, appended));
+                    pending.push((
+                        (responses.len(), partition_responses.len()),
+                        partition,
+                        appended,
+                    ));
                 }
                 Err(code) => resp.error_code = code.code(),
             }
@@ -43,7 +59,12 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
             Ok(t) => (t.name.clone(), t.id),
             Err(_) => (topic_data.name, topic_data.topic_id),
         };
-        responses.push(TopicProduceResponse { name, topic_id, partition_responses, ..Default::default() });
+        responses.push(TopicProduceResponse {
+            name,
+            topic_id,
+            partition_responses,
+            ..Default::default()
+        });
     }
 
     if acks == 0 {
@@ -52,7 +73,8 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
     if acks == -1 {
         let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
         for ((t, p), partition, appended) in pending {
-            let waited = tokio::time::timeout(timeout, partition.wait_durable(appended.end_offset)).await;
+            let waited =
+                tokio::time::timeout(timeout, partition.wait_durable(appended.end_offset)).await;
             let code = match waited {
                 Ok(Ok(())) => None,
                 Ok(Err(code)) => Some(code),
@@ -65,10 +87,18 @@ pub async fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
             }
         }
     }
-    Some(ProduceResponse { responses, ..Default::default() })
+    Some(ProduceResponse {
+        responses,
+        ..Default::default()
+    })
 }
 
-async fn resolve(broker: &Arc<Broker>, name: &str, id: Uuid, version: i16) -> Result<Arc<Topic>, ErrorCode> {
+async fn resolve(
+    broker: &Arc<Broker>,
+    name: &str,
+    id: Uuid,
+    version: i16,
+) -> Result<Arc<Topic>, ErrorCode> {
     if version >= TOPIC_IDS_FROM {
         return broker.topic_by_id(id).ok_or(ErrorCode::UnknownTopicId);
     }
@@ -85,7 +115,9 @@ fn append_one(
     records: Option<bytes::Bytes>,
 ) -> Result<(Arc<crate::broker::Partition>, Appended), ErrorCode> {
     let topic = topic.as_ref().map_err(|c| *c)?;
-    let partition = topic.partition(index).ok_or(ErrorCode::UnknownTopicOrPartition)?;
+    let partition = topic
+        .partition(index)
+        .ok_or(ErrorCode::UnknownTopicOrPartition)?;
     let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
     admit_batch(&batch)?;
     let appended = partition.append(&batch, crate::clock::now_ms())?;
