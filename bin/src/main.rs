@@ -1,6 +1,7 @@
 //! `kaas`: the broker binary.
 
 use clap::{Parser, Subcommand};
+use kaas_core::group::GroupConfig;
 use kaas_net::config::{BrokerConfig, LogDefaults};
 use kaas_net::volume::LocalVolume;
 use kaas_net::Broker;
@@ -59,6 +60,22 @@ struct ServeArgs {
     /// How often retention runs, in ms.
     #[arg(long, default_value_t = LogDefaults::default().retention_check_interval_ms)]
     retention_check_interval_ms: u64,
+    /// How long the first rebalance of an empty group waits for more
+    /// members (group.initial.rebalance.delay.ms).
+    #[arg(long, default_value_t = GroupConfig::default().initial_rebalance_delay_ms)]
+    group_initial_rebalance_delay_ms: i64,
+    /// Smallest session timeout a member may ask for (group.min.session.timeout.ms).
+    #[arg(long, default_value_t = GroupConfig::default().min_session_timeout_ms)]
+    group_min_session_timeout_ms: i32,
+    /// Largest session timeout a member may ask for (group.max.session.timeout.ms).
+    #[arg(long, default_value_t = GroupConfig::default().max_session_timeout_ms)]
+    group_max_session_timeout_ms: i32,
+    /// How long an empty group's offsets are kept (offsets.retention.minutes).
+    #[arg(long, default_value_t = GroupConfig::default().offsets_retention_ms / 60_000)]
+    offsets_retention_minutes: i64,
+    /// How often expired offsets are removed (offsets.retention.check.interval.ms).
+    #[arg(long, default_value_t = GroupConfig::default().offsets_retention_check_interval_ms)]
+    offsets_retention_check_interval_ms: i64,
 }
 
 fn main() -> std::process::ExitCode {
@@ -112,6 +129,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         retention_bytes: args.retention_bytes,
         retention_check_interval_ms: args.retention_check_interval_ms,
         ..LogDefaults::default()
+    };
+    config.group = GroupConfig {
+        initial_rebalance_delay_ms: args.group_initial_rebalance_delay_ms.max(0),
+        min_session_timeout_ms: args.group_min_session_timeout_ms,
+        max_session_timeout_ms: args.group_max_session_timeout_ms,
+        offsets_retention_ms: args.offsets_retention_minutes.saturating_mul(60_000),
+        offsets_retention_check_interval_ms: args.offsets_retention_check_interval_ms.max(1),
+        ..GroupConfig::default()
     };
     if let Some(adv) = &args.advertised {
         let (host, port) = adv

@@ -5,9 +5,11 @@
 //! The `net` crate drives it over real sockets and files; the simulator
 //! drives it over simulated ones.
 
+pub mod cluster;
+pub mod group;
+pub mod produce;
+pub mod producer;
 pub mod protocol;
 pub mod record;
 pub mod topic_config;
 pub mod topic_name;
-pub mod produce;
-pub mod producer;

@@ -2,6 +2,7 @@
 
 use kaas_core::protocol::frame::DEFAULT_MAX_FRAME_BYTES;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -22,6 +23,11 @@ pub struct BrokerConfig {
     pub log: LogDefaults,
     /// Producer state idle this long is forgotten (producer.id.expiration.ms).
     pub producer_id_expiration_ms: i64,
+    /// Capture mode for the fuzz corpus: write every request frame received
+    /// into this directory (`KAAS_CAPTURE_DIR`; off by default).
+    pub capture_dir: Option<PathBuf>,
+    /// Consumer group and committed-offset settings (`group.*`, `offsets.*`).
+    pub group: kaas_core::group::GroupConfig,
 }
 
 /// Broker-wide defaults of the per-topic log configs (Kafka's `log.*`).
@@ -60,6 +66,8 @@ impl BrokerConfig {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             log: LogDefaults::default(),
             producer_id_expiration_ms: kaas_core::producer::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+            capture_dir: None,
+            group: kaas_core::group::GroupConfig::default(),
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod broker;
 pub mod clock;
 pub mod config;
+pub mod coordinator;
 pub mod handlers;
 pub mod log;
 pub mod server;

@@ -18,7 +18,9 @@ use crate::config::BrokerConfig;
 use crate::log::LogConfig;
 use crate::volume::Volume;
 use kaas_core::protocol::{ErrorCode, Uuid};
-use kaas_core::topic_config::{self, MAX_MESSAGE_BYTES, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES};
+use kaas_core::topic_config::{
+    self, MAX_MESSAGE_BYTES, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
@@ -36,7 +38,9 @@ pub struct Topic {
 
 impl Topic {
     pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
-        usize::try_from(index).ok().and_then(|i| self.partitions.get(i))
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
     }
 }
 
@@ -49,7 +53,10 @@ pub struct AdminError {
 
 impl AdminError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> AdminError {
-        AdminError { code, message: message.into() }
+        AdminError {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -72,6 +79,8 @@ pub struct Broker {
     progress: Arc<watch::Sender<u64>>,
     /// Hands out producer ids, never the same one twice.
     pub producer_ids: ProducerIdManager,
+    /// Consumer groups and their committed offsets.
+    pub groups: Arc<crate::coordinator::GroupCoordinator>,
 }
 
 impl Broker {
@@ -82,8 +91,11 @@ impl Broker {
         volume.create_dir_all("topics")?;
         let cluster_id = load_or_create_cluster_id(volume.as_ref())?;
         let producer_ids = ProducerIdManager::new(volume.clone(), config.broker_id);
+        let groups =
+            crate::coordinator::GroupCoordinator::open(volume.clone(), config.group.clone())?;
         let broker = Arc::new(Broker {
             producer_ids,
+            groups,
             config,
             volume,
             cluster_id,
@@ -101,7 +113,12 @@ impl Broker {
                 partitions.push(broker.open_partition(&file.name, index, &file.configs)?);
             }
             tracing::info!(topic = %file.name, partitions = file.partitions, "recovered topic");
-            let topic = Topic { name: file.name.clone(), id, configs: file.configs, partitions };
+            let topic = Topic {
+                name: file.name.clone(),
+                id,
+                configs: file.configs,
+                partitions,
+            };
             broker.topics_mut().insert(file.name, Arc::new(topic));
         }
         // Partition directories without a topic file are leftovers of a
@@ -127,7 +144,8 @@ impl Broker {
     pub fn log_config(&self, configs: &BTreeMap<String, String>) -> LogConfig {
         let d = &self.config.log;
         LogConfig {
-            segment_bytes: topic_config::get_i64(configs, SEGMENT_BYTES, d.segment_bytes as i64).max(14) as u64,
+            segment_bytes: topic_config::get_i64(configs, SEGMENT_BYTES, d.segment_bytes as i64)
+                .max(14) as u64,
             ..LogConfig::default()
         }
     }
@@ -142,11 +160,26 @@ impl Broker {
     }
 
     pub fn max_message_bytes(&self, topic: &Topic) -> i64 {
-        topic_config::get_i64(&topic.configs, MAX_MESSAGE_BYTES, self.config.log.max_message_bytes as i64)
+        topic_config::get_i64(
+            &topic.configs,
+            MAX_MESSAGE_BYTES,
+            self.config.log.max_message_bytes as i64,
+        )
     }
 
-    fn open_partition(&self, topic: &str, index: i32, configs: &BTreeMap<String, String>) -> io::Result<Arc<Partition>> {
-        let partition = Arc::new(Partition::open(self.volume.clone(), topic, index, self.log_config(configs), clock::now_ms())?);
+    fn open_partition(
+        &self,
+        topic: &str,
+        index: i32,
+        configs: &BTreeMap<String, String>,
+    ) -> io::Result<Arc<Partition>> {
+        let partition = Arc::new(Partition::open(
+            self.volume.clone(),
+            topic,
+            index,
+            self.log_config(configs),
+            clock::now_ms(),
+        )?);
         tokio::spawn(partition.clone().run_flusher(self.progress.clone()));
         Ok(partition)
     }
@@ -180,15 +213,25 @@ impl Broker {
         replication_factor: i16,
         configs: &BTreeMap<String, String>,
     ) -> Result<(), AdminError> {
-        kaas_core::topic_name::validate_topic_name(name).map_err(|m| AdminError::new(ErrorCode::InvalidTopicException, m))?;
+        kaas_core::topic_name::validate_topic_name(name)
+            .map_err(|m| AdminError::new(ErrorCode::InvalidTopicException, m))?;
         if self.topic(name).is_some() {
-            return Err(AdminError::new(ErrorCode::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+            return Err(AdminError::new(
+                ErrorCode::TopicAlreadyExists,
+                format!("Topic '{name}' already exists."),
+            ));
         }
         if partitions <= 0 {
-            return Err(AdminError::new(ErrorCode::InvalidPartitions, "Number of partitions must be larger than 0."));
+            return Err(AdminError::new(
+                ErrorCode::InvalidPartitions,
+                "Number of partitions must be larger than 0.",
+            ));
         }
         if replication_factor == 0 || replication_factor < -1 {
-            return Err(AdminError::new(ErrorCode::InvalidReplicationFactor, "Replication factor must be larger than 0."));
+            return Err(AdminError::new(
+                ErrorCode::InvalidReplicationFactor,
+                "Replication factor must be larger than 0.",
+            ));
         }
         if replication_factor > 1 {
             return Err(AdminError::new(
@@ -197,7 +240,8 @@ impl Broker {
             ));
         }
         for (k, v) in configs {
-            topic_config::validate(k, Some(v)).map_err(|m| AdminError::new(ErrorCode::InvalidConfig, m))?;
+            topic_config::validate(k, Some(v))
+                .map_err(|m| AdminError::new(ErrorCode::InvalidConfig, m))?;
         }
         Ok(())
     }
@@ -218,13 +262,28 @@ impl Broker {
         for index in 0..partitions {
             // A leftover directory from an earlier incarnation must not leak
             // its records into the new topic.
-            self.volume.remove_dir_all(&partition_dir(name, index)).map_err(storage)?;
-            opened.push(self.open_partition(name, index, &configs).map_err(storage)?);
+            self.volume
+                .remove_dir_all(&partition_dir(name, index))
+                .map_err(storage)?;
+            opened.push(
+                self.open_partition(name, index, &configs)
+                    .map_err(storage)?,
+            );
         }
         let id = clock::random_uuid();
-        let file = TopicFile { name: name.to_string(), topic_id: format!("{:032x}", id.as_u128()), partitions, configs: configs.clone() };
+        let file = TopicFile {
+            name: name.to_string(),
+            topic_id: format!("{:032x}", id.as_u128()),
+            partitions,
+            configs: configs.clone(),
+        };
         topic_file::write(self.volume.as_ref(), &file).map_err(storage)?;
-        let topic = Arc::new(Topic { name: name.to_string(), id, configs, partitions: opened });
+        let topic = Arc::new(Topic {
+            name: name.to_string(),
+            id,
+            configs,
+            partitions: opened,
+        });
         self.topics_mut().insert(name.to_string(), topic.clone());
         tracing::info!(topic = name, partitions, %id, "created topic");
         Ok(topic)
@@ -239,9 +298,14 @@ impl Broker {
         if !self.config.auto_create_topics {
             return Err(ErrorCode::UnknownTopicOrPartition);
         }
-        match self.create_topic(name, self.config.default_partitions, -1, BTreeMap::new()).await {
+        match self
+            .create_topic(name, self.config.default_partitions, -1, BTreeMap::new())
+            .await
+        {
             Ok(t) => Ok(t),
-            Err(e) if e.code == ErrorCode::TopicAlreadyExists => self.topic(name).ok_or(ErrorCode::UnknownTopicOrPartition),
+            Err(e) if e.code == ErrorCode::TopicAlreadyExists => {
+                self.topic(name).ok_or(ErrorCode::UnknownTopicOrPartition)
+            }
             Err(e) => Err(e.code),
         }
     }
@@ -250,26 +314,41 @@ impl Broker {
     /// then the partitions.
     pub async fn delete_topic(&self, name: &str) -> Result<Uuid, AdminError> {
         let _admin = self.admin.lock().await;
-        let topic = self
-            .topic(name)
-            .ok_or_else(|| AdminError::new(ErrorCode::UnknownTopicOrPartition, "This server does not host this topic."))?;
+        let topic = self.topic(name).ok_or_else(|| {
+            AdminError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                "This server does not host this topic.",
+            )
+        })?;
         let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
-        self.volume.remove(&topic_file::path(name)).map_err(storage)?;
+        self.volume
+            .remove(&topic_file::path(name))
+            .map_err(storage)?;
         self.topics_mut().remove(name);
         for p in &topic.partitions {
             p.close();
-            self.volume.remove_dir_all(&partition_dir(name, p.index)).map_err(storage)?;
+            self.volume
+                .remove_dir_all(&partition_dir(name, p.index))
+                .map_err(storage)?;
         }
         tracing::info!(topic = name, id = %topic.id, "deleted topic");
         Ok(topic.id)
     }
 
     /// Raises a topic's partition count to `count`.
-    pub async fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), AdminError> {
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), AdminError> {
         let _admin = self.admin.lock().await;
-        let topic = self
-            .topic(name)
-            .ok_or_else(|| AdminError::new(ErrorCode::UnknownTopicOrPartition, "This server does not host this topic."))?;
+        let topic = self.topic(name).ok_or_else(|| {
+            AdminError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                "This server does not host this topic.",
+            )
+        })?;
         let current = topic.partitions.len() as i32;
         if count < current {
             return Err(AdminError::new(
@@ -278,7 +357,10 @@ impl Broker {
             ));
         }
         if count == current {
-            return Err(AdminError::new(ErrorCode::InvalidPartitions, format!("Topic already has {current} partitions.")));
+            return Err(AdminError::new(
+                ErrorCode::InvalidPartitions,
+                format!("Topic already has {current} partitions."),
+            ));
         }
         if validate_only {
             return Ok(());
@@ -286,8 +368,13 @@ impl Broker {
         let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
         let mut partitions = topic.partitions.clone();
         for index in current..count {
-            self.volume.remove_dir_all(&partition_dir(name, index)).map_err(storage)?;
-            partitions.push(self.open_partition(name, index, &topic.configs).map_err(storage)?);
+            self.volume
+                .remove_dir_all(&partition_dir(name, index))
+                .map_err(storage)?;
+            partitions.push(
+                self.open_partition(name, index, &topic.configs)
+                    .map_err(storage)?,
+            );
         }
         let file = TopicFile {
             name: name.to_string(),
@@ -296,8 +383,14 @@ impl Broker {
             configs: topic.configs.clone(),
         };
         topic_file::write(self.volume.as_ref(), &file).map_err(storage)?;
-        let updated = Topic { name: name.to_string(), id: topic.id, configs: topic.configs.clone(), partitions };
-        self.topics_mut().insert(name.to_string(), Arc::new(updated));
+        let updated = Topic {
+            name: name.to_string(),
+            id: topic.id,
+            configs: topic.configs.clone(),
+            partitions,
+        };
+        self.topics_mut()
+            .insert(name.to_string(), Arc::new(updated));
         Ok(())
     }
 
@@ -306,7 +399,8 @@ impl Broker {
         for topic in self.topics() {
             let (bytes, ms) = self.retention(&topic);
             for p in &topic.partitions {
-                let result = p.apply_retention(now_ms, bytes, ms, self.config.producer_id_expiration_ms);
+                let result =
+                    p.apply_retention(now_ms, bytes, ms, self.config.producer_id_expiration_ms);
                 if let Err(e) = result {
                     tracing::error!(topic = %topic.name, partition = p.index, error = %e, "retention failed");
                 }
@@ -317,7 +411,8 @@ impl Broker {
     /// Runs retention every `retention_check_interval_ms` until the broker
     /// is dropped.
     pub async fn run_retention(self: Arc<Self>) {
-        let every = std::time::Duration::from_millis(self.config.log.retention_check_interval_ms.max(1));
+        let every =
+            std::time::Duration::from_millis(self.config.log.retention_check_interval_ms.max(1));
         loop {
             tokio::time::sleep(every).await;
             self.apply_retention(clock::now_ms());
@@ -341,13 +436,17 @@ impl Broker {
 
 fn load_or_create_cluster_id(volume: &dyn Volume) -> io::Result<String> {
     if let Some(bytes) = volume.read(CLUSTER_FILE)? {
-        let file: ClusterFile = serde_json::from_slice(&bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let file: ClusterFile = serde_json::from_slice(&bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         return Ok(file.cluster_id);
     }
     // Kafka cluster ids are 22-character URL-safe base64 of a UUID.
     let id = clock::random_uuid();
     let cluster_id = base64_url(&id.0);
-    let json = serde_json::to_vec_pretty(&ClusterFile { cluster_id: cluster_id.clone() }).map_err(io::Error::other)?;
+    let json = serde_json::to_vec_pretty(&ClusterFile {
+        cluster_id: cluster_id.clone(),
+    })
+    .map_err(io::Error::other)?;
     volume.write_atomic(CLUSTER_FILE, &json)?;
     Ok(cluster_id)
 }
@@ -356,7 +455,10 @@ fn base64_url(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (*b as u32) << (16 - 8 * i));
         for i in 0..=chunk.len() {
             out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
         }

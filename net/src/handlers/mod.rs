@@ -8,17 +8,28 @@
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod describe_producers;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
+mod sync_group;
 
 use crate::broker::Broker;
 use kaas_core::protocol::messages::*;
@@ -43,6 +54,17 @@ pub const SUPPORTED_APIS: &[(i16, i16, i16)] = &[
     (describe_cluster_request::API_KEY, 0, 2),
     (init_producer_id_request::API_KEY, 0, 5),
     (describe_producers_request::API_KEY, 0, 0),
+    (find_coordinator_request::API_KEY, 0, 6),
+    (join_group_request::API_KEY, 0, 9),
+    (sync_group_request::API_KEY, 0, 5),
+    (heartbeat_request::API_KEY, 0, 4),
+    (leave_group_request::API_KEY, 0, 5),
+    (offset_commit_request::API_KEY, 2, 9),
+    (offset_fetch_request::API_KEY, 1, 9),
+    (describe_groups_request::API_KEY, 0, 6),
+    (list_groups_request::API_KEY, 0, 5),
+    (delete_groups_request::API_KEY, 0, 2),
+    (offset_delete_request::API_KEY, 0, 0),
 ];
 
 pub fn supported_versions(api_key: i16) -> Option<(i16, i16)> {
@@ -114,6 +136,42 @@ pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, body: Reques
         RequestBody::DescribeProducers(req) => {
             respond(ResponseBody::DescribeProducers(describe_producers::handle(broker, req)))
         }
+        RequestBody::FindCoordinator(req) => respond(ResponseBody::FindCoordinator(
+            find_coordinator::handle(broker, req, version),
+        )),
+        RequestBody::JoinGroup(req) => {
+            let client_id = header.client_id.as_deref().unwrap_or("");
+            respond(ResponseBody::JoinGroup(
+                join_group::handle(broker, req, version, client_id).await,
+            ))
+        }
+        RequestBody::SyncGroup(req) => respond(ResponseBody::SyncGroup(
+            sync_group::handle(broker, req).await,
+        )),
+        RequestBody::Heartbeat(req) => {
+            respond(ResponseBody::Heartbeat(heartbeat::handle(broker, req)))
+        }
+        RequestBody::LeaveGroup(req) => respond(ResponseBody::LeaveGroup(leave_group::handle(
+            broker, req, version,
+        ))),
+        RequestBody::OffsetCommit(req) => respond(ResponseBody::OffsetCommit(
+            offset_commit::handle(broker, req, version).await,
+        )),
+        RequestBody::OffsetFetch(req) => respond(ResponseBody::OffsetFetch(offset_fetch::handle(
+            broker, req, version,
+        ))),
+        RequestBody::DescribeGroups(req) => respond(ResponseBody::DescribeGroups(
+            describe_groups::handle(broker, req, version),
+        )),
+        RequestBody::ListGroups(req) => {
+            respond(ResponseBody::ListGroups(list_groups::handle(broker, req)))
+        }
+        RequestBody::DeleteGroups(req) => respond(ResponseBody::DeleteGroups(
+            delete_groups::handle(broker, req).await,
+        )),
+        RequestBody::OffsetDelete(req) => respond(ResponseBody::OffsetDelete(
+            offset_delete::handle(broker, req).await,
+        )),
         other => Outcome::Close(format!("no handler for api key {}", other.api_key())),
     }
 }

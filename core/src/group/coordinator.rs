@@ -1,0 +1,601 @@
+//! The group coordinator as data: every group this broker coordinates and
+//! the durable view of every slot.
+//!
+//! Membership lives only here, in memory. Offsets live in the slot views,
+//! which hold exactly what the slot files on the volume say: a change is
+//! returned as a [`SlotOp`] for the driver to write, and becomes visible
+//! (to OffsetFetch, retention, describe) only when the driver installs the
+//! written state with [`Coordinator::install_slot`]. So nothing a reader sees
+//! can be lost by a crash.
+
+use super::classic::{
+    self, Effect, Group, JoinRequest, JoinResult, SyncRequest, SyncResult, Waiter,
+};
+use super::offsets::{self, GroupRecord, OffsetEntry};
+use super::slot::{GroupMeta, SlotOp, SlotState};
+use super::state::{self, GroupState};
+use super::GroupConfig;
+use crate::cluster::{coordinator_slot, COORDINATOR_SLOTS};
+use crate::protocol::ErrorCode;
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+/// What a call needs the driver to do besides answering its own request:
+/// answer parked requests, and write slot changes.
+#[derive(Debug, Default)]
+pub struct Output {
+    pub effects: Vec<Effect>,
+    /// (slot, op), in the order they must be applied.
+    pub ops: Vec<(u32, SlotOp)>,
+}
+
+/// One partition of an OffsetCommit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+/// An OffsetCommit, version-independent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    /// Generation, or -1 for a commit from outside the group protocol. (v9's
+    /// member epoch of the new consumer protocol is a generation here: every
+    /// kaas group is a classic group.)
+    pub generation: i32,
+    /// v2-v4: -1 for the broker's retention.
+    pub retention_time_ms: i64,
+    /// v9+: a commit with a generation to a group that does not exist is
+    /// GROUP_ID_NOT_FOUND; older versions say ILLEGAL_GENERATION.
+    pub missing_group_is_not_found: bool,
+    pub offsets: Vec<CommitOffset>,
+}
+
+/// One partition of an OffsetFetch answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedOffset {
+    pub partition: i32,
+    /// -1 if nothing is committed.
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub error: ErrorCode,
+}
+
+/// A member as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+/// A group as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    pub state: GroupState,
+    pub protocol_type: String,
+    /// The selected protocol, only while Stable (as Kafka reports it).
+    pub protocol_data: String,
+    pub members: Vec<MemberDescription>,
+}
+
+/// A group as ListGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedGroup {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: GroupState,
+}
+
+#[derive(Debug, Clone)]
+pub struct Coordinator {
+    config: GroupConfig,
+    groups: BTreeMap<String, Group>,
+    slots: Vec<SlotState>,
+}
+
+fn meta_of(g: &Group) -> GroupMeta {
+    GroupMeta {
+        protocol_type: g.protocol_type().map(str::to_string),
+        generation: g.generation(),
+        empty_since_ms: (g.state() == GroupState::Empty).then(|| g.state_since_ms()),
+    }
+}
+
+impl Coordinator {
+    pub fn new(config: GroupConfig, coordinator_epoch: i32) -> Coordinator {
+        Coordinator {
+            config,
+            groups: BTreeMap::new(),
+            slots: (0..COORDINATOR_SLOTS)
+                .map(|s| SlotState::new(s, coordinator_epoch))
+                .collect(),
+        }
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    pub fn slot(&self, slot: u32) -> Option<&SlotState> {
+        self.slots.get(slot as usize)
+    }
+
+    pub fn group(&self, group_id: &str) -> Option<&Group> {
+        self.groups.get(group_id)
+    }
+
+    /// The durable record of a group (its committed offsets), if any.
+    pub fn record(&self, group_id: &str) -> Option<&GroupRecord> {
+        self.slots
+            .get(coordinator_slot(group_id) as usize)
+            .and_then(|s| s.groups.get(group_id))
+    }
+
+    /// Installs a slot's durable state: read at startup, or just written.
+    /// Every group with a record has a group in memory (a restored one comes
+    /// back Empty); an idle group whose record this state removed (deleted,
+    /// or all offsets expired) is forgotten, as Kafka forgets it.
+    pub fn install_slot(&mut self, state: SlotState, now_ms: i64) {
+        let Some(current) = self.slots.get_mut(state.slot as usize) else {
+            return;
+        };
+        let old = std::mem::replace(current, state);
+        let new = &self.slots[old.slot as usize];
+        for (id, rec) in &new.groups {
+            if !self.groups.contains_key(id) {
+                let empty_since = rec.empty_since_ms.unwrap_or(now_ms);
+                self.groups.insert(
+                    id.clone(),
+                    Group::loaded(id, rec.protocol_type.clone(), rec.generation, empty_since),
+                );
+            }
+        }
+        for id in old.groups.keys() {
+            if !new.groups.contains_key(id) && self.groups.get(id).is_some_and(Group::is_idle) {
+                self.groups.remove(id);
+            }
+        }
+    }
+
+    /// Runs `f` on an existing group and records its metadata change, if
+    /// any, as a slot op.
+    fn with_group<R>(
+        &mut self,
+        group_id: &str,
+        out: &mut Output,
+        f: impl FnOnce(&mut Group, &GroupConfig, &mut Vec<Effect>) -> R,
+    ) -> Option<R> {
+        let g = self.groups.get_mut(group_id)?;
+        let before = meta_of(g);
+        let r = f(g, &self.config, &mut out.effects);
+        let after = meta_of(g);
+        if after != before {
+            out.ops.push((
+                coordinator_slot(group_id),
+                SlotOp::Meta {
+                    group: group_id.to_string(),
+                    meta: after,
+                },
+            ));
+        }
+        Some(r)
+    }
+
+    /// JoinGroup. `None`: parked; the answer comes as an effect for `waiter`.
+    pub fn join(
+        &mut self,
+        group_id: &str,
+        req: JoinRequest,
+        waiter: Waiter,
+        now_ms: i64,
+        out: &mut Output,
+    ) -> Option<JoinResult> {
+        if group_id.is_empty() {
+            return Some(JoinResult::error(req.member_id, ErrorCode::InvalidGroupId));
+        }
+        if !classic::session_timeout_in_range(req.session_timeout_ms, &self.config) {
+            return Some(JoinResult::error(
+                req.member_id,
+                ErrorCode::InvalidSessionTimeout,
+            ));
+        }
+        if !self.groups.contains_key(group_id) {
+            // Only a member without an id may create a group: a member id
+            // names a member of a group that no longer exists here.
+            if !req.member_id.is_empty() {
+                return Some(JoinResult::error(req.member_id, ErrorCode::UnknownMemberId));
+            }
+            self.groups
+                .insert(group_id.to_string(), Group::new(group_id, now_ms));
+        }
+        self.with_group(group_id, out, |g, cfg, fx| {
+            g.join(req, waiter, cfg, now_ms, fx)
+        })
+        .flatten()
+    }
+
+    /// SyncGroup. `None`: parked; the answer comes as an effect for `waiter`.
+    pub fn sync(
+        &mut self,
+        group_id: &str,
+        req: SyncRequest,
+        waiter: Waiter,
+        now_ms: i64,
+        out: &mut Output,
+    ) -> Option<SyncResult> {
+        if group_id.is_empty() {
+            return Some(SyncResult::error(ErrorCode::InvalidGroupId));
+        }
+        match self.with_group(group_id, out, |g, _, fx| g.sync(req, waiter, now_ms, fx)) {
+            Some(r) => r,
+            None => Some(SyncResult::error(ErrorCode::UnknownMemberId)),
+        }
+    }
+
+    pub fn heartbeat(
+        &mut self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        now_ms: i64,
+        out: &mut Output,
+    ) -> ErrorCode {
+        if group_id.is_empty() {
+            return ErrorCode::InvalidGroupId;
+        }
+        self.with_group(group_id, out, |g, _, _| {
+            g.heartbeat(member_id, instance_id, generation, now_ms)
+        })
+        .unwrap_or(ErrorCode::UnknownMemberId)
+    }
+
+    /// LeaveGroup: one error per leaving member, or a group-level error.
+    pub fn leave(
+        &mut self,
+        group_id: &str,
+        leaving: &[(String, Option<String>)],
+        now_ms: i64,
+        out: &mut Output,
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        if group_id.is_empty() {
+            return Err(ErrorCode::InvalidGroupId);
+        }
+        self.with_group(group_id, out, |g, cfg, fx| {
+            g.leave(leaving, cfg, now_ms, fx)
+        })
+        .unwrap_or_else(|| Ok(vec![ErrorCode::UnknownMemberId; leaving.len()]))
+    }
+
+    /// OffsetCommit: validates against the group and returns one error per
+    /// offset; accepted offsets are in one `Commit` op in `out`, and are
+    /// committed once that op is written.
+    pub fn commit_offsets(
+        &mut self,
+        req: &CommitRequest,
+        now_ms: i64,
+        out: &mut Output,
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        if !self.groups.contains_key(&req.group_id) {
+            if req.generation >= 0 {
+                return Err(if req.missing_group_is_not_found {
+                    ErrorCode::GroupIdNotFound
+                } else {
+                    ErrorCode::IllegalGeneration
+                });
+            }
+            // A group used only to store offsets: Empty, no protocol type.
+            self.groups
+                .insert(req.group_id.clone(), Group::new(&req.group_id, now_ms));
+        }
+        let max_metadata = self.config.offset_metadata_max_bytes;
+        let g = self
+            .groups
+            .get_mut(&req.group_id)
+            .ok_or(ErrorCode::CoordinatorNotAvailable)?;
+        g.validate_offset_commit(
+            &req.member_id,
+            req.instance_id.as_deref(),
+            req.generation,
+            false,
+        )?;
+        g.commit_keeps_alive(&req.member_id, now_ms);
+        let expire_timestamp_ms = offsets::expire_timestamp_for(req.retention_time_ms, now_ms);
+        let mut errors = Vec::with_capacity(req.offsets.len());
+        let mut accepted = Vec::new();
+        for o in &req.offsets {
+            if offsets::offset_metadata_too_large(o.metadata.as_deref(), max_metadata) {
+                errors.push(ErrorCode::OffsetMetadataTooLarge);
+                continue;
+            }
+            errors.push(ErrorCode::None);
+            accepted.push((
+                o.topic.clone(),
+                o.partition,
+                OffsetEntry {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata.clone().unwrap_or_default(),
+                    commit_timestamp_ms: now_ms,
+                    expire_timestamp_ms,
+                },
+            ));
+        }
+        if !accepted.is_empty() {
+            let op = SlotOp::Commit {
+                group: req.group_id.clone(),
+                meta: meta_of(g),
+                offsets: accepted,
+            };
+            out.ops.push((coordinator_slot(&req.group_id), op));
+        }
+        Ok(errors)
+    }
+
+    /// OffsetFetch of one group. `topics`: `None` for every committed
+    /// offset. A group that does not exist has no offsets (-1 for each
+    /// requested partition), which is not an error.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        topics: Option<&[(String, Vec<i32>)]>,
+        require_stable: bool,
+    ) -> Vec<(String, Vec<FetchedOffset>)> {
+        let live = self
+            .groups
+            .get(group_id)
+            .is_some_and(|g| g.state() != GroupState::Dead);
+        let record = if live { self.record(group_id) } else { None };
+        let fetched = |topic: &str, partition: i32| -> FetchedOffset {
+            if require_stable && record.is_some_and(|r| r.has_pending_txn_offset(topic, partition))
+            {
+                return FetchedOffset {
+                    partition,
+                    offset: -1,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    error: ErrorCode::UnstableOffsetCommit,
+                };
+            }
+            match record.and_then(|r| r.offset(topic, partition)) {
+                Some(e) => FetchedOffset {
+                    partition,
+                    offset: e.offset,
+                    leader_epoch: e.leader_epoch,
+                    metadata: e.metadata.clone(),
+                    error: ErrorCode::None,
+                },
+                None => FetchedOffset {
+                    partition,
+                    offset: -1,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    error: ErrorCode::None,
+                },
+            }
+        };
+        match topics {
+            Some(list) => list
+                .iter()
+                .map(|(topic, parts)| {
+                    (
+                        topic.clone(),
+                        parts.iter().map(|p| fetched(topic, *p)).collect(),
+                    )
+                })
+                .collect(),
+            None => record
+                .map(|r| {
+                    r.offsets
+                        .iter()
+                        .map(|(topic, parts)| {
+                            (
+                                topic.clone(),
+                                parts.keys().map(|p| fetched(topic, *p)).collect(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// DescribeGroups of one group; `None` if it does not exist.
+    pub fn describe_group(&self, group_id: &str) -> Option<GroupDescription> {
+        let g = self
+            .groups
+            .get(group_id)
+            .filter(|g| g.state() != GroupState::Dead)?;
+        let stable = g.state() == GroupState::Stable;
+        let protocol = g.protocol_name().unwrap_or("");
+        Some(GroupDescription {
+            state: g.state(),
+            protocol_type: g.protocol_type().unwrap_or("").to_string(),
+            protocol_data: if stable {
+                protocol.to_string()
+            } else {
+                String::new()
+            },
+            members: g
+                .members()
+                .map(|m| MemberDescription {
+                    member_id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable {
+                        m.metadata(protocol)
+                    } else {
+                        Bytes::new()
+                    },
+                    assignment: if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                })
+                .collect(),
+        })
+    }
+
+    /// ListGroups with the v4+ states filter and v5+ types filter.
+    pub fn list_groups(
+        &self,
+        states_filter: &[String],
+        types_filter: &[String],
+    ) -> Vec<ListedGroup> {
+        if !state::classic_type_matches_filter(types_filter) {
+            return Vec::new();
+        }
+        self.groups
+            .values()
+            .filter(|g| {
+                g.state() != GroupState::Dead
+                    && state::state_matches_filter(g.state(), states_filter)
+            })
+            .map(|g| ListedGroup {
+                group_id: g.id.clone(),
+                protocol_type: g.protocol_type().unwrap_or("").to_string(),
+                state: g.state(),
+            })
+            .collect()
+    }
+
+    /// DeleteGroups of one group: only an Empty group can be deleted, with
+    /// all its offsets.
+    pub fn delete_group(&mut self, group_id: &str, now_ms: i64, out: &mut Output) -> ErrorCode {
+        let Some(g) = self.groups.get_mut(group_id) else {
+            return ErrorCode::GroupIdNotFound;
+        };
+        match g.state() {
+            GroupState::Dead => ErrorCode::GroupIdNotFound,
+            GroupState::Empty => {
+                g.mark_dead(now_ms);
+                self.groups.remove(group_id);
+                out.ops.push((
+                    coordinator_slot(group_id),
+                    SlotOp::DeleteGroup {
+                        group: group_id.to_string(),
+                    },
+                ));
+                ErrorCode::None
+            }
+            _ => ErrorCode::NonEmptyGroup,
+        }
+    }
+
+    /// OffsetDelete: removes offsets of topics the group does not consume.
+    /// Returns one error per partition, or a group-level error.
+    pub fn delete_offsets(
+        &mut self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+        out: &mut Output,
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        let g = self
+            .groups
+            .get(group_id)
+            .ok_or(ErrorCode::GroupIdNotFound)?;
+        match g.state() {
+            GroupState::Dead => return Err(ErrorCode::GroupIdNotFound),
+            GroupState::Empty => {}
+            // Only a consumer group says what it consumes; any other
+            // non-empty group might need every offset.
+            _ if g.protocol_type() != Some(super::CONSUMER_PROTOCOL_TYPE) => {
+                return Err(ErrorCode::NonEmptyGroup)
+            }
+            _ => {}
+        }
+        let record = self.record(group_id);
+        let mut errors = Vec::with_capacity(partitions.len());
+        let mut delete = Vec::new();
+        for (topic, partition) in partitions {
+            if g.is_subscribed_to_topic(topic) {
+                errors.push(ErrorCode::GroupSubscribedToTopic);
+            } else {
+                if record.is_some_and(|r| r.offset(topic, *partition).is_some()) {
+                    delete.push((topic.clone(), *partition));
+                }
+                errors.push(ErrorCode::None);
+            }
+        }
+        if !delete.is_empty() {
+            out.ops.push((
+                coordinator_slot(group_id),
+                SlotOp::DeleteOffsets {
+                    group: group_id.to_string(),
+                    partitions: delete,
+                },
+            ));
+        }
+        Ok(errors)
+    }
+
+    /// The earliest time `tick` has something to do.
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        self.groups
+            .values()
+            .filter_map(Group::next_deadline_ms)
+            .min()
+    }
+
+    /// Applies every timeout due at `now_ms`.
+    pub fn tick(&mut self, now_ms: i64, out: &mut Output) {
+        let due: Vec<String> = self
+            .groups
+            .values()
+            .filter(|g| g.next_deadline_ms().is_some_and(|d| d <= now_ms))
+            .map(|g| g.id.clone())
+            .collect();
+        for id in due {
+            self.with_group(&id, out, |g, cfg, fx| g.tick(cfg, now_ms, fx));
+        }
+    }
+
+    /// Offset retention (the periodic cleanup): expired offsets become
+    /// `Expire` ops, and idle groups without offsets are forgotten.
+    pub fn expire_offsets(&mut self, now_ms: i64, out: &mut Output) {
+        let retention_ms = self.config.offsets_retention_ms;
+        let mut forget = Vec::new();
+        for (id, g) in &self.groups {
+            let Some(record) = self.record(id) else {
+                if g.is_idle() {
+                    forget.push(id.clone());
+                }
+                continue;
+            };
+            let Some(base) = offsets::offset_expiry_base(
+                g.protocol_type(),
+                g.state(),
+                g.state_since_ms(),
+                g.subscribed_topics(),
+            ) else {
+                continue;
+            };
+            let expired = offsets::expired_offsets(record, &base, now_ms, retention_ms);
+            if !expired.is_empty() {
+                out.ops.push((
+                    coordinator_slot(id),
+                    SlotOp::Expire {
+                        group: id.clone(),
+                        offsets: expired,
+                    },
+                ));
+            }
+        }
+        for id in forget {
+            self.groups.remove(&id);
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! A member of a classic group.
+
+use super::classic::Waiter;
+use bytes::Bytes;
+use std::collections::BTreeSet;
+
+/// One protocol a member supports (for consumers: an assignor name and the
+/// subscription encoded for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protocol {
+    pub name: String,
+    pub metadata: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: String,
+    /// `group.instance.id` of a static member.
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    /// In the member's order of preference.
+    pub protocols: Vec<Protocol>,
+    /// What the leader assigned this member in the current generation.
+    pub assignment: Bytes,
+    /// The JoinGroup request parked until the join phase completes.
+    pub(crate) join_waiter: Option<Waiter>,
+    /// The SyncGroup request parked until the leader's assignment arrives.
+    pub(crate) sync_waiter: Option<Waiter>,
+    /// Joined without a member id and has not completed a join phase yet:
+    /// such a member is dropped after `new_member_join_timeout_ms` even while
+    /// it waits in JoinGroup, because its client may have given up.
+    pub(crate) is_new: bool,
+    /// When the member is dropped unless it heartbeats (or commits) again.
+    pub(crate) heartbeat_deadline_ms: i64,
+}
+
+impl Member {
+    pub fn is_static(&self) -> bool {
+        self.instance_id.is_some()
+    }
+
+    pub fn is_awaiting_join(&self) -> bool {
+        self.join_waiter.is_some()
+    }
+
+    pub fn is_awaiting_sync(&self) -> bool {
+        self.sync_waiter.is_some()
+    }
+
+    /// The member's metadata for `protocol` (empty if it does not support it).
+    pub fn metadata(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|p| p.name == protocol)
+            .map(|p| p.metadata.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether a JoinGroup carries exactly the protocols this member already
+    /// has (same names, same metadata, same order): such a rejoin changes
+    /// nothing and need not start a rebalance.
+    pub fn matches(&self, protocols: &[Protocol]) -> bool {
+        self.protocols == protocols
+    }
+
+    /// The member's most preferred protocol among `candidates`.
+    pub fn vote<'a>(&'a self, candidates: &BTreeSet<&str>) -> Option<&'a str> {
+        self.protocols
+            .iter()
+            .map(|p| p.name.as_str())
+            .find(|n| candidates.contains(n))
+    }
+}

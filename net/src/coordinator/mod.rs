@@ -1,0 +1,426 @@
+//! The group coordinator driver: runs `kaas_core::group::Coordinator` with
+//! real time, real waiting and the real volume.
+//!
+//! - One mutex guards the core state; it is never held across an await.
+//! - A parked JoinGroup/SyncGroup waits on a oneshot channel keyed by its
+//!   waiter token; the core's effects complete those channels.
+//! - One timer task sleeps until the core's next deadline (or until a
+//!   request may have created an earlier one) and then ticks the core; it
+//!   also runs offset retention every `offsets_retention_check_interval_ms`.
+//! - Slot changes are queued per slot; one writer task per slot drains the
+//!   queue, applies everything queued to a copy of the slot, writes it once
+//!   (tmp + fsync + rename) and only then installs it and answers the
+//!   requests that waited: many concurrent commits cost one fsync, and no
+//!   reader ever sees an offset a crash could take back.
+//!
+//! Group membership is in memory only: after a restart members rejoin, as
+//! they do in Kafka when a coordinator moves. Offsets survive.
+
+#[cfg(test)]
+mod tests;
+mod writer;
+
+use crate::clock;
+use crate::volume::Volume;
+use kaas_core::cluster::{coordinator_slot, COORDINATOR_EPOCH, COORDINATOR_SLOTS};
+use kaas_core::group::coordinator::{
+    CommitRequest, FetchedOffset, GroupDescription, ListedGroup, Output,
+};
+use kaas_core::group::slot::{slot_file_path, GROUP_STATE_DIR};
+use kaas_core::group::{
+    Coordinator, Effect, GroupConfig, JoinRequest, JoinResult, SlotOp, SlotState, SyncRequest,
+    SyncResult, Waiter,
+};
+use kaas_core::protocol::ErrorCode;
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+
+/// The longest the timer task sleeps without looking again (it also notices
+/// a dropped coordinator this way).
+const MAX_TIMER_SLEEP_MS: i64 = 10_000;
+
+/// What a writer reports to the requests waiting for a slot write.
+type WriteDone = oneshot::Sender<Result<(), ErrorCode>>;
+
+#[derive(Default)]
+struct SlotQueue {
+    ops: Vec<SlotOp>,
+    done: Vec<WriteDone>,
+    /// A writer task is running for this slot.
+    writing: bool,
+}
+
+struct Inner {
+    core: Coordinator,
+    joins: HashMap<Waiter, oneshot::Sender<JoinResult>>,
+    syncs: HashMap<Waiter, oneshot::Sender<SyncResult>>,
+    queues: Vec<SlotQueue>,
+}
+
+pub struct GroupCoordinator {
+    inner: Mutex<Inner>,
+    volume: Arc<dyn Volume>,
+    /// Wakes the timer task after a request that may have set an earlier
+    /// deadline.
+    wake: Arc<Notify>,
+    next_waiter: AtomicU64,
+}
+
+impl GroupCoordinator {
+    /// Loads every slot file and starts the timer task. Must run inside the
+    /// runtime. A slot file that cannot be read stops the broker: starting
+    /// without it would silently reset those groups' offsets.
+    pub fn open(volume: Arc<dyn Volume>, config: GroupConfig) -> io::Result<Arc<GroupCoordinator>> {
+        volume.create_dir_all(GROUP_STATE_DIR)?;
+        let retention_every = config.offsets_retention_check_interval_ms;
+        let mut core = Coordinator::new(config, COORDINATOR_EPOCH);
+        let now = clock::now_ms();
+        let mut groups = 0;
+        for slot in 0..COORDINATOR_SLOTS {
+            let path = slot_file_path(slot);
+            if let Some(bytes) = volume.read(&path)? {
+                let state = SlotState::decode(&bytes, slot).map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}"))
+                })?;
+                groups += state.groups.len();
+                core.install_slot(state, now);
+            }
+        }
+        if groups > 0 {
+            tracing::info!(groups, "recovered committed offsets");
+        }
+        let coordinator = Arc::new(GroupCoordinator {
+            inner: Mutex::new(Inner {
+                core,
+                joins: HashMap::new(),
+                syncs: HashMap::new(),
+                queues: (0..COORDINATOR_SLOTS)
+                    .map(|_| SlotQueue::default())
+                    .collect(),
+            }),
+            volume,
+            wake: Arc::new(Notify::new()),
+            next_waiter: AtomicU64::new(1),
+        });
+        tokio::spawn(run_timers(
+            Arc::downgrade(&coordinator),
+            coordinator.wake.clone(),
+            retention_every,
+        ));
+        Ok(coordinator)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn waiter(&self) -> Waiter {
+        self.next_waiter.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Carries out what a core call asked for: answers parked requests,
+    /// queues slot ops and starts writers. `done` is told once everything
+    /// queued so far for its slot is durable.
+    fn finish(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        out: Output,
+        done: Option<(u32, WriteDone)>,
+        from_request: bool,
+    ) {
+        for effect in out.effects {
+            match effect {
+                Effect::Join { waiter, result } => {
+                    if let Some(tx) = inner.joins.remove(&waiter) {
+                        let _ = tx.send(result);
+                    }
+                }
+                Effect::Sync { waiter, result } => {
+                    if let Some(tx) = inner.syncs.remove(&waiter) {
+                        let _ = tx.send(result);
+                    }
+                }
+            }
+        }
+        let mut touched = Vec::new();
+        for (slot, op) in out.ops {
+            if let SlotOp::Meta { group, meta } = &op {
+                tracing::debug!(%group, generation = meta.generation, empty = meta.empty_since_ms.is_some(), "group changed");
+            }
+            if let Some(q) = inner.queues.get_mut(slot as usize) {
+                q.ops.push(op);
+                touched.push(slot);
+            }
+        }
+        if let Some((slot, tx)) = done {
+            if let Some(q) = inner.queues.get_mut(slot as usize) {
+                q.done.push(tx);
+                touched.push(slot);
+            }
+        }
+        for slot in touched {
+            let q = &mut inner.queues[slot as usize];
+            if !q.writing {
+                q.writing = true;
+                tokio::spawn(self.clone().run_writer(slot));
+            }
+        }
+        if from_request {
+            self.wake.notify_one();
+        }
+    }
+
+    /// JoinGroup; waits while the request is parked.
+    pub async fn join(self: &Arc<Self>, group_id: &str, req: JoinRequest) -> JoinResult {
+        let waiter = self.waiter();
+        let (rx, member_id) = {
+            let mut inner = self.lock();
+            let (tx, rx) = oneshot::channel();
+            inner.joins.insert(waiter, tx);
+            let mut out = Output::default();
+            let member_id = req.member_id.clone();
+            let immediate = inner
+                .core
+                .join(group_id, req, waiter, clock::now_ms(), &mut out);
+            if immediate.is_some() {
+                inner.joins.remove(&waiter);
+            }
+            self.finish(&mut inner, out, None, true);
+            match immediate {
+                Some(r) => return r,
+                None => (rx, member_id),
+            }
+        };
+        // A parked request is always answered by the core; a dropped sender
+        // would mean its group vanished, and the client should start over.
+        rx.await
+            .unwrap_or_else(|_| JoinResult::error(member_id, ErrorCode::RebalanceInProgress))
+    }
+
+    /// SyncGroup; waits for the leader's assignment.
+    pub async fn sync(self: &Arc<Self>, group_id: &str, req: SyncRequest) -> SyncResult {
+        let waiter = self.waiter();
+        let rx = {
+            let mut inner = self.lock();
+            let (tx, rx) = oneshot::channel();
+            inner.syncs.insert(waiter, tx);
+            let mut out = Output::default();
+            let immediate = inner
+                .core
+                .sync(group_id, req, waiter, clock::now_ms(), &mut out);
+            if immediate.is_some() {
+                inner.syncs.remove(&waiter);
+            }
+            self.finish(&mut inner, out, None, true);
+            match immediate {
+                Some(r) => return r,
+                None => rx,
+            }
+        };
+        rx.await
+            .unwrap_or_else(|_| SyncResult::error(ErrorCode::RebalanceInProgress))
+    }
+
+    pub fn heartbeat(
+        self: &Arc<Self>,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> ErrorCode {
+        let mut inner = self.lock();
+        let mut out = Output::default();
+        let error = inner.core.heartbeat(
+            group_id,
+            member_id,
+            instance_id,
+            generation,
+            clock::now_ms(),
+            &mut out,
+        );
+        self.finish(&mut inner, out, None, false);
+        error
+    }
+
+    /// LeaveGroup: one error per member, or a group-level error.
+    pub fn leave(
+        self: &Arc<Self>,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        let mut inner = self.lock();
+        let mut out = Output::default();
+        let result = inner
+            .core
+            .leave(group_id, members, clock::now_ms(), &mut out);
+        self.finish(&mut inner, out, None, true);
+        result
+    }
+
+    /// OffsetCommit: answers once the accepted offsets are durable.
+    pub async fn commit_offsets(
+        self: &Arc<Self>,
+        req: CommitRequest,
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        let slot = coordinator_slot(&req.group_id);
+        let (errors, rx) = {
+            let mut inner = self.lock();
+            let mut out = Output::default();
+            let result = inner.core.commit_offsets(&req, clock::now_ms(), &mut out);
+            let errors = match result {
+                Ok(errors) if !out.ops.is_empty() => errors,
+                other => {
+                    self.finish(&mut inner, out, None, false);
+                    return other;
+                }
+            };
+            let (tx, rx) = oneshot::channel();
+            self.finish(&mut inner, out, Some((slot, tx)), false);
+            (errors, rx)
+        };
+        match wait_written(rx).await {
+            Ok(()) => Ok(errors),
+            Err(e) => Ok(errors
+                .into_iter()
+                .map(|x| if x.is_ok() { e } else { x })
+                .collect()),
+        }
+    }
+
+    /// OffsetFetch of one group (`topics`: `None` for all).
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        topics: Option<&[(String, Vec<i32>)]>,
+        require_stable: bool,
+    ) -> Vec<(String, Vec<FetchedOffset>)> {
+        self.lock()
+            .core
+            .fetch_offsets(group_id, topics, require_stable)
+    }
+
+    pub fn describe_group(&self, group_id: &str) -> Option<GroupDescription> {
+        self.lock().core.describe_group(group_id)
+    }
+
+    pub fn list_groups(
+        &self,
+        states_filter: &[String],
+        types_filter: &[String],
+    ) -> Vec<ListedGroup> {
+        self.lock().core.list_groups(states_filter, types_filter)
+    }
+
+    /// DeleteGroups: one error per group, answered once the deletions are
+    /// durable.
+    pub async fn delete_groups(self: &Arc<Self>, group_ids: &[String]) -> Vec<ErrorCode> {
+        let mut pending = Vec::with_capacity(group_ids.len());
+        {
+            let mut inner = self.lock();
+            for id in group_ids {
+                let mut out = Output::default();
+                let error = inner.core.delete_group(id, clock::now_ms(), &mut out);
+                let rx = if out.ops.is_empty() {
+                    self.finish(&mut inner, out, None, false);
+                    None
+                } else {
+                    let (tx, rx) = oneshot::channel();
+                    self.finish(&mut inner, out, Some((coordinator_slot(id), tx)), false);
+                    Some(rx)
+                };
+                pending.push((error, rx));
+            }
+        }
+        let mut errors = Vec::with_capacity(pending.len());
+        for (error, rx) in pending {
+            errors.push(match rx {
+                Some(rx) => wait_written(rx).await.err().unwrap_or(error),
+                None => error,
+            });
+        }
+        errors
+    }
+
+    /// OffsetDelete: one error per partition or a group-level error,
+    /// answered once the deletion is durable.
+    pub async fn delete_offsets(
+        self: &Arc<Self>,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        let (errors, rx) = {
+            let mut inner = self.lock();
+            let mut out = Output::default();
+            let errors = match inner.core.delete_offsets(group_id, partitions, &mut out) {
+                Ok(errors) if !out.ops.is_empty() => errors,
+                other => {
+                    self.finish(&mut inner, out, None, false);
+                    return other;
+                }
+            };
+            let (tx, rx) = oneshot::channel();
+            self.finish(
+                &mut inner,
+                out,
+                Some((coordinator_slot(group_id), tx)),
+                false,
+            );
+            (errors, rx)
+        };
+        wait_written(rx).await?;
+        Ok(errors)
+    }
+
+    /// Applies due timeouts (and retention when it is time); returns when
+    /// the timer should look again.
+    fn on_timer(
+        self: &Arc<Self>,
+        now_ms: i64,
+        next_retention_ms: &mut i64,
+        retention_every_ms: i64,
+    ) -> i64 {
+        let mut inner = self.lock();
+        let mut out = Output::default();
+        inner.core.tick(now_ms, &mut out);
+        if now_ms >= *next_retention_ms {
+            inner.core.expire_offsets(now_ms, &mut out);
+            *next_retention_ms = now_ms + retention_every_ms.max(1);
+        }
+        self.finish(&mut inner, out, None, false);
+        let next = inner.core.next_deadline_ms().unwrap_or(i64::MAX);
+        next.min(*next_retention_ms)
+            .min(now_ms + MAX_TIMER_SLEEP_MS)
+    }
+}
+
+/// Waits for a slot write; a writer that went away counts as a failed write.
+async fn wait_written(rx: oneshot::Receiver<Result<(), ErrorCode>>) -> Result<(), ErrorCode> {
+    rx.await.unwrap_or(Err(ErrorCode::NotCoordinator))
+}
+
+async fn run_timers(
+    coordinator: Weak<GroupCoordinator>,
+    wake: Arc<Notify>,
+    retention_every_ms: i64,
+) {
+    // The first retention pass runs one interval after startup, as Kafka's
+    // cleanup task does.
+    let mut next_retention_ms = clock::now_ms() + retention_every_ms.max(1);
+    loop {
+        let Some(c) = coordinator.upgrade() else {
+            return;
+        };
+        let now = clock::now_ms();
+        let next = c.on_timer(now, &mut next_retention_ms, retention_every_ms);
+        drop(c);
+        let sleep_ms = (next - now).max(1) as u64;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+            _ = wake.notified() => {}
+        }
+    }
+}

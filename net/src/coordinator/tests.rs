@@ -1,0 +1,244 @@
+//! The driver over a real directory: durability across a reopen, group
+//! commit of slot writes, failed writes, and timers on real time.
+
+use super::GroupCoordinator;
+use crate::volume::{LocalVolume, SegmentFile, Volume};
+use bytes::Bytes;
+use kaas_core::cluster::coordinator_slot;
+use kaas_core::group::coordinator::{CommitOffset, CommitRequest};
+use kaas_core::group::slot::{slot_file_path, SlotState};
+use kaas_core::group::{GroupConfig, JoinRequest, Protocol, SyncRequest};
+use kaas_core::protocol::ErrorCode;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A local volume that counts slot writes and can be told to fail them.
+struct Flaky {
+    inner: LocalVolume,
+    writes: AtomicUsize,
+    fail: AtomicBool,
+}
+
+impl Volume for Flaky {
+    fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
+        self.inner.read(path)
+    }
+    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected fsync failure"));
+        }
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.write_atomic(path, data)
+    }
+    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+    fn create_dir_all(&self, dir: &str) -> io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn remove(&self, path: &str) -> io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
+        self.inner.remove_dir_all(dir)
+    }
+    fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>> {
+        self.inner.open_segment(path, create)
+    }
+}
+
+fn flaky(dir: &std::path::Path) -> Arc<Flaky> {
+    Arc::new(Flaky {
+        inner: LocalVolume::new(dir).unwrap(),
+        writes: AtomicUsize::new(0),
+        fail: AtomicBool::new(false),
+    })
+}
+
+fn simple_commit(group: &str, partition: i32, offset: i64) -> CommitRequest {
+    CommitRequest {
+        group_id: group.into(),
+        member_id: String::new(),
+        instance_id: None,
+        generation: -1,
+        retention_time_ms: -1,
+        missing_group_is_not_found: false,
+        offsets: vec![CommitOffset {
+            topic: "t".into(),
+            partition,
+            offset,
+            leader_epoch: 4,
+            metadata: Some("m".into()),
+        }],
+    }
+}
+
+fn committed(c: &GroupCoordinator, group: &str, partition: i32) -> i64 {
+    c.fetch_offsets(group, Some(&[("t".to_string(), vec![partition])]), false)[0].1[0].offset
+}
+
+#[tokio::test]
+async fn committed_offsets_survive_reopening_the_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = flaky(dir.path());
+    let c = GroupCoordinator::open(volume.clone(), GroupConfig::default()).unwrap();
+    assert_eq!(
+        c.commit_offsets(simple_commit("g", 0, 42)).await,
+        Ok(vec![ErrorCode::None])
+    );
+    assert_eq!(committed(&c, "g", 0), 42);
+    drop(c);
+    // What a restart (or kill -9 after the answer) finds on the volume.
+    let bytes = volume
+        .read(&slot_file_path(coordinator_slot("g")))
+        .unwrap()
+        .expect("slot file written");
+    let state = SlotState::decode(&bytes, coordinator_slot("g")).unwrap();
+    assert_eq!(state.groups["g"].offsets["t"][&0].offset, 42);
+    let reopened = GroupCoordinator::open(volume, GroupConfig::default()).unwrap();
+    assert_eq!(committed(&reopened, "g", 0), 42);
+    let listed = reopened.list_groups(&[], &[]);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].group_id, "g");
+}
+
+#[tokio::test]
+async fn concurrent_commits_to_one_slot_share_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = flaky(dir.path());
+    let c = GroupCoordinator::open(volume.clone(), GroupConfig::default()).unwrap();
+    let commits: Vec<_> = (0..64)
+        .map(|p| c.commit_offsets(simple_commit("g", p, p as i64 * 10)))
+        .collect();
+    for result in futures_join_all(commits).await {
+        assert_eq!(result, Ok(vec![ErrorCode::None]));
+    }
+    for p in 0..64 {
+        assert_eq!(committed(&c, "g", p), p as i64 * 10);
+    }
+    let writes = volume.writes.load(Ordering::SeqCst);
+    assert!(
+        writes <= 2,
+        "64 concurrent commits took {writes} slot writes"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = flaky(dir.path());
+    let c = GroupCoordinator::open(volume.clone(), GroupConfig::default()).unwrap();
+    assert_eq!(
+        c.commit_offsets(simple_commit("g", 0, 1)).await,
+        Ok(vec![ErrorCode::None])
+    );
+    volume.fail.store(true, Ordering::SeqCst);
+    assert_eq!(
+        c.commit_offsets(simple_commit("g", 0, 2)).await,
+        Ok(vec![ErrorCode::NotCoordinator])
+    );
+    assert_eq!(committed(&c, "g", 0), 1);
+    // A deletion that cannot be written leaves the group in place.
+    assert_eq!(
+        c.delete_groups(&["g".to_string()]).await,
+        vec![ErrorCode::NotCoordinator]
+    );
+    assert_eq!(c.list_groups(&[], &[]).len(), 1);
+    assert_eq!(committed(&c, "g", 0), 1);
+    volume.fail.store(false, Ordering::SeqCst);
+    assert_eq!(
+        c.commit_offsets(simple_commit("g", 0, 3)).await,
+        Ok(vec![ErrorCode::None])
+    );
+    assert_eq!(committed(&c, "g", 0), 3);
+}
+
+#[tokio::test]
+async fn a_group_forms_and_its_member_expires_on_real_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = GroupConfig {
+        initial_rebalance_delay_ms: 50,
+        min_session_timeout_ms: 200,
+        ..GroupConfig::default()
+    };
+    let c = GroupCoordinator::open(flaky(dir.path()), config).unwrap();
+    let join = |member_id: &str| JoinRequest {
+        member_id: member_id.into(),
+        instance_id: None,
+        client_id: "test".into(),
+        client_host: String::new(),
+        session_timeout_ms: 300,
+        rebalance_timeout_ms: 1_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![Protocol {
+            name: "range".into(),
+            metadata: Bytes::from_static(b"x"),
+        }],
+        require_known_member_id: true,
+        supports_skip_assignment: false,
+        unique_suffix: "1".into(),
+    };
+    let first = c.join("g", join("")).await;
+    assert_eq!(first.error, ErrorCode::MemberIdRequired);
+    // Parked until the timer ends the initial delay.
+    let joined = c.join("g", join(&first.member_id)).await;
+    assert_eq!((joined.error, joined.generation), (ErrorCode::None, 1));
+    assert_eq!(joined.leader, joined.member_id);
+    let synced = c
+        .sync(
+            "g",
+            SyncRequest {
+                member_id: joined.member_id.clone(),
+                instance_id: None,
+                generation: 1,
+                protocol_type: None,
+                protocol_name: None,
+                assignments: vec![(joined.member_id.clone(), Bytes::from_static(b"a"))],
+            },
+        )
+        .await;
+    assert_eq!(synced.assignment, Bytes::from_static(b"a"));
+    assert_eq!(
+        c.heartbeat("g", &joined.member_id, None, 1),
+        ErrorCode::None
+    );
+    // No more heartbeats: the session (300 ms) expires and the group empties.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert_eq!(
+        c.heartbeat("g", &joined.member_id, None, 1),
+        ErrorCode::UnknownMemberId
+    );
+    assert_eq!(
+        c.describe_group("g").map(|d| d.state),
+        Some(kaas_core::group::GroupState::Empty)
+    );
+}
+
+/// Polls every future to completion concurrently (no extra crate needed).
+async fn futures_join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let handles: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut results: Vec<Option<F::Output>> = handles.iter().map(|_| None).collect();
+    let mut handles: Vec<Option<_>> = handles.into_iter().map(Some).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, slot) in handles.iter_mut().enumerate() {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        results[i] = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    results.into_iter().map(|r| r.expect("completed")).collect()
+}

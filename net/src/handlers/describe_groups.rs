@@ -1,0 +1,73 @@
+//! DescribeGroups: state, protocol and members of each group.
+
+use crate::broker::Broker;
+use kaas_core::group::GroupState;
+use kaas_core::protocol::messages::describe_groups_response::{
+    DescribedGroup, DescribedGroupMember,
+};
+use kaas_core::protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+use kaas_core::protocol::ErrorCode;
+use std::sync::Arc;
+
+/// ACL operations on a group, as bits (READ 3, DELETE 6, DESCRIBE 8): with
+/// no authorizer every client may do all of them.
+const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
+pub fn handle(
+    broker: &Arc<Broker>,
+    req: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let authorized_operations = if req.include_authorized_operations {
+        GROUP_OPERATIONS
+    } else {
+        i32::MIN
+    };
+    let groups = req
+        .groups
+        .into_iter()
+        .map(|group_id| match broker.groups.describe_group(&group_id) {
+            Some(d) => DescribedGroup {
+                error_code: ErrorCode::None.code(),
+                group_id,
+                group_state: d.state.as_str().to_string(),
+                protocol_type: d.protocol_type,
+                protocol_data: d.protocol_data,
+                members: d
+                    .members
+                    .into_iter()
+                    .map(|m| DescribedGroupMember {
+                        member_id: m.member_id,
+                        group_instance_id: m.instance_id,
+                        client_id: m.client_id,
+                        client_host: m.client_host,
+                        member_metadata: m.metadata,
+                        member_assignment: m.assignment,
+                        ..Default::default()
+                    })
+                    .collect(),
+                authorized_operations,
+                ..Default::default()
+            },
+            // Before v6 an unknown group is described as Dead without an
+            // error; v6 (KIP-1043) says GROUP_ID_NOT_FOUND.
+            None => DescribedGroup {
+                error_code: if version >= 6 {
+                    ErrorCode::GroupIdNotFound
+                } else {
+                    ErrorCode::None
+                }
+                .code(),
+                error_message: (version >= 6).then(|| format!("Group {group_id} not found.")),
+                group_id,
+                group_state: GroupState::Dead.as_str().to_string(),
+                authorized_operations,
+                ..Default::default()
+            },
+        })
+        .collect();
+    DescribeGroupsResponse {
+        groups,
+        ..Default::default()
+    }
+}

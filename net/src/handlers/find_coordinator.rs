@@ -1,0 +1,82 @@
+//! FindCoordinator: which broker coordinates a group or a transactional id.
+//! Ownership is `kaas_core::cluster`'s answer; today it is always this
+//! broker.
+
+use crate::broker::Broker;
+use kaas_core::cluster::{coordinator_for, ClusterView};
+use kaas_core::protocol::messages::find_coordinator_response::Coordinator;
+use kaas_core::protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+use kaas_core::protocol::ErrorCode;
+
+/// Coordinator key types: consumer groups and transactional ids.
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+pub fn handle(
+    broker: &Broker,
+    req: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    // v4+ batches keys; earlier versions ask for one.
+    let keys = if version >= 4 {
+        req.coordinator_keys
+    } else {
+        vec![req.key]
+    };
+    let mut found: Vec<Coordinator> = keys
+        .into_iter()
+        .map(|k| locate(broker, k, req.key_type))
+        .collect();
+    if version >= 4 {
+        return FindCoordinatorResponse {
+            coordinators: found,
+            ..Default::default()
+        };
+    }
+    let c = found.pop().unwrap_or_default();
+    FindCoordinatorResponse {
+        error_code: c.error_code,
+        error_message: c.error_message,
+        node_id: c.node_id,
+        host: c.host,
+        port: c.port,
+        ..Default::default()
+    }
+}
+
+fn locate(broker: &Broker, key: String, key_type: i8) -> Coordinator {
+    let cfg = &broker.config;
+    let error = |code: ErrorCode, message: String, key: String| Coordinator {
+        key,
+        node_id: -1,
+        host: String::new(),
+        port: -1,
+        error_code: code.code(),
+        error_message: Some(message),
+        ..Default::default()
+    };
+    if key_type != KEY_TYPE_GROUP && key_type != KEY_TYPE_TRANSACTION {
+        return error(
+            ErrorCode::InvalidRequest,
+            format!("Unsupported coordinator key type {key_type}"),
+            key,
+        );
+    }
+    let view = ClusterView::single(cfg.broker_id);
+    match coordinator_for(&view, &key).broker_id {
+        Some(id) if id == cfg.broker_id => Coordinator {
+            key,
+            node_id: id,
+            host: cfg.advertised_host.clone(),
+            port: cfg.advertised_port,
+            error_code: ErrorCode::None.code(),
+            error_message: None,
+            ..Default::default()
+        },
+        _ => error(
+            ErrorCode::CoordinatorNotAvailable,
+            "The coordinator is not available.".into(),
+            key,
+        ),
+    }
+}

@@ -1,0 +1,18 @@
+//! Heartbeat: keeps a member's session alive and tells it when to rejoin.
+
+use crate::broker::Broker;
+use kaas_core::protocol::messages::{HeartbeatRequest, HeartbeatResponse};
+use std::sync::Arc;
+
+pub fn handle(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatResponse {
+    let error = broker.groups.heartbeat(
+        &req.group_id,
+        &req.member_id,
+        req.group_instance_id.as_deref(),
+        req.generation_id,
+    );
+    HeartbeatResponse {
+        error_code: error.code(),
+        ..Default::default()
+    }
+}

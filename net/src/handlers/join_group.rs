@@ -1,0 +1,84 @@
+//! JoinGroup: a member enters (or re-enters) a group and waits for the
+//! join phase to end. The rules are `kaas_core::group::classic`'s.
+
+use crate::broker::Broker;
+use crate::clock;
+use kaas_core::group::{JoinRequest, Protocol};
+use kaas_core::protocol::messages::join_group_response::JoinGroupResponseMember;
+use kaas_core::protocol::messages::{JoinGroupRequest, JoinGroupResponse};
+use std::sync::Arc;
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+) -> JoinGroupResponse {
+    let join = JoinRequest {
+        member_id: req.member_id,
+        require_known_member_id: version >= 4 && req.group_instance_id.is_none(),
+        instance_id: req.group_instance_id,
+        client_id: client_id.to_string(),
+        // The peer address is not passed to handlers; DescribeGroups shows
+        // an empty host.
+        client_host: String::new(),
+        session_timeout_ms: req.session_timeout_ms,
+        // v0 has no rebalance timeout: the session timeout served as both.
+        rebalance_timeout_ms: if version == 0 {
+            req.session_timeout_ms
+        } else {
+            req.rebalance_timeout_ms
+        },
+        protocol_type: req.protocol_type,
+        protocols: req
+            .protocols
+            .into_iter()
+            .map(|p| Protocol {
+                name: p.name,
+                metadata: p.metadata,
+            })
+            .collect(),
+        supports_skip_assignment: version >= 9,
+        unique_suffix: uuid_string(),
+    };
+    let r = broker.groups.join(&req.group_id, join).await;
+    JoinGroupResponse {
+        error_code: r.error.code(),
+        generation_id: r.generation,
+        protocol_type: r.protocol_type,
+        // Before v7 the protocol name is not nullable.
+        protocol_name: if version >= 7 {
+            r.protocol_name
+        } else {
+            Some(r.protocol_name.unwrap_or_default())
+        },
+        leader: r.leader,
+        skip_assignment: r.skip_assignment,
+        member_id: r.member_id,
+        members: r
+            .members
+            .into_iter()
+            .map(|m| JoinGroupResponseMember {
+                member_id: m.member_id,
+                group_instance_id: m.instance_id,
+                metadata: m.metadata,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A random UUID in its usual text form, the unique part of member ids
+/// (as in Kafka's).
+fn uuid_string() -> String {
+    let h = format!("{:032x}", clock::random_uuid().as_u128());
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
