@@ -1449,14 +1449,19 @@ mod model {
                 g.member(&client.member_id).is_some(),
                 "assignment for a non-member"
             );
+            // A static member that rejoins replaces its old member id and
+            // inherits its assignment without a rebalance (KIP-345); the old
+            // id is fenced. Ownership therefore belongs to the instance id
+            // of a static member, and to the member id of a dynamic one.
+            let owner = client.instance.clone().unwrap_or_else(|| client.member_id.clone());
             let owners = self.handed_out.entry(client.generation).or_default();
             for p in decode_assignment(&r.assignment) {
-                let prev = owners.insert(p, client.member_id.clone());
+                let prev = owners.insert(p, owner.clone());
                 assert!(
-                    prev.is_none() || prev.as_deref() == Some(client.member_id.as_str()),
+                    prev.is_none() || prev.as_deref() == Some(owner.as_str()),
                     "partition {p} of generation {} handed to {} and {:?}",
                     client.generation,
-                    client.member_id,
+                    owner,
                     prev
                 );
             }
