@@ -5,6 +5,7 @@
 //! timers. The rules it enforces live in `kaas_core`.
 
 pub mod broker;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod coordinator;

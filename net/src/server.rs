@@ -9,7 +9,7 @@ use crate::broker::Broker;
 use crate::handlers::{self, Outcome};
 use bytes::BytesMut;
 use kaas_core::protocol::frame::{encode_response, frame_length};
-use kaas_core::protocol::{Reader, RequestHeader};
+use kaas_core::protocol::{decode_request, Request};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,15 +58,24 @@ where
                 return;
             }
         };
-        let mut r = Reader::new(frame);
-        let header = match RequestHeader::decode(&mut r) {
-            Ok(h) => h,
-            Err(e) => {
-                tracing::info!(%peer, error = %e, "closing connection: bad request header");
-                return;
+        capture_frame(broker.config.capture_dir.as_deref(), &frame);
+        let (header, outcome) = match decode_request(frame, handlers::supported_versions) {
+            Ok(Request { header, body, trailing }) => {
+                if trailing > 0 {
+                    tracing::debug!(api_key = header.api_key, version = header.api_version, trailing, "ignoring trailing request bytes");
+                }
+                let outcome = handlers::dispatch(&broker, &header, body).await;
+                (header, outcome)
             }
+            Err(e) => match e.header() {
+                Some(header) => (header.clone(), handlers::refuse(&e)),
+                None => {
+                    tracing::info!(%peer, error = %e, "closing connection");
+                    return;
+                }
+            },
         };
-        match handlers::dispatch(&broker, &header, &mut r).await {
+        match outcome {
             Outcome::Respond { body, version } => {
                 let bytes = match encode_response(header.api_key, version, header.correlation_id, &body) {
                     Ok(b) => b,
@@ -75,7 +84,9 @@ where
                         return;
                     }
                 };
-                if wr.write_all(&bytes).await.is_err() {
+                // Flush: a no-op on a real socket, but madsim's simulated
+                // one only sends what was written when flushed.
+                if wr.write_all(&bytes).await.is_err() || wr.flush().await.is_err() {
                     return;
                 }
             }
@@ -107,4 +118,27 @@ async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize) -> Result<Opti
         }
     }
     Ok(Some(buf.freeze()))
+}
+
+/// Capture mode for the fuzz corpus (scripts/fuzz-capture): when the broker
+/// was started with `KAAS_CAPTURE_DIR`, every request frame received is
+/// written, length prefix included, to `<dir>/<api_key>-<version>-<n>.bin`.
+/// Off (a no-op) unless configured, and always under the simulator.
+fn capture_frame(dir: Option<&std::path::Path>, frame: &bytes::Bytes) {
+    #[cfg(not(madsim))]
+    if let Some(dir) = dir {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static CAPTURED: AtomicU64 = AtomicU64::new(0);
+        let n = CAPTURED.fetch_add(1, Ordering::Relaxed);
+        let field = |at: usize| frame.get(at..at + 2).map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]));
+        let path = dir.join(format!("{}-{}-{n}.bin", field(0), field(2)));
+        let mut bytes = Vec::with_capacity(frame.len() + 4);
+        bytes.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(frame);
+        if let Err(e) = std::fs::write(&path, bytes) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot capture request frame");
+        }
+    }
+    #[cfg(madsim)]
+    let _ = (dir, frame);
 }

@@ -1,1 +1,26 @@
-//! kaas-sim
+//! kaas-sim: deterministic simulation of kaas under madsim.
+//!
+//! Build with `RUSTFLAGS="--cfg madsim"` (see `scripts/sim`): the workspace's
+//! `tokio` is madsim-tokio, so the real `kaas_net` server runs on simulated
+//! time and a simulated network, on top of [`volume::SimVolume`].
+//!
+//! - [`volume`]: the in-memory volume with crash and torn-write semantics.
+//! - [`checker`]: the history of a run and the rules it must satisfy.
+//! - [`params`]: per-seed workload and fault parameters.
+//! - `harness`, `workload`, `runner` (madsim builds only): the simulated
+//!   cluster, the client actors, and running many seeds.
+//!
+//! Without `--cfg madsim` only the first three exist, and their unit tests
+//! (including the real partition log recovering on `SimVolume`) run in a
+//! normal `cargo test`.
+
+pub mod checker;
+pub mod params;
+pub mod volume;
+
+#[cfg(madsim)]
+pub mod harness;
+#[cfg(madsim)]
+pub mod runner;
+#[cfg(madsim)]
+pub mod workload;

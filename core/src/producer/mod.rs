@@ -252,7 +252,15 @@ impl ProducerTable {
             // A transaction marker closes the producer's open transaction.
             if let Some(entry) = self.entries.get_mut(&batch.producer_id()) {
                 entry.current_txn_first_offset = None;
-                entry.epoch = entry.epoch.max(batch.producer_epoch());
+                // A marker written at a bumped epoch (KIP-360 aborts, and
+                // every transaction end under KIP-890) starts that epoch:
+                // as in `record_append`, the old epoch's batches are
+                // forgotten, or the producer's first batch of the new epoch
+                // would be taken for a retry of an old one.
+                if batch.producer_epoch() > entry.epoch {
+                    entry.epoch = batch.producer_epoch();
+                    entry.batches.clear();
+                }
             }
             return;
         }

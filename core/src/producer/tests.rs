@@ -91,6 +91,31 @@ fn new_epoch_forgets_the_old_epochs_batches() {
     assert_eq!(t.get(7).unwrap().batches.len(), 1);
 }
 
+/// Found by the `state_machines` fuzz target: recovery replayed a marker
+/// at a bumped epoch by raising the epoch but keeping the old epoch's
+/// batches, so the producer's first batch of the new epoch (sequence 0
+/// again) was answered as a duplicate of an old batch and never written.
+#[test]
+fn marker_at_a_bumped_epoch_forgets_the_old_epochs_batches_on_replay() {
+    use crate::record::{build_control_batch, BatchBuilder, ControlType, EndTxnMarker};
+    let mut t = ProducerTable::new();
+    let data = BatchBuilder::transactional(7, 0, 0)
+        .record(1, None, Some(b"v"))
+        .build();
+    t.replay(&data, 0);
+    let marker = EndTxnMarker {
+        control_type: ControlType::Abort,
+        coordinator_epoch: 0,
+    };
+    t.replay(&build_control_batch(7, 1, 2, marker).with_assigned(1, 0), 0);
+    let entry = t.get(7).unwrap();
+    assert_eq!(entry.epoch, 1);
+    assert!(entry.batches.is_empty());
+    assert_eq!(entry.current_txn_first_offset, None);
+    // The new epoch's first batch is new data.
+    assert_eq!(t.classify(&batch(7, 1, 0, 1)), Classification::Append);
+}
+
 #[test]
 fn sequence_wraps_from_i32_max_to_zero() {
     assert!(in_sequence(i32::MAX, 0));

@@ -8,6 +8,7 @@ pub mod error;
 pub mod frame;
 pub mod header;
 pub mod messages;
+pub mod request;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
 pub mod wire;
@@ -15,6 +16,7 @@ pub mod wire;
 pub use error::ErrorCode;
 pub use header::{RequestHeader, ResponseHeader};
 pub use messages::{RequestBody, ResponseBody};
+pub use request::{decode_request, Request, RequestError};
 pub use wire::{DecodeError, EncodeError, Reader, Uuid, Writer};
 
 #[cfg(test)]

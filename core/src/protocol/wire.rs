@@ -338,6 +338,11 @@ impl Reader {
                 unknown.push(RawTaggedField { tag, data });
             }
         }
+        // The protocol wants ascending tags, but Kafka's reader accepts any
+        // order, and so do we. Kept in the order `Writer::tagged_fields`
+        // writes them (stable, by tag), so a decoded message re-encodes and
+        // decodes back to an equal value.
+        unknown.sort_by_key(|f| f.tag);
         Ok(unknown)
     }
 }
@@ -569,6 +574,28 @@ mod tests {
         );
         let mut r = Reader::new(Bytes::from_static(&[0x00]));
         assert_eq!(r.nullable_bytes(true), Ok(None));
+    }
+
+    /// Found by the `roundtrip` fuzz target: unknown tagged fields out of
+    /// tag order decoded into a Vec in wire order, but encode sorts them, so
+    /// a decoded request re-encoded to a different value.
+    #[test]
+    fn tagged_fields_out_of_order_round_trip_to_an_equal_value() {
+        // Tags 7, 2, 7 on the wire, none of them known.
+        let wire = [3u8, 7, 1, b'a', 2, 0, 7, 1, b'b'];
+        let mut r = Reader::new(Bytes::copy_from_slice(&wire));
+        let decoded = r.tagged_fields(|_, _| Ok(false)).unwrap();
+        let mut buf = BytesMut::new();
+        Writer::new(&mut buf)
+            .tagged_fields(decoded.iter().map(|f| (f.tag, f.data.clone())).collect())
+            .unwrap();
+        let again = Reader::new(buf.freeze())
+            .tagged_fields(|_, _| Ok(false))
+            .unwrap();
+        assert_eq!(again, decoded);
+        let tags: Vec<u32> = decoded.iter().map(|f| f.tag).collect();
+        assert_eq!(tags, [2, 7, 7]);
+        assert_eq!(decoded[1].data, Bytes::from_static(b"a"));
     }
 
     #[test]

@@ -163,10 +163,19 @@ impl Partition {
                 Classification::Reject(code) => return Err(code),
             }
         }
-        let appended = inner.log.append(std::slice::from_ref(batch)).map_err(|e| {
-            tracing::error!(topic = %self.topic, partition = self.index, error = %e, "append failed");
-            ErrorCode::KafkaStorageError
-        })?;
+        let appended = match inner.log.append(std::slice::from_ref(batch)) {
+            Ok(appended) => appended,
+            Err(e) => {
+                // Whatever the append left behind is unknown: part of it may
+                // be written, and a failed fsync (of a roll) leaves pages
+                // that look clean but never reached the disk, so a later
+                // successful fsync would prove nothing. Stop acknowledging.
+                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "append failed; partition stops accepting writes");
+                drop(inner);
+                self.fail();
+                return Err(ErrorCode::KafkaStorageError);
+            }
+        };
         if let Some(id) = &identity {
             inner
                 .producers
@@ -301,6 +310,13 @@ impl Partition {
         producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)
     }
 
+    /// Marks the partition failed after a storage error and wakes everyone
+    /// waiting for durability, so they answer KAFKA_STORAGE_ERROR.
+    fn fail(&self) {
+        self.state.store(FAILED, Ordering::Release);
+        self.high_watermark.send_modify(|_| {});
+    }
+
     /// Stops the flusher and refuses further requests (topic deletion).
     pub fn close(&self) {
         self.state.store(CLOSED, Ordering::Release);
@@ -341,8 +357,7 @@ impl Partition {
             }
             failure => {
                 tracing::error!(topic = %self.topic, partition = self.index, ?failure, "fsync failed; partition stops accepting writes");
-                self.state.store(FAILED, Ordering::Release);
-                self.high_watermark.send_modify(|_| {});
+                self.fail();
                 Err(ErrorCode::KafkaStorageError)
             }
         }

@@ -327,6 +327,15 @@ impl PartitionLog {
             let Some((position, first)) =
                 segment.find_batch(floor, chunk, |b| b.last_offset() >= offset)?
             else {
+                if offset < segment.next_offset {
+                    // The segment claims the offset but no batch holds it:
+                    // its bytes are damaged. Serving the next segment would
+                    // silently skip records.
+                    return Err(ReadError::Io(super::invalid_data(format!(
+                        "segment {} has no readable batch for offset {offset}",
+                        segment.base_offset
+                    ))));
+                }
                 continue;
             };
             if first.base_offset() >= max_offset {

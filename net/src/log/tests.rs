@@ -650,3 +650,29 @@ fn a_batch_larger_than_the_read_chunk_is_read_and_recovered() {
     assert_eq!(log.end_offset(), 101);
     assert_eq!(read_all(&log, 0).len(), 2);
 }
+
+/// Found by the simulation: damaged bytes in a sealed segment made a read
+/// skip to the next segment, silently jumping over the records there.
+#[test]
+fn a_damaged_sealed_segment_is_a_read_error_not_a_skip() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..30 {
+        log.append(&[batch(2, i, 20)]).unwrap();
+    }
+    log.sync().unwrap();
+    assert!(log.segment_count() > 2);
+    let second_base = log.segment_base_offsets()[1];
+    drop(log);
+    // Zero the first segment after its first batch (a lost write).
+    let path = fx.segment_file(0);
+    let mut bytes = fs::read(&path).unwrap();
+    let first_len = bytes.len() / 3;
+    for b in &mut bytes[first_len..] {
+        *b = 0;
+    }
+    fs::write(&path, &bytes).unwrap();
+    let log = fx.open(small_segments());
+    let err = log.read(second_base - 1, 1 << 20, i64::MAX).unwrap_err();
+    assert!(matches!(err, ReadError::Io(_)), "expected an error, got {err}");
+}

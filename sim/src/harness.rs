@@ -1,0 +1,501 @@
+//! One simulated run: a broker node, a client node, a fault driver and the
+//! final check. Runs inside a madsim runtime; [`crate::runner`] creates one
+//! per seed.
+//!
+//! The broker node runs exactly what `kaas serve` runs (`Broker::open` on
+//! the volume, the retention task, `server::serve`) on the simulated
+//! network, at 10.0.0.1:9092 — an address inside madsim, no real traffic.
+
+use crate::checker::{History, PartitionLog};
+use crate::params::SimParams;
+use crate::volume::{CrashReport, FaultPoint, SimVolume};
+use crate::workload::{self, Shared};
+use kaas_core::record::{split_batches, Tail};
+use kaas_net::config::{BrokerConfig, LogDefaults};
+use kaas_net::volume::Volume;
+use kaas_net::Broker;
+use madsim::rand::{thread_rng, Rng};
+use madsim::runtime::Handle;
+use madsim::task::NodeId;
+use madsim::time::{sleep, timeout, Instant};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub const BROKER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+pub const CLIENT_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+pub const BROKER_ADDR: SocketAddr = SocketAddr::new(BROKER_IP, 9092);
+
+/// A seed must acknowledge at least this many records to count.
+pub const MIN_ACKED_RECORDS: usize = 100;
+/// ... and crash the broker at least this often.
+pub const MIN_CRASHES: u64 = 1;
+/// How long the final read-back may take once faults have stopped.
+const LIVENESS_DEADLINE: Duration = Duration::from_secs(120);
+/// How long to wait for an armed power cut or fsync failure before
+/// crashing anyway.
+const FAULT_WAIT: Duration = Duration::from_secs(5);
+
+/// What the fault driver did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    pub crashes: u64,
+    /// Crashes that were power cuts at a volume operation.
+    pub power_cuts: u64,
+    /// Crashes preceded by a failed fsync.
+    pub fsync_failures: u64,
+    /// Times the client-broker link was clogged.
+    pub clogs: u64,
+    /// Crashes that kept a torn prefix of unsynced data.
+    pub torn_crashes: u64,
+    pub unsynced_bytes_dropped: u64,
+    pub unsynced_bytes_kept: u64,
+    pub bytes_zeroed: u64,
+}
+
+/// A passing seed's numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedReport {
+    pub seed: u64,
+    pub params: SimParams,
+    pub faults: FaultStats,
+    pub records_acked: usize,
+    pub batches_abandoned: u64,
+    pub produce_errors: u64,
+    pub records_fetched: u64,
+    pub final_records: usize,
+    pub duplicates: usize,
+    pub syncs: u64,
+    pub simulated: Duration,
+    /// Equal between two runs of a seed iff they behaved the same.
+    pub fingerprint: u64,
+}
+
+impl fmt::Display for SeedReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &self.params;
+        write!(
+            f,
+            "seed {}: ok | acked {} records, final log {} ({} duplicates), {} abandoned batches, {} produce errors, {} fetched | \
+             {} crashes ({} power cuts, {} fsync failures, {} torn: {} unsynced bytes dropped, {} kept, {} zeroed), {} clogs, {} fsyncs | \
+             {} partitions, {} producers, segment {} B | {:?} simulated | fingerprint {:016x}",
+            self.seed,
+            self.records_acked,
+            self.final_records,
+            self.duplicates,
+            self.batches_abandoned,
+            self.produce_errors,
+            self.records_fetched,
+            self.faults.crashes,
+            self.faults.power_cuts,
+            self.faults.fsync_failures,
+            self.faults.torn_crashes,
+            self.faults.unsynced_bytes_dropped,
+            self.faults.unsynced_bytes_kept,
+            self.faults.bytes_zeroed,
+            self.faults.clogs,
+            self.syncs,
+            p.partitions,
+            p.producers,
+            p.segment_bytes,
+            self.simulated,
+            self.fingerprint,
+        )
+    }
+}
+
+/// Broker failures the broker node itself reports (it cannot panic the
+/// run: a failed start must show up in the report with its cause).
+type BrokerErrors = Arc<Mutex<Vec<String>>>;
+
+/// The broker node's main task, run again on every restart.
+async fn run_broker(config: BrokerConfig, volume: SimVolume, errors: BrokerErrors) {
+    let injected_before = volume.stats().injected_faults;
+    let report = |what: String| {
+        // A broker that cannot start because the volume is gone (a power
+        // cut) or failing (an injected error) does the right thing by not
+        // starting. Any other failure to start is a bug.
+        if !volume.is_frozen() && volume.stats().injected_faults == injected_before {
+            errors.lock().unwrap_or_else(|p| p.into_inner()).push(what);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        Ok(l) => l,
+        Err(e) => return report(format!("cannot listen on {}: {e}", config.listen)),
+    };
+    let broker = match Broker::open(config, Arc::new(volume.clone())) {
+        Ok(b) => b,
+        Err(e) => return report(format!("Broker::open failed: {e}")),
+    };
+    tokio::spawn(broker.clone().run_retention());
+    kaas_net::server::serve(broker, listener, std::future::pending()).await;
+}
+
+fn broker_config(params: &SimParams) -> BrokerConfig {
+    let mut config = BrokerConfig::new(BROKER_ADDR);
+    config.default_partitions = params.partitions;
+    config.log = LogDefaults {
+        segment_bytes: params.segment_bytes,
+        // Nothing may be deleted behind the checker's back.
+        retention_ms: -1,
+        retention_bytes: -1,
+        ..LogDefaults::default()
+    };
+    config
+}
+
+/// A uniformly random duration in `[0, max]`, microsecond grained.
+fn random_up_to(max: Duration) -> Duration {
+    let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(thread_rng().gen_range(0..=max))
+}
+
+/// How a crash is brought about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CrashKind {
+    /// Kill at a random moment: between requests, or while an fsync is
+    /// in flight (the volume gives fsyncs a simulated duration).
+    Timed,
+    /// Power cut at an exact volume operation: lands between an append and
+    /// its fsync, between a segment and its index, inside recovery.
+    PowerCut,
+    /// An fsync fails (its bytes silently lost, as on Linux), the broker
+    /// keeps running for a while, then dies.
+    FsyncFailure,
+}
+
+/// Arms the volume's fault hook to fail the `n`-th fsync from now that
+/// has data to sync, and returns a receiver that changes when it has.
+/// With `nearly_full` set, only an fsync of a segment near `segment_bytes`
+/// counts: that is where a roll fsyncs the old segment, a different code
+/// path from the group-commit flusher.
+fn arm_fsync_failure(
+    volume: &SimVolume,
+    n: u64,
+    nearly_full: Option<u64>,
+) -> watch::Receiver<bool> {
+    let (fired, rx) = watch::channel(false);
+    let mut left = n;
+    volume.set_fault_hook(Some(Box::new(move |c| {
+        let aimed = c.point == FaultPoint::Sync
+            && c.unsynced > 0
+            && c.path.ends_with(".log")
+            && nearly_full.is_none_or(|segment| c.len * 4 >= segment * 3);
+        if !aimed || *fired.borrow() {
+            return None;
+        }
+        if left > 0 {
+            left -= 1;
+            return None;
+        }
+        fired.send_replace(true);
+        Some(std::io::Error::other("simulated EIO on fsync"))
+    })));
+    rx
+}
+
+/// Kills and restarts the broker at seeded moments until `fault_phase`
+/// has passed, wiping the volume's unsynced data at each crash. Leaves the
+/// broker running.
+async fn drive_faults(
+    handle: &Handle,
+    broker: NodeId,
+    volume: &SimVolume,
+    params: &SimParams,
+) -> FaultStats {
+    let mut stats = FaultStats::default();
+    let mut cuts = volume.watch_power_cuts();
+    let end = Instant::now() + params.fault_phase;
+    while Instant::now() < end {
+        let roll = thread_rng().gen_range(0..100);
+        let kind = if roll < params.power_cut_percent {
+            CrashKind::PowerCut
+        } else if roll < params.power_cut_percent + params.fsync_failure_percent {
+            CrashKind::FsyncFailure
+        } else {
+            CrashKind::Timed
+        };
+        match kind {
+            CrashKind::PowerCut => {
+                // Sometimes armed at once (the cut then often lands in
+                // recovery), sometimes after the broker got going.
+                sleep(random_up_to(params.max_uptime / 2)).await;
+                let ops = thread_rng().gen_range(0..params.max_ops_before_cut);
+                cuts.borrow_and_update();
+                volume.power_cut_after(ops);
+                if timeout(FAULT_WAIT, cuts.changed()).await.is_ok() {
+                    stats.power_cuts += 1;
+                } else {
+                    volume.disarm_power_cut();
+                }
+            }
+            CrashKind::FsyncFailure => {
+                let nearly_full = thread_rng().gen_bool(0.5).then_some(params.segment_bytes);
+                let mut fired =
+                    arm_fsync_failure(volume, thread_rng().gen_range(0..10), nearly_full);
+                if timeout(FAULT_WAIT, fired.wait_for(|f| *f)).await.is_ok() {
+                    stats.fsync_failures += 1;
+                    // Let the broker run on with the failed partition: it
+                    // must not acknowledge anything that fsync covered.
+                    sleep(random_up_to(params.max_uptime)).await;
+                }
+                volume.set_fault_hook(None);
+            }
+            CrashKind::Timed => {
+                // At least a tenth of the maximum, so a seed with short
+                // uptimes still gets requests through.
+                sleep(params.max_uptime / 10 + random_up_to(params.max_uptime * 9 / 10)).await;
+            }
+        }
+        handle.kill(broker);
+        let torn = thread_rng().gen_range(0..100) < params.torn_percent;
+        let report: CrashReport = if torn {
+            volume.crash_torn(&mut thread_rng())
+        } else {
+            volume.crash()
+        };
+        stats.crashes += 1;
+        stats.torn_crashes += u64::from(torn);
+        stats.unsynced_bytes_dropped += report.bytes_dropped;
+        stats.unsynced_bytes_kept += report.bytes_kept;
+        stats.bytes_zeroed += report.bytes_zeroed + report.bytes_poisoned;
+        sleep(random_up_to(params.max_downtime)).await;
+        handle.restart(broker);
+    }
+    stats
+}
+
+/// Clogs the client-broker link now and then until `fault_phase` has
+/// passed: requests and responses stall in flight, some past the client's
+/// timeout, so clients retry requests the broker may already have applied.
+async fn clog_links(client: NodeId, broker: NodeId, params: SimParams) -> u64 {
+    let net = madsim::net::NetSim::current();
+    let end = Instant::now() + params.fault_phase;
+    let mut clogs = 0;
+    while Instant::now() < end {
+        sleep(Duration::from_millis(thread_rng().gen_range(100..=2_000))).await;
+        if thread_rng().gen_range(0..100) >= params.clog_percent {
+            continue;
+        }
+        let (a, b) = if thread_rng().gen_bool(0.5) {
+            (client, broker)
+        } else {
+            (broker, client)
+        };
+        net.clog_link(a, b);
+        clogs += 1;
+        // Mostly short stalls; one in five outlasts the client's request
+        // timeout, so the client gives up on a request the broker may still
+        // apply when the link clears.
+        let stall = if thread_rng().gen_ratio(1, 5) {
+            10_000..=12_000
+        } else {
+            10..=2_000
+        };
+        sleep(Duration::from_millis(thread_rng().gen_range(stall))).await;
+        net.unclog_link(a, b);
+    }
+    clogs
+}
+
+/// Why a seed failed, with what is needed to understand it.
+#[derive(Debug, Clone)]
+pub struct SeedFailure {
+    pub seed: u64,
+    pub problems: Vec<String>,
+    pub context: String,
+}
+
+impl fmt::Display for SeedFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "seed {} FAILED:", self.seed)?;
+        for p in &self.problems {
+            writeln!(f, "  - {p}")?;
+        }
+        write!(f, "{}", self.context)
+    }
+}
+
+/// The first (partition, offset) where a final log is not dense.
+fn first_hole(logs: &BTreeMap<i32, PartitionLog>) -> Option<(i32, i64)> {
+    logs.iter().find_map(|(&p, log)| {
+        let i = log
+            .iter()
+            .enumerate()
+            .position(|(i, (offset, _))| *offset != i as i64)?;
+        Some((p, i as i64))
+    })
+}
+
+/// The batches stored around `offset` in a partition's segment files, read
+/// straight from the volume: what recovery and fetches had to work with.
+fn dump_batches(volume: &SimVolume, partition: i32, offset: i64) -> String {
+    let dir = format!("topics/{}-{partition}", workload::TOPIC);
+    let mut out = format!("batches of partition {partition} near offset {offset}:\n");
+    for name in volume
+        .list(&dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.ends_with(".log"))
+    {
+        let Ok(Some(data)) = volume.read(&format!("{dir}/{name}")) else {
+            continue;
+        };
+        let mut batches = split_batches(data);
+        for batch in batches.by_ref() {
+            if (batch.base_offset() - offset).abs() <= 20 {
+                let valid = batch
+                    .validate()
+                    .map_or_else(|e| e.to_string(), |()| "valid".into());
+                let _ = writeln!(
+                    out,
+                    "  {name}: offsets {}..={} ({} bytes, {valid})",
+                    batch.base_offset(),
+                    batch.last_offset(),
+                    batch.size()
+                );
+            }
+        }
+        if !matches!(batches.tail(), Tail::Clean) {
+            let _ = writeln!(
+                out,
+                "  {name}: ends with {:?} at byte {}",
+                batches.tail(),
+                batches.position()
+            );
+        }
+    }
+    out
+}
+
+/// Runs one seed to completion in the current madsim runtime.
+pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
+    let handle = Handle::current();
+    let seed = handle.seed();
+    let started = Instant::now();
+    let params = SimParams::draw(&mut thread_rng());
+    let volume = SimVolume::new();
+    volume.set_sync_latency(Some(params.sync_latency), thread_rng().gen());
+    let broker_errors: BrokerErrors = Arc::default();
+
+    let config = broker_config(&params);
+    let broker_node = {
+        let (volume, errors) = (volume.clone(), broker_errors.clone());
+        handle
+            .create_node()
+            .name("broker")
+            .ip(BROKER_IP)
+            .init(move || run_broker(config.clone(), volume.clone(), errors.clone()))
+            .build()
+    };
+    let client = handle.create_node().name("client").ip(CLIENT_IP).build();
+
+    let shared = Arc::new(Shared::default());
+    let mut problems = Vec::new();
+    let producers: Vec<_> = (0..params.producers)
+        .map(|id| client.spawn(workload::producer(id, params, BROKER_ADDR, shared.clone())))
+        .collect();
+    let consumer = client.spawn(workload::consumer(params, BROKER_ADDR, shared.clone()));
+
+    let clogger = handle.create_node().name("chaos").build().spawn(clog_links(
+        client.id(),
+        broker_node.id(),
+        params,
+    ));
+    let mut faults = drive_faults(&handle, broker_node.id(), &volume, &params).await;
+    match clogger.await {
+        Ok(clogs) => faults.clogs = clogs,
+        Err(_) => problems.push("the link clogger died".to_string()),
+    }
+
+    // Liveness phase: no more faults. Producers finish their batches, the
+    // consumer stops, and everything acknowledged must be readable.
+    shared
+        .stop_producing
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    for p in producers {
+        if p.await.is_err() {
+            problems.push("a producer task died".to_string());
+        }
+    }
+    shared
+        .stop_fetching
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    if consumer.await.is_err() {
+        problems.push("the consumer task died".to_string());
+    }
+    let logs = match client
+        .spawn(workload::read_everything(
+            params,
+            BROKER_ADDR,
+            LIVENESS_DEADLINE,
+        ))
+        .await
+    {
+        Ok(Ok(logs)) => logs,
+        Ok(Err(e)) => {
+            problems.push(e);
+            Default::default()
+        }
+        Err(_) => {
+            problems.push("the final reader task died".to_string());
+            Default::default()
+        }
+    };
+
+    let history = shared.history();
+    problems.extend(
+        broker_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|e| format!("broker: {e}")),
+    );
+    problems.extend(history.check_final(params.partitions, &logs));
+    // Gates against vacuous passes: a seed that did no work or never
+    // crashed the broker proves nothing.
+    if history.acked_records() < MIN_ACKED_RECORDS {
+        problems.push(format!(
+            "vacuous: only {} records acknowledged (need {MIN_ACKED_RECORDS})",
+            history.acked_records()
+        ));
+    }
+    if faults.crashes < MIN_CRASHES {
+        problems.push(format!(
+            "vacuous: {} crashes (need {MIN_CRASHES})",
+            faults.crashes
+        ));
+    }
+    let (final_records, duplicates) = History::summarize(&logs);
+    if !problems.is_empty() {
+        return Err(SeedFailure {
+            seed,
+            problems,
+            context: format!(
+                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
+                history.stats,
+                final_records,
+                volume.describe(),
+                first_hole(&logs).map_or_else(String::new, |(p, o)| dump_batches(&volume, p, o)),
+            ),
+        });
+    }
+    Ok(SeedReport {
+        seed,
+        params,
+        faults,
+        records_acked: history.acked_records(),
+        batches_abandoned: history.stats.batches_abandoned,
+        produce_errors: history.stats.produce_errors,
+        records_fetched: history.stats.records_fetched,
+        final_records,
+        duplicates,
+        syncs: volume.stats().syncs,
+        simulated: started.elapsed(),
+        fingerprint: history.fingerprint(&logs),
+    })
+}

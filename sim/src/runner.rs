@@ -1,0 +1,254 @@
+//! Running many seeds: seed selection from the environment, one process per
+//! seed, and the determinism check.
+//!
+//! Why a process per seed: madsim makes time, the network, std's hashers
+//! and `getrandom` deterministic per runtime, but tokio's `select!` and
+//! `sync::watch` draw from a per-thread rng that tokio seeds with a
+//! *process-global* counter (`tokio::loom::std::rand::seed`). In one process
+//! the n-th seed thread therefore behaves differently from the same seed run
+//! first, so a failure found in a batch would not replay alone (and madsim's
+//! in-process `Runtime::check_determinism`, which runs twice in one process,
+//! reports false non-determinism). A seed in a fresh process is always the
+//! first tokio user there, so a batch run and a replay are the same run.
+//!
+//! The test binary re-runs itself: the parent test spawns
+//! `<test binary> <child test> --exact` with `KAAS_SIM_CHILD_SEED=n`, and the
+//! child test (a no-op without that variable) runs the seed and prints one
+//! result line.
+//!
+//! Environment:
+//! - `MADSIM_TEST_SEED=n` (or `KAAS_SIM_SEED=n`): start at seed n; alone, it
+//!   replays exactly that seed.
+//! - `KAAS_SIM_SEEDS=k` (or `MADSIM_TEST_NUM=k`): run k seeds.
+//! - `KAAS_SIM_JOBS=j`: seeds run in parallel (default: available cores).
+//! - `MADSIM_TEST_CHECK_DETERMINISM=1`: run every seed twice and compare.
+//! - `KAAS_SIM_LOG=filter` (e.g. `info`, `kaas_net=debug`): tracing output,
+//!   with simulated timestamps; best with `scripts/sim --seed n`.
+
+use crate::harness::run_seed;
+use madsim::runtime::Runtime;
+use madsim::Config;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A run that has not finished after this much simulated time is hung.
+const TIME_LIMIT: Duration = Duration::from_secs(900);
+/// Tells the child test which seed to run.
+pub const CHILD_ENV: &str = "KAAS_SIM_CHILD_SEED";
+/// Prefix of the child's result line.
+const PASS_PREFIX: &str = "KAAS_SIM_PASS ";
+
+/// Which seeds to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub seeds: Vec<u64>,
+    pub check_determinism: bool,
+    pub jobs: usize,
+}
+
+fn env_u64(names: &[&str]) -> Option<u64> {
+    names
+        .iter()
+        .find_map(|n| std::env::var(n).ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The seed named by `MADSIM_TEST_SEED` or `KAAS_SIM_SEED`, if any.
+pub fn explicit_seed() -> Option<u64> {
+    env_u64(&["MADSIM_TEST_SEED", "KAAS_SIM_SEED"])
+}
+
+impl Selection {
+    /// Seeds from the environment; without any, `default_count` seeds
+    /// from 0 (fixed, so CI is reproducible; pass a base to explore).
+    pub fn from_env(default_count: u64) -> Selection {
+        let base = explicit_seed();
+        let count = env_u64(&["KAAS_SIM_SEEDS", "MADSIM_TEST_NUM"]).unwrap_or(if base.is_some() {
+            1
+        } else {
+            default_count
+        });
+        let base = base.unwrap_or(0);
+        let jobs = env_u64(&["KAAS_SIM_JOBS"])
+            .map(|j| j as usize)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1);
+        Selection {
+            seeds: (base..base.saturating_add(count)).collect(),
+            check_determinism: std::env::var_os("MADSIM_TEST_CHECK_DETERMINISM").is_some(),
+            jobs,
+        }
+    }
+}
+
+/// How one seed ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The seed's one-line report (everything in it is simulated, so two
+    /// runs of a seed print the same line).
+    Passed(String),
+    /// Why it failed: violations, a panic, or the child's whole output.
+    Failed(String),
+}
+
+/// The command that replays `seed`.
+pub fn replay_command(seed: u64) -> String {
+    format!("scripts/sim --seed {seed}")
+}
+
+fn init_logging() {
+    if let Ok(filter) = std::env::var("KAAS_SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic with a non-string payload".into())
+}
+
+/// Runs `seed` in this process, on a fresh thread with a fresh runtime.
+/// Replays exactly only as the first seed of a process (see the module
+/// docs); [`run_isolated`] arranges that.
+pub fn run_in_process(seed: u64) -> Outcome {
+    init_logging();
+    let thread = std::thread::Builder::new()
+        .name(format!("sim-seed-{seed}"))
+        .spawn(move || {
+            let mut runtime = Runtime::with_seed_and_config(seed, Config::default());
+            runtime.set_time_limit(TIME_LIMIT);
+            runtime.block_on(run_seed())
+        });
+    match thread.map(|t| t.join()) {
+        Ok(Ok(Ok(report))) => Outcome::Passed(report.to_string()),
+        Ok(Ok(Err(failure))) => Outcome::Failed(failure.to_string()),
+        Ok(Err(payload)) => {
+            Outcome::Failed(format!("seed {seed} PANICKED: {}", panic_message(payload)))
+        }
+        Err(e) => Outcome::Failed(format!("seed {seed}: cannot start a thread: {e}")),
+    }
+}
+
+/// The body of the child test: runs the seed named by [`CHILD_ENV`], prints
+/// the result line and panics on failure. Does nothing without the
+/// variable, so the child test passes trivially in a normal test run.
+pub fn child_main() {
+    let Some(seed) = env_u64(&[CHILD_ENV]) else {
+        return;
+    };
+    match run_in_process(seed) {
+        Outcome::Passed(line) => println!("{PASS_PREFIX}{line}"),
+        Outcome::Failed(why) => panic!("{why}"),
+    }
+}
+
+/// Runs `seed` in a fresh process: this test binary, running only
+/// `child_test`.
+pub fn run_isolated(seed: u64, child_test: &str) -> Outcome {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return Outcome::Failed(format!("seed {seed}: cannot find the test binary: {e}")),
+    };
+    let output = Command::new(exe)
+        .args([child_test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, seed.to_string())
+        .output();
+    let output = match output {
+        Ok(o) => o,
+        Err(e) => {
+            return Outcome::Failed(format!("seed {seed}: cannot run the child process: {e}"))
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // libtest prints "test seed_child ... " without a newline first.
+    let pass = stdout
+        .lines()
+        .find_map(|l| l.find(PASS_PREFIX).map(|i| &l[i + PASS_PREFIX.len()..]));
+    match (output.status.success(), pass) {
+        (true, Some(line)) => Outcome::Passed(line.to_string()),
+        (true, None) => Outcome::Failed(format!(
+            "seed {seed}: the child printed no result (is `{child_test}` the child test?)"
+        )),
+        (false, _) => {
+            // The panic message is the failure report; libtest's noise
+            // around it is dropped.
+            let all = format!("{stderr}\n{stdout}");
+            let report = all.find(&format!("seed {seed}")).map(|start| {
+                let rest = &all[start..];
+                let end = ["\nnote: run with `RUST_BACKTRACE", "\nstack backtrace"]
+                    .iter()
+                    .filter_map(|m| rest.find(m))
+                    .min()
+                    .unwrap_or(rest.len());
+                rest[..end].to_string()
+            });
+            Outcome::Failed(report.unwrap_or_else(|| {
+                format!("seed {seed}: child failed ({}):\n{all}", output.status)
+            }))
+        }
+    }
+}
+
+/// Runs every seed in its own process, `jobs` at a time, printing one line
+/// per seed as it finishes. Returns the failures, each with its replay
+/// command.
+pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
+    let queue = std::sync::Mutex::new(selection.seeds.iter().copied());
+    let failures = std::sync::Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..selection.jobs.min(selection.seeds.len()) {
+            scope.spawn(|| loop {
+                let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+                let Some(seed) = next else { break };
+                let t = Instant::now();
+                let failure = match run_isolated(seed, child_test) {
+                    Outcome::Passed(line) => {
+                        println!("{line} | {:.1}s real", t.elapsed().as_secs_f64());
+                        if selection.check_determinism {
+                            check_determinism(seed, child_test, &line).err()
+                        } else {
+                            None
+                        }
+                    }
+                    Outcome::Failed(why) => Some(why),
+                };
+                if let Some(failure) = failure {
+                    let message = format!("{failure}\nreplay: {}", replay_command(seed));
+                    eprintln!("{message}");
+                    failures
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(message);
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    println!(
+        "{} seeds in {:.1}s ({} jobs), {} failed",
+        selection.seeds.len(),
+        started.elapsed().as_secs_f64(),
+        selection.jobs,
+        failures.len()
+    );
+    failures
+}
+
+/// Runs `seed` again in another fresh process and compares its report
+/// (every counter, the simulated duration to the nanosecond's display, and a
+/// fingerprint of the history and final logs) with `first`.
+pub fn check_determinism(seed: u64, child_test: &str, first: &str) -> Result<(), String> {
+    match run_isolated(seed, child_test) {
+        Outcome::Passed(second) if second == first => Ok(()),
+        Outcome::Passed(second) => Err(format!("seed {seed} is not deterministic: two runs differ\n  first:  {first}\n  second: {second}")),
+        Outcome::Failed(why) => Err(format!("seed {seed} is not deterministic: passed once, then failed:\n{why}")),
+    }
+}

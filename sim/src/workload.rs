@@ -1,0 +1,537 @@
+//! Workload actors on the client node: plain producers with acks=all, a
+//! consumer that fetches while faults run, and the final read-back.
+//!
+//! They talk to the broker through `kaas_net::client` over madsim's
+//! simulated TCP and report everything to the shared [`History`]. Every
+//! network step has a timeout and every retry a bounded, jittered backoff,
+//! so a dead broker costs time, never a hung run.
+
+use crate::checker::{History, PartitionLog};
+use crate::params::SimParams;
+use bytes::Bytes;
+use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest, ProduceRequest};
+use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_core::record::{split_batches, BatchBuilder, NewRecord};
+use kaas_net::client::{decode_response, encode_request, ClientError, Connection};
+use madsim::rand::{thread_rng, Rng};
+use madsim::time::{sleep, timeout, Instant};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The topic every actor uses; auto-created by the first Produce.
+pub const TOPIC: &str = "sim";
+const PRODUCE_VERSION: i16 = 9;
+const FETCH_VERSION: i16 = 12;
+/// How long the broker may wait for the fsync before answering
+/// REQUEST_TIMED_OUT.
+const PRODUCE_TIMEOUT_MS: i32 = 5_000;
+/// Client-side bound on one request, beyond the broker's own timeout.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A batch is abandoned (left unacknowledged) after this many attempts.
+const MAX_PRODUCE_ATTEMPTS: u32 = 40;
+/// How long the consumer's fetches long-poll.
+const FETCH_MAX_WAIT_MS: i32 = 200;
+const FETCH_MAX_BYTES: i32 = 64 * 1024;
+
+/// State shared by the actors and the supervisor.
+#[derive(Default)]
+pub struct Shared {
+    history: Mutex<History>,
+    /// Faults are over: producers finish their current batch and stop.
+    pub stop_producing: AtomicBool,
+    /// Producers are done: the consumer stops.
+    pub stop_fetching: AtomicBool,
+}
+
+impl Shared {
+    /// The history. Never held across an await, so it cannot deadlock.
+    pub fn history(&self) -> MutexGuard<'_, History> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Exponential backoff between 10 ms and 500 ms with jitter, so retrying
+/// actors neither hammer a restarting broker nor move in lockstep, yet
+/// catch a broker that only stays up for a few hundred milliseconds.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    const MIN: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_millis(500);
+
+    fn new() -> Backoff {
+        Backoff { next: Self::MIN }
+    }
+
+    async fn wait(&mut self) {
+        let jittered = self.next.mul_f64(thread_rng().gen_range(0.5..1.5));
+        sleep(jittered).await;
+        self.next = (self.next * 2).min(Self::MAX);
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
+/// The connection, made first if there is none; `Err` if the broker
+/// cannot be reached.
+async fn ensure_connected(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+) -> Result<&mut Connection, String> {
+    if conn.is_none() {
+        match timeout(CONNECT_TIMEOUT, Connection::connect(addr)).await {
+            Ok(Ok(c)) => *conn = Some(c),
+            Ok(Err(e)) => return Err(format!("connect: {e}")),
+            Err(_) => return Err("connect: timed out".into()),
+        }
+    }
+    conn.as_mut().ok_or_else(|| "no connection".to_string())
+}
+
+/// Why a request gave nothing usable.
+enum RequestError {
+    /// The broker is unreachable, slow or restarting: retry.
+    Network(String),
+    /// The broker answered something malformed, or served bytes that are
+    /// not whole, valid batches: a bug.
+    Malformed(String),
+}
+
+impl RequestError {
+    fn of(e: ClientError) -> RequestError {
+        if is_malformed(&e) {
+            RequestError::Malformed(e.to_string())
+        } else {
+            RequestError::Network(e.to_string())
+        }
+    }
+}
+
+/// Sends one request frame and returns its response frame, dropping the
+/// connection on any failure so the next attempt starts clean.
+async fn round_trip(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    frame: &[u8],
+) -> Result<Bytes, RequestError> {
+    let c = ensure_connected(conn, addr)
+        .await
+        .map_err(RequestError::Network)?;
+    let result = match timeout(REQUEST_TIMEOUT, c.send_raw_frame(frame)).await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(e)) => Err(RequestError::of(e)),
+        Err(_) => Err(RequestError::Network("request timed out".to_string())),
+    };
+    if result.is_err() {
+        *conn = None;
+    }
+    result
+}
+
+fn produce_request(partition: i32, values: &[Bytes], now_ms: i64) -> RequestBody {
+    let mut builder = BatchBuilder::new();
+    for value in values {
+        builder.push(NewRecord::new(now_ms, None, Some(value)));
+    }
+    RequestBody::Produce(ProduceRequest {
+        acks: -1,
+        timeout_ms: PRODUCE_TIMEOUT_MS,
+        topic_data: vec![produce_request::TopicProduceData {
+            name: TOPIC.into(),
+            partition_data: vec![produce_request::PartitionProduceData {
+                index: partition,
+                records: Some(builder.build().into_bytes()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+/// True for errors that mean the broker sent something malformed (as
+/// opposed to the connection failing): a bug, not a fault to retry through.
+fn is_malformed(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Decode(_)
+            | ClientError::CorrelationMismatch { .. }
+            | ClientError::InvalidFrameLength(_)
+    )
+}
+
+/// The (error code, base offset) of the one partition a produce carried.
+fn produce_outcome(body: ResponseBody, partition: i32) -> Result<(i16, i64), RequestError> {
+    let ResponseBody::Produce(resp) = body else {
+        return Err(RequestError::Malformed(
+            "produce answered with another response type".into(),
+        ));
+    };
+    resp.responses
+        .iter()
+        .filter(|t| t.name == TOPIC)
+        .flat_map(|t| &t.partition_responses)
+        .find(|p| p.index == partition)
+        .map(|p| (p.error_code, p.base_offset))
+        .ok_or_else(|| {
+            RequestError::Malformed(format!("produce response lacks partition {partition}"))
+        })
+}
+
+/// Errors a plain producer retries. Anything else from this workload's
+/// well-formed requests means the broker misjudged them: a violation.
+fn retriable(code: i16) -> bool {
+    [
+        ErrorCode::RequestTimedOut,
+        ErrorCode::KafkaStorageError,
+        ErrorCode::UnknownTopicOrPartition,
+        ErrorCode::LeaderNotAvailable,
+        ErrorCode::NotLeaderOrFollower,
+        ErrorCode::UnknownServerError,
+    ]
+    .iter()
+    .any(|c| c.code() == code)
+}
+
+/// Produces batches of uniquely named records until told to stop; retries
+/// each batch with the exact same request bytes until acknowledged or
+/// abandoned. Without idempotence a retry after a lost response may append
+/// the batch twice, which the checker allows.
+pub async fn producer(
+    id: usize,
+    params: SimParams,
+    addr: SocketAddr,
+    shared: std::sync::Arc<Shared>,
+) {
+    let mut conn: Option<Connection> = None;
+    let mut backoff = Backoff::new();
+    let mut batch_no: u32 = 0;
+    while !shared.stop_producing.load(Ordering::Relaxed) {
+        let (partition, count, think) = {
+            let mut rng = thread_rng();
+            (
+                rng.gen_range(0..params.partitions),
+                rng.gen_range(1..=params.max_records_per_batch),
+                Duration::from_millis(rng.gen_range(0..=params.producer_think_ms)),
+            )
+        };
+        let values: Vec<Bytes> = (0..count)
+            .map(|r| Bytes::from(format!("p{id}-b{batch_no}-r{r}")))
+            .collect();
+        shared.history().sent(&values);
+        let correlation_id = batch_no as i32;
+        batch_no += 1;
+        let body = produce_request(partition, &values, kaas_net::clock::now_ms());
+        let frame = match encode_request(
+            produce_request::API_KEY,
+            PRODUCE_VERSION,
+            correlation_id,
+            Some("sim-producer"),
+            &body,
+        ) {
+            Ok(f) => f,
+            Err(e) => {
+                shared.history().violation(format!(
+                    "producer {id}: cannot encode a produce request: {e}"
+                ));
+                return;
+            }
+        };
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let outcome = match round_trip(&mut conn, addr, &frame).await {
+                Ok(response) => match decode_response(
+                    produce_request::API_KEY,
+                    PRODUCE_VERSION,
+                    correlation_id,
+                    response,
+                ) {
+                    Ok(body) => produce_outcome(body, partition),
+                    Err(e) => Err(RequestError::of(e)),
+                },
+                Err(e) => Err(e),
+            };
+            if let Err(RequestError::Malformed(e)) = &outcome {
+                shared
+                    .history()
+                    .violation(format!("producer {id}: malformed produce response: {e}"));
+                conn = None;
+            }
+            match outcome {
+                Ok((0, base_offset)) => {
+                    shared.history().acked(partition, base_offset, &values);
+                    backoff.reset();
+                    break;
+                }
+                Ok((code, _)) if retriable(code) => shared.history().stats.produce_errors += 1,
+                Ok((code, _)) => {
+                    shared.history().violation(format!(
+                        "producer {id}: produce of batch {correlation_id} failed with non-retriable error {code}"
+                    ));
+                    break;
+                }
+                Err(_) => shared.history().stats.produce_errors += 1,
+            }
+            if attempts >= MAX_PRODUCE_ATTEMPTS {
+                shared.history().stats.batches_abandoned += 1;
+                break;
+            }
+            shared.history().stats.produce_retries += 1;
+            backoff.wait().await;
+        }
+        sleep(think).await;
+    }
+}
+
+fn fetch_request(positions: &BTreeMap<i32, i64>, max_wait_ms: i32) -> RequestBody {
+    RequestBody::Fetch(FetchRequest {
+        replica_id: -1,
+        max_wait_ms,
+        min_bytes: 1,
+        max_bytes: FETCH_MAX_BYTES,
+        topics: vec![fetch_request::FetchTopic {
+            topic: TOPIC.into(),
+            partitions: positions
+                .iter()
+                .map(|(&partition, &offset)| fetch_request::FetchPartition {
+                    partition,
+                    fetch_offset: offset,
+                    partition_max_bytes: FETCH_MAX_BYTES,
+                    current_leader_epoch: -1,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+/// One partition of a fetch response.
+struct FetchedPartition {
+    partition: i32,
+    error_code: i16,
+    high_watermark: i64,
+    /// Records at or after the requested offset, in order.
+    records: Vec<(i64, Bytes)>,
+    /// Offset after the last returned batch (the requested one if none).
+    next_offset: i64,
+}
+
+/// Decodes the records of one partition, checking every batch's CRC: a
+/// consumer must never be served bytes that were not written as a whole.
+fn decode_fetched(
+    data: &kaas_core::protocol::messages::fetch_response::PartitionData,
+    requested: i64,
+) -> Result<FetchedPartition, String> {
+    let mut out = FetchedPartition {
+        partition: data.partition_index,
+        error_code: data.error_code,
+        high_watermark: data.high_watermark,
+        records: Vec::new(),
+        next_offset: requested,
+    };
+    let Some(bytes) = data.records.clone() else {
+        return Ok(out);
+    };
+    for batch in split_batches(bytes) {
+        batch.validate().map_err(|e| {
+            format!(
+                "partition {}: fetched batch at {} is invalid: {e}",
+                data.partition_index,
+                batch.base_offset()
+            )
+        })?;
+        for record in batch.records() {
+            let record = record.map_err(|e| {
+                format!(
+                    "partition {}: undecodable record: {e}",
+                    data.partition_index
+                )
+            })?;
+            let value = record.value.ok_or_else(|| {
+                format!(
+                    "partition {}: record at {} has no value",
+                    data.partition_index, record.offset
+                )
+            })?;
+            if record.offset >= requested {
+                out.records.push((record.offset, value));
+            }
+        }
+        out.next_offset = out.next_offset.max(batch.next_offset());
+    }
+    Ok(out)
+}
+
+/// Sends one fetch for `positions`.
+async fn fetch_once(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    positions: &BTreeMap<i32, i64>,
+    max_wait_ms: i32,
+) -> Result<Vec<FetchedPartition>, RequestError> {
+    let c = ensure_connected(conn, addr)
+        .await
+        .map_err(RequestError::Network)?;
+    let body = fetch_request(positions, max_wait_ms);
+    let result = match timeout(
+        REQUEST_TIMEOUT,
+        c.send(fetch_request::API_KEY, FETCH_VERSION, &body),
+    )
+    .await
+    {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(e)) => Err(RequestError::of(e)),
+        Err(_) => Err(RequestError::Network("fetch timed out".to_string())),
+    };
+    let body = match result {
+        Ok(body) => body,
+        Err(e) => {
+            *conn = None;
+            return Err(e);
+        }
+    };
+    let ResponseBody::Fetch(resp) = body else {
+        return Err(RequestError::Malformed(
+            "fetch answered with another response type".into(),
+        ));
+    };
+    let mut out = Vec::new();
+    for topic in resp.responses.iter().filter(|t| t.topic == TOPIC) {
+        for data in &topic.partitions {
+            let requested = positions.get(&data.partition_index).copied().unwrap_or(0);
+            out.push(decode_fetched(data, requested).map_err(RequestError::Malformed)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Tails every partition while faults run, recording what it reads so the
+/// checker can hold the broker to it later.
+pub async fn consumer(params: SimParams, addr: SocketAddr, shared: std::sync::Arc<Shared>) {
+    let mut conn = None;
+    let mut backoff = Backoff::new();
+    let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    while !shared.stop_fetching.load(Ordering::Relaxed) {
+        let floors: BTreeMap<i32, i64> = {
+            let history = shared.history();
+            positions
+                .keys()
+                .map(|&p| (p, history.fetch_floor(p)))
+                .collect()
+        };
+        let fetched = match fetch_once(&mut conn, addr, &positions, FETCH_MAX_WAIT_MS).await {
+            Ok(f) => f,
+            Err(e) => {
+                if let RequestError::Malformed(e) = e {
+                    shared.history().violation(e);
+                }
+                shared.history().stats.fetch_errors += 1;
+                backoff.wait().await;
+                continue;
+            }
+        };
+        let mut any_error = false;
+        for part in fetched {
+            let Some(position) = positions.get_mut(&part.partition) else {
+                continue;
+            };
+            if part.error_code == ErrorCode::OffsetOutOfRange.code() {
+                // The position only ever advances over data a fetch
+                // returned, which was durable: it cannot be past the end.
+                shared.history().violation(format!(
+                    "partition {}: OFFSET_OUT_OF_RANGE at {}, an offset the broker had already served up to",
+                    part.partition, position
+                ));
+            }
+            if part.error_code != 0 {
+                any_error = true;
+                continue;
+            }
+            let floor = floors.get(&part.partition).copied().unwrap_or(0);
+            shared
+                .history()
+                .fetched(part.partition, floor, part.high_watermark, &part.records);
+            *position = (*position).max(part.next_offset);
+        }
+        if any_error {
+            shared.history().stats.fetch_errors += 1;
+            backoff.wait().await;
+        } else {
+            backoff.reset();
+        }
+    }
+}
+
+/// After the faults: reads every partition from offset 0 to its high
+/// watermark. Retries through errors until `deadline`.
+pub async fn read_everything(
+    params: SimParams,
+    addr: SocketAddr,
+    deadline: Duration,
+) -> Result<BTreeMap<i32, PartitionLog>, String> {
+    let give_up = Instant::now() + deadline;
+    let mut conn = None;
+    let mut backoff = Backoff::new();
+    let mut logs: BTreeMap<i32, PartitionLog> = BTreeMap::new();
+    let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    let mut last_error = String::new();
+    while !positions.is_empty() {
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "liveness: could not read every partition back within {deadline:?} (still reading {positions:?}; last error: {last_error})"
+            ));
+        }
+        let fetched = match fetch_once(&mut conn, addr, &positions, 0).await {
+            Ok(f) => f,
+            Err(RequestError::Malformed(e)) => return Err(format!("final read: {e}")),
+            Err(RequestError::Network(e)) => {
+                last_error = e;
+                backoff.wait().await;
+                continue;
+            }
+        };
+        let mut progressed = false;
+        for part in fetched {
+            let Some(&position) = positions.get(&part.partition) else {
+                continue;
+            };
+            if part.error_code != 0 {
+                last_error = format!("partition {} error {}", part.partition, part.error_code);
+                continue;
+            }
+            let log = logs.entry(part.partition).or_default();
+            log.extend(part.records.iter().cloned());
+            if part.next_offset > position {
+                progressed = true;
+                positions.insert(part.partition, part.next_offset);
+            } else if position >= part.high_watermark {
+                positions.remove(&part.partition);
+                progressed = true;
+            } else {
+                last_error = format!(
+                    "partition {}: empty read at {position} below the high watermark {}",
+                    part.partition, part.high_watermark
+                );
+            }
+        }
+        if progressed {
+            backoff.reset();
+        } else {
+            backoff.wait().await;
+        }
+    }
+    Ok(logs)
+}
