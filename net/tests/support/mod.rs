@@ -1,0 +1,33 @@
+//! Shared set-up of the integration tests: a real broker on an ephemeral
+//! 127.0.0.1 port over a temporary directory.
+
+use kaas_net::volume::LocalVolume;
+use kaas_net::{Broker, BrokerConfig};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub struct TestBroker {
+    /// Kept alive for the test: dropping it deletes the data.
+    pub _dir: tempfile::TempDir,
+    pub addr: SocketAddr,
+    pub broker: Arc<Broker>,
+}
+
+/// Starts a broker; `configure` adjusts its configuration first.
+pub async fn start_broker(configure: impl FnOnce(&mut BrokerConfig)) -> TestBroker {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let mut config = BrokerConfig::new(addr);
+    configure(&mut config);
+    let volume = Arc::new(LocalVolume::new(dir.path()).expect("volume"));
+    let broker = Broker::open(config, volume).expect("broker");
+    tokio::spawn(kaas_net::server::serve(
+        broker.clone(),
+        listener,
+        std::future::pending(),
+    ));
+    TestBroker { _dir: dir, addr, broker }
+}
