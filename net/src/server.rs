@@ -60,9 +60,18 @@ where
         };
         capture_frame(broker.config.capture_dir.as_deref(), &frame);
         let (header, outcome) = match decode_request(frame, handlers::supported_versions) {
-            Ok(Request { header, body, trailing }) => {
+            Ok(Request {
+                header,
+                body,
+                trailing,
+            }) => {
                 if trailing > 0 {
-                    tracing::debug!(api_key = header.api_key, version = header.api_version, trailing, "ignoring trailing request bytes");
+                    tracing::debug!(
+                        api_key = header.api_key,
+                        version = header.api_version,
+                        trailing,
+                        "ignoring trailing request bytes"
+                    );
                 }
                 let outcome = handlers::dispatch(&broker, &header, body).await;
                 (header, outcome)
@@ -77,7 +86,12 @@ where
         };
         match outcome {
             Outcome::Respond { body, version } => {
-                let bytes = match encode_response(header.api_key, version, header.correlation_id, &body) {
+                let bytes = match encode_response(
+                    header.api_key,
+                    version,
+                    header.correlation_id,
+                    &body,
+                ) {
                     Ok(b) => b,
                     Err(e) => {
                         tracing::error!(%peer, api_key = header.api_key, version, error = %e, "cannot encode response");
@@ -100,7 +114,10 @@ where
 }
 
 /// Reads one frame; `Ok(None)` on a clean close between frames.
-async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize) -> Result<Option<bytes::Bytes>, String> {
+async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    max: usize,
+) -> Result<Option<bytes::Bytes>, String> {
     let mut prefix = [0u8; 4];
     match rd.read_exact(&mut prefix).await {
         Ok(_) => {}
@@ -112,9 +129,16 @@ async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize) -> Result<Opti
     while buf.len() < len {
         let want = (len - buf.len()).min(READ_CHUNK);
         buf.reserve(want);
-        let n = (&mut *rd).take(want as u64).read_buf(&mut buf).await.map_err(|e| e.to_string())?;
+        let n = (&mut *rd)
+            .take(want as u64)
+            .read_buf(&mut buf)
+            .await
+            .map_err(|e| e.to_string())?;
         if n == 0 {
-            return Err(format!("connection closed mid-frame ({} of {len} bytes)", buf.len()));
+            return Err(format!(
+                "connection closed mid-frame ({} of {len} bytes)",
+                buf.len()
+            ));
         }
     }
     Ok(Some(buf.freeze()))
@@ -130,7 +154,11 @@ fn capture_frame(dir: Option<&std::path::Path>, frame: &bytes::Bytes) {
         use std::sync::atomic::{AtomicU64, Ordering};
         static CAPTURED: AtomicU64 = AtomicU64::new(0);
         let n = CAPTURED.fetch_add(1, Ordering::Relaxed);
-        let field = |at: usize| frame.get(at..at + 2).map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]));
+        let field = |at: usize| {
+            frame
+                .get(at..at + 2)
+                .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]))
+        };
         let path = dir.join(format!("{}-{}-{n}.bin", field(0), field(2)));
         let mut bytes = Vec::with_capacity(frame.len() + 4);
         bytes.extend_from_slice(&(frame.len() as u32).to_be_bytes());

@@ -1453,7 +1453,10 @@ mod model {
             // inherits its assignment without a rebalance (KIP-345); the old
             // id is fenced. Ownership therefore belongs to the instance id
             // of a static member, and to the member id of a dynamic one.
-            let owner = client.instance.clone().unwrap_or_else(|| client.member_id.clone());
+            let owner = client
+                .instance
+                .clone()
+                .unwrap_or_else(|| client.member_id.clone());
             let owners = self.handed_out.entry(client.generation).or_default();
             for p in decode_assignment(&r.assignment) {
                 let prev = owners.insert(p, owner.clone());

@@ -92,8 +92,13 @@ pub enum Outcome {
 /// Anything else closes the connection.
 pub fn refuse(error: &RequestError) -> Outcome {
     match error {
-        RequestError::UnsupportedVersion { header, .. } if header.api_key == api_versions_request::API_KEY => {
-            Outcome::Respond { body: ResponseBody::ApiVersions(api_versions::unsupported()), version: 0 }
+        RequestError::UnsupportedVersion { header, .. }
+            if header.api_key == api_versions_request::API_KEY =>
+        {
+            Outcome::Respond {
+                body: ResponseBody::ApiVersions(api_versions::unsupported()),
+                version: 0,
+            }
         }
         other => Outcome::Close(other.to_string()),
     }
@@ -105,37 +110,49 @@ pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, body: Reques
     let version = header.api_version;
     let respond = |body| Outcome::Respond { body, version };
     match body {
-        RequestBody::ApiVersions(req) => respond(ResponseBody::ApiVersions(api_versions::handle(req, version))),
-        RequestBody::Metadata(req) => respond(ResponseBody::Metadata(metadata::handle(broker, req, version).await)),
+        RequestBody::ApiVersions(req) => respond(ResponseBody::ApiVersions(api_versions::handle(
+            req, version,
+        ))),
+        RequestBody::Metadata(req) => respond(ResponseBody::Metadata(
+            metadata::handle(broker, req, version).await,
+        )),
         RequestBody::Produce(req) => match produce::handle(broker, req, version).await {
             Some(resp) => respond(ResponseBody::Produce(resp)),
             None => Outcome::Silent,
         },
-        RequestBody::Fetch(req) => respond(ResponseBody::Fetch(fetch::handle(broker, req, version).await)),
-        RequestBody::ListOffsets(req) => respond(ResponseBody::ListOffsets(list_offsets::handle(broker, req, version))),
-        RequestBody::OffsetForLeaderEpoch(req) => {
-            respond(ResponseBody::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(broker, req)))
-        }
-        RequestBody::CreateTopics(req) => {
-            respond(ResponseBody::CreateTopics(create_topics::handle(broker, req, version).await))
-        }
-        RequestBody::CreatePartitions(req) => {
-            respond(ResponseBody::CreatePartitions(create_partitions::handle(broker, req).await))
-        }
-        RequestBody::DeleteTopics(req) => respond(ResponseBody::DeleteTopics(delete_topics::handle(broker, req).await)),
-        RequestBody::DeleteRecords(req) => respond(ResponseBody::DeleteRecords(delete_records::handle(broker, req))),
-        RequestBody::DescribeConfigs(req) => {
-            respond(ResponseBody::DescribeConfigs(describe_configs::handle(broker, req, version)))
-        }
-        RequestBody::DescribeCluster(req) => {
-            respond(ResponseBody::DescribeCluster(describe_cluster::handle(broker, req)))
-        }
-        RequestBody::InitProducerId(req) => {
-            respond(ResponseBody::InitProducerId(init_producer_id::handle(broker, req).await))
-        }
-        RequestBody::DescribeProducers(req) => {
-            respond(ResponseBody::DescribeProducers(describe_producers::handle(broker, req)))
-        }
+        RequestBody::Fetch(req) => respond(ResponseBody::Fetch(
+            fetch::handle(broker, req, version).await,
+        )),
+        RequestBody::ListOffsets(req) => respond(ResponseBody::ListOffsets(list_offsets::handle(
+            broker, req, version,
+        ))),
+        RequestBody::OffsetForLeaderEpoch(req) => respond(ResponseBody::OffsetForLeaderEpoch(
+            offset_for_leader_epoch::handle(broker, req),
+        )),
+        RequestBody::CreateTopics(req) => respond(ResponseBody::CreateTopics(
+            create_topics::handle(broker, req, version).await,
+        )),
+        RequestBody::CreatePartitions(req) => respond(ResponseBody::CreatePartitions(
+            create_partitions::handle(broker, req).await,
+        )),
+        RequestBody::DeleteTopics(req) => respond(ResponseBody::DeleteTopics(
+            delete_topics::handle(broker, req).await,
+        )),
+        RequestBody::DeleteRecords(req) => respond(ResponseBody::DeleteRecords(
+            delete_records::handle(broker, req),
+        )),
+        RequestBody::DescribeConfigs(req) => respond(ResponseBody::DescribeConfigs(
+            describe_configs::handle(broker, req, version),
+        )),
+        RequestBody::DescribeCluster(req) => respond(ResponseBody::DescribeCluster(
+            describe_cluster::handle(broker, req),
+        )),
+        RequestBody::InitProducerId(req) => respond(ResponseBody::InitProducerId(
+            init_producer_id::handle(broker, req).await,
+        )),
+        RequestBody::DescribeProducers(req) => respond(ResponseBody::DescribeProducers(
+            describe_producers::handle(broker, req),
+        )),
         RequestBody::FindCoordinator(req) => respond(ResponseBody::FindCoordinator(
             find_coordinator::handle(broker, req, version),
         )),

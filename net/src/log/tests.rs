@@ -674,5 +674,8 @@ fn a_damaged_sealed_segment_is_a_read_error_not_a_skip() {
     fs::write(&path, &bytes).unwrap();
     let log = fx.open(small_segments());
     let err = log.read(second_base - 1, 1 << 20, i64::MAX).unwrap_err();
-    assert!(matches!(err, ReadError::Io(_)), "expected an error, got {err}");
+    assert!(
+        matches!(err, ReadError::Io(_)),
+        "expected an error, got {err}"
+    );
 }

@@ -29,5 +29,9 @@ pub async fn start_broker(configure: impl FnOnce(&mut BrokerConfig)) -> TestBrok
         listener,
         std::future::pending(),
     ));
-    TestBroker { _dir: dir, addr, broker }
+    TestBroker {
+        _dir: dir,
+        addr,
+        broker,
+    }
 }
