@@ -37,6 +37,25 @@ pub const SEGMENT_BYTES: &str = "segment.bytes";
 pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
 
+/// The most partitions one topic may have. Kafka sets no limit, but here
+/// every partition is a directory, open files and a flusher task, and
+/// CreateTopics and CreatePartitions come from any client: a request for
+/// 2^31 partitions must be refused, not attempted.
+pub const MAX_PARTITIONS: i32 = 10_000;
+
+/// The partition count CreateTopics and CreatePartitions may ask for.
+pub fn check_partition_count(count: i32) -> Result<(), String> {
+    if count <= 0 {
+        return Err("Number of partitions must be larger than 0.".into());
+    }
+    if count > MAX_PARTITIONS {
+        return Err(format!(
+            "Number of partitions must be at most {MAX_PARTITIONS}."
+        ));
+    }
+    Ok(())
+}
+
 /// The topic configs kaas accepts. `cleanup.policy` accepts only `delete`:
 /// compaction is not implemented, and accepting `compact` would silently
 /// keep every record.
@@ -141,6 +160,19 @@ pub fn get_i64(configs: &BTreeMap<String, String>, name: &str, default: i64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `broker_requests` fuzz target: a CreateTopics asking for
+    /// hundreds of millions of partitions was attempted, one directory and
+    /// flusher at a time, holding the admin lock for good.
+    #[test]
+    fn partition_counts_beyond_the_limit_are_refused_not_attempted() {
+        assert!(check_partition_count(1).is_ok());
+        assert!(check_partition_count(MAX_PARTITIONS).is_ok());
+        assert!(check_partition_count(MAX_PARTITIONS + 1).is_err());
+        assert!(check_partition_count(i32::MAX).is_err());
+        assert!(check_partition_count(0).is_err());
+        assert!(check_partition_count(-1).is_err());
+    }
 
     #[test]
     fn unknown_config_names_are_rejected() {

@@ -20,8 +20,22 @@
 //! Records that were never acknowledged may be present or absent, and a
 //! retried produce may be present more than once: both are allowed without
 //! idempotence.
+//!
+//! Idempotent producers (every batch retried with the same bytes until
+//! acknowledged) are held to more:
+//! - every record of an idempotent batch is in the final log at most once,
+//!   and an acknowledged one exactly once (at its acknowledged offset, by
+//!   the rules above);
+//! - a batch is whole or absent, its records at consecutive offsets;
+//! - within one producer session (producer id and epoch) and partition, the
+//!   batches in the log are a prefix of those sent, in sequence order, at
+//!   increasing offsets: the broker never appends past a sequence gap;
+//! - a producer id is never handed out twice, whatever restarts happened
+//!   (every InitProducerId answer is recorded), always at epoch 0 and from
+//!   this broker's slice of the id space.
 
 use bytes::Bytes;
+use kaas_core::producer::{local_pid_range, pid_for, PID_BLOCK_SIZE};
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
@@ -43,6 +57,56 @@ pub struct HistoryStats {
     pub fetch_errors: u64,
 }
 
+/// Counters of the idempotent producers, for the report and the gates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IdempotenceStats {
+    pub batches_sent: u64,
+    pub batches_acked: u64,
+    /// Requests sent again with the same bytes.
+    pub resends: u64,
+    /// Successful answers the producer treated as lost.
+    pub answers_lost: u64,
+    /// Retries the broker demonstrably answered as duplicates: the answer
+    /// named the offset an earlier (lost) answer had, or an offset that was
+    /// already known durable when the retry was sent.
+    pub duplicates_confirmed: u64,
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID answers for a
+    /// batch behind an unacknowledged one (retried in order later).
+    pub sequence_errors: u64,
+    pub resets: u64,
+    pub epoch_bumps: u64,
+    /// Unacknowledged batches given up at a reset.
+    pub batches_abandoned: u64,
+    pub pids_granted: u64,
+}
+
+/// One idempotent batch as its producer built it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotentBatch {
+    /// The producer actor (its index).
+    pub producer: usize,
+    pub pid: i64,
+    pub epoch: i16,
+    pub partition: i32,
+    pub base_sequence: i32,
+    pub values: Vec<Bytes>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct IdempotentEntry {
+    batch: IdempotentBatch,
+    /// The offset a successful answer named (lost or not).
+    answered: Option<i64>,
+    /// A successful answer reached the producer.
+    acked: bool,
+}
+
+/// (producer id, epoch, partition): within one, sequences are consecutive.
+type Session = (i64, i16, i32);
+
+/// Index of a batch in [`History::idempotent_batch`]'s order.
+pub type BatchIndex = usize;
+
 /// Everything the workload observed.
 #[derive(Debug, Default)]
 pub struct History {
@@ -55,6 +119,11 @@ pub struct History {
     durable_end: BTreeMap<i32, i64>,
     violations: Vec<String>,
     pub stats: HistoryStats,
+    /// Every idempotent batch sent, with what the broker answered.
+    idempotent: Vec<IdempotentEntry>,
+    /// Every producer id an InitProducerId answer handed out.
+    pids: BTreeSet<i64>,
+    pub idem: IdempotenceStats,
 }
 
 /// Why a value does not map to a record we sent.
@@ -124,6 +193,92 @@ impl History {
         for (i, value) in values.iter().enumerate() {
             let offset = base_offset + i as i64;
             self.claim(partition, offset, value, "acknowledged");
+            self.acked.insert((partition, offset), value.clone());
+        }
+        self.raise_durable_end(partition, base_offset + values.len() as i64);
+    }
+
+    /// An InitProducerId answer handed out `pid` at `epoch`.
+    pub fn pid_granted(&mut self, producer: usize, pid: i64, epoch: i16) {
+        self.idem.pids_granted += 1;
+        if !self.pids.insert(pid) {
+            self.violations.push(format!(
+                "producer {producer}: InitProducerId handed out producer id {pid}, which it had handed out before"
+            ));
+        }
+        if epoch != 0 {
+            self.violations.push(format!(
+                "producer {producer}: InitProducerId gave a fresh producer id {pid} at epoch {epoch}, not 0"
+            ));
+        }
+        let slice = pid_for(0, local_pid_range().start)..pid_for(0, local_pid_range().end);
+        if !slice.contains(&pid) {
+            self.violations.push(format!(
+                "producer {producer}: producer id {pid} is outside broker 0's slice {slice:?}"
+            ));
+        }
+    }
+
+    /// How many distinct allocator blocks the handed-out ids come from: more
+    /// than one means ids were drawn by more than one broker incarnation.
+    pub fn pid_blocks(&self) -> usize {
+        self.pids
+            .iter()
+            .map(|pid| (pid - pid_for(0, 0)).div_euclid(PID_BLOCK_SIZE))
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    /// An idempotent batch is about to be produced (first attempt).
+    pub fn idempotent_batch(&mut self, batch: IdempotentBatch) -> BatchIndex {
+        self.sent(&batch.values);
+        self.idem.batches_sent += 1;
+        self.idempotent.push(IdempotentEntry {
+            batch,
+            answered: None,
+            acked: false,
+        });
+        self.idempotent.len() - 1
+    }
+
+    /// The broker answered idempotent batch `index` with success at
+    /// `base_offset`. With `lost` the producer treats the answer as lost and
+    /// retries the batch; the answer is a claim about the log all the same.
+    /// Returns whether an earlier answer named the same offset: then this
+    /// answer is to a retry the broker recognised as a duplicate.
+    pub fn idempotent_answered(&mut self, index: BatchIndex, base_offset: i64, lost: bool) -> bool {
+        let Some(entry) = self.idempotent.get_mut(index) else {
+            return false;
+        };
+        let earlier = entry.answered.replace(base_offset);
+        if let Some(earlier) = earlier.filter(|&e| e != base_offset) {
+            let b = &entry.batch;
+            self.violations.push(format!(
+                "producer {} (pid {} epoch {}) batch of sequence {} on partition {}: a retry was acknowledged at offset {base_offset}, an earlier answer said {earlier}",
+                b.producer, b.pid, b.epoch, b.base_sequence, b.partition
+            ));
+        }
+        let newly_acked = !lost && !entry.acked;
+        entry.acked |= !lost;
+        let (partition, values) = (entry.batch.partition, entry.batch.values.clone());
+        if lost {
+            self.idem.answers_lost += 1;
+        }
+        if newly_acked {
+            self.idem.batches_acked += 1;
+            self.stats.batches_acked += 1;
+            self.stats.records_acked += values.len() as u64;
+        }
+        self.claim_batch(partition, base_offset, &values, "acknowledged");
+        earlier == Some(base_offset)
+    }
+
+    /// Checks and records a broker claim that `values` are at `base_offset`
+    /// without counting an acknowledgement.
+    fn claim_batch(&mut self, partition: i32, base_offset: i64, values: &[Bytes], source: &str) {
+        for (i, value) in values.iter().enumerate() {
+            let offset = base_offset + i as i64;
+            self.claim(partition, offset, value, source);
             self.acked.insert((partition, offset), value.clone());
         }
         self.raise_durable_end(partition, base_offset + values.len() as i64);
@@ -218,11 +373,120 @@ impl History {
                 }
             }
         }
+        violations.extend(self.check_idempotent(logs));
         // Keep failure output readable; the first few say what happened.
         if violations.len() > 20 {
             let more = violations.len() - 20;
             violations.truncate(20);
             violations.push(format!("... and {more} more"));
+        }
+        violations
+    }
+
+    /// The idempotence rules (module docs) against the final logs.
+    fn check_idempotent(&self, logs: &BTreeMap<i32, PartitionLog>) -> Vec<String> {
+        let mut violations = Vec::new();
+        if self.idempotent.is_empty() {
+            return violations;
+        }
+        let ours: BTreeSet<&Bytes> = self
+            .idempotent
+            .iter()
+            .flat_map(|e| e.batch.values.iter())
+            .collect();
+        let mut found: BTreeMap<&Bytes, Vec<(i32, i64)>> = BTreeMap::new();
+        for (&partition, log) in logs {
+            for (offset, value) in log {
+                if ours.contains(value) {
+                    found.entry(value).or_default().push((partition, *offset));
+                }
+            }
+        }
+        // Per (pid, epoch, partition): (sequence, where the batch is).
+        let mut sessions: BTreeMap<Session, Vec<(i32, Option<i64>)>> = BTreeMap::new();
+        for IdempotentEntry { batch, .. } in &self.idempotent {
+            let name = || {
+                format!(
+                    "producer {} (pid {} epoch {}) batch of sequence {} on partition {}",
+                    batch.producer, batch.pid, batch.epoch, batch.base_sequence, batch.partition
+                )
+            };
+            let places: Vec<Option<&Vec<(i32, i64)>>> =
+                batch.values.iter().map(|v| found.get(v)).collect();
+            if let Some(v) = batch
+                .values
+                .iter()
+                .zip(&places)
+                .find(|(_, p)| p.is_some_and(|p| p.len() > 1))
+            {
+                violations.push(format!(
+                    "{}: record {} is in the final log {} times: {:?}",
+                    name(),
+                    show(v.0),
+                    v.1.map_or(0, |p| p.len()),
+                    v.1
+                ));
+                continue;
+            }
+            let present = places.iter().filter(|p| p.is_some()).count();
+            let position = if present == 0 {
+                None
+            } else if present < batch.values.len() {
+                violations.push(format!(
+                    "{}: only {present} of its {} records are in the final log",
+                    name(),
+                    batch.values.len()
+                ));
+                continue;
+            } else {
+                let at: Vec<(i32, i64)> = places.iter().flatten().map(|p| p[0]).collect();
+                let Some(&(_, base)) = at.first() else {
+                    continue;
+                };
+                let whole = at
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &(p, o))| p == batch.partition && o == base + i as i64);
+                if !whole {
+                    violations.push(format!(
+                        "{}: its records are not at consecutive offsets of its partition: {at:?}",
+                        name()
+                    ));
+                    continue;
+                }
+                Some(base)
+            };
+            sessions
+                .entry((batch.pid, batch.epoch, batch.partition))
+                .or_default()
+                .push((batch.base_sequence, position));
+        }
+        for ((pid, epoch, partition), mut batches) in sessions {
+            batches.sort_unstable();
+            // Present batches must be a prefix of the sent ones, in order.
+            let mut gap_at = None;
+            let mut last_offset = -1;
+            for (seq, position) in batches {
+                match (position, gap_at) {
+                    (None, None) => gap_at = Some(seq),
+                    (None, Some(_)) => {}
+                    (Some(offset), Some(missing)) => {
+                        violations.push(format!(
+                            "pid {pid} epoch {epoch} partition {partition}: the batch of sequence {seq} is in the log (offset {offset}) but the earlier one of sequence {missing} is not"
+                        ));
+                        break;
+                    }
+                    (Some(offset), None) => {
+                        if offset <= last_offset {
+                            violations.push(format!(
+                                "pid {pid} epoch {epoch} partition {partition}: the batch of sequence {seq} is at offset {offset}, before an earlier batch of the same producer (at {last_offset})"
+                            ));
+                            break;
+                        }
+                        last_offset = offset;
+                    }
+                }
+            }
         }
         violations
     }
@@ -246,13 +510,17 @@ impl History {
 
     /// A fingerprint of the final logs and the history, equal between two
     /// runs of one seed iff they behaved the same (the determinism check).
-    pub fn fingerprint(&self, logs: &BTreeMap<i32, PartitionLog>) -> u64 {
+    /// `extra`: whatever else the run observed (the group history).
+    pub fn fingerprint(&self, logs: &BTreeMap<i32, PartitionLog>, extra: &str) -> u64 {
         // Fixed keys: the same in every run of one build.
         let mut h = std::hash::DefaultHasher::new();
         logs.hash(&mut h);
         self.acked.hash(&mut h);
         self.observed.hash(&mut h);
-        format!("{:?}", self.stats).hash(&mut h);
+        self.idempotent.hash(&mut h);
+        self.pids.hash(&mut h);
+        format!("{:?} {:?}", self.stats, self.idem).hash(&mut h);
+        extra.hash(&mut h);
         h.finish()
     }
 }
@@ -375,12 +643,122 @@ mod tests {
         );
     }
 
+    fn idem(seq: i32, values: &[&str]) -> IdempotentBatch {
+        IdempotentBatch {
+            producer: 0,
+            pid: pid_for(0, 0),
+            epoch: 0,
+            partition: 0,
+            base_sequence: seq,
+            values: values.iter().map(|v| b(v)).collect(),
+        }
+    }
+
+    #[test]
+    fn idempotent_batches_present_once_in_order_pass() {
+        let mut h = History::new();
+        let a = h.idempotent_batch(idem(0, &["a0", "a1"]));
+        let _b = h.idempotent_batch(idem(2, &["b0"]));
+        let _c = h.idempotent_batch(idem(3, &["c0"]));
+        // The answer to `a` was lost, its retry answered the same offset.
+        assert!(!h.idempotent_answered(a, 0, true));
+        assert!(h.idempotent_answered(a, 0, false));
+        // `b` was appended but never acknowledged; `c` never made it.
+        let logs = BTreeMap::from([(0, log(&["a0", "a1", "b0"]))]);
+        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        assert_eq!((h.idem.batches_acked, h.idem.answers_lost), (1, 1));
+        assert_eq!(h.acked_records(), 2);
+    }
+
+    #[test]
+    fn an_idempotent_record_twice_fails_even_unacknowledged() {
+        let mut h = History::new();
+        h.idempotent_batch(idem(0, &["a0"]));
+        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a0", "a0"]))]));
+        assert!(v.iter().any(|m| m.contains("2 times")), "{v:?}");
+    }
+
+    #[test]
+    fn an_idempotent_batch_split_or_partly_present_fails() {
+        let mut h = History::new();
+        h.sent(&[b("x")]);
+        h.idempotent_batch(idem(0, &["a0", "a1"]));
+        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a0"]))]));
+        assert!(v.iter().any(|m| m.contains("only 1 of its 2")), "{v:?}");
+        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a0", "x", "a1"]))]));
+        assert!(v.iter().any(|m| m.contains("consecutive")), "{v:?}");
+    }
+
+    #[test]
+    fn an_idempotent_batch_past_a_sequence_gap_or_out_of_order_fails() {
+        let mut h = History::new();
+        h.idempotent_batch(idem(0, &["a0"]));
+        h.idempotent_batch(idem(1, &["b0"]));
+        h.idempotent_batch(idem(2, &["c0"]));
+        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a0", "c0"]))]));
+        assert!(
+            v.iter().any(|m| m.contains(
+                "sequence 2 is in the log (offset 1) but the earlier one of sequence 1 is not"
+            )),
+            "{v:?}"
+        );
+        let v = h.check_final(1, &BTreeMap::from([(0, log(&["b0", "a0", "c0"]))]));
+        assert!(
+            v.iter().any(|m| m.contains("before an earlier batch")),
+            "{v:?}"
+        );
+        // Another session (a new epoch) is ordered on its own.
+        let mut h = History::new();
+        h.idempotent_batch(idem(0, &["a0"]));
+        h.idempotent_batch(IdempotentBatch {
+            epoch: 1,
+            ..idem(0, &["n0"])
+        });
+        let logs = BTreeMap::from([(0, log(&["n0", "a0"]))]);
+        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_retry_answered_at_another_offset_fails() {
+        let mut h = History::new();
+        h.sent(&[b("x")]);
+        let a = h.idempotent_batch(idem(0, &["a0"]));
+        h.idempotent_answered(a, 0, true);
+        h.idempotent_answered(a, 1, false);
+        assert!(
+            h.violations()
+                .iter()
+                .any(|m| m.contains("acknowledged at offset 1, an earlier answer said 0")),
+            "{:?}",
+            h.violations()
+        );
+    }
+
+    #[test]
+    fn a_pid_handed_out_twice_or_outside_the_slice_fails() {
+        let mut h = History::new();
+        h.pid_granted(0, pid_for(0, 5), 0);
+        h.pid_granted(1, pid_for(0, 1005), 0);
+        assert!(h.violations().is_empty());
+        assert_eq!(h.pid_blocks(), 2);
+        h.pid_granted(2, pid_for(0, 5), 0);
+        assert!(h
+            .violations()
+            .iter()
+            .any(|m| m.contains("handed out before")));
+        h.pid_granted(2, pid_for(1, 0), 0);
+        assert!(h.violations().iter().any(|m| m.contains("outside")));
+        h.pid_granted(2, pid_for(0, 7), 3);
+        assert!(h.violations().iter().any(|m| m.contains("epoch 3")));
+    }
+
     #[test]
     fn fingerprint_depends_on_the_logs() {
         let h = history_with(&["a", "b"]);
         let one = BTreeMap::from([(0, log(&["a"]))]);
         let two = BTreeMap::from([(0, log(&["b"]))]);
-        assert_eq!(h.fingerprint(&one), h.fingerprint(&one));
-        assert_ne!(h.fingerprint(&one), h.fingerprint(&two));
+        assert_eq!(h.fingerprint(&one, ""), h.fingerprint(&one, ""));
+        assert_ne!(h.fingerprint(&one, ""), h.fingerprint(&two, ""));
+        assert_ne!(h.fingerprint(&one, "a"), h.fingerprint(&one, "b"));
     }
 }

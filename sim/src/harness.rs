@@ -6,10 +6,12 @@
 //! the volume, the retention task, `server::serve`) on the simulated
 //! network, at 10.0.0.1:9092 — an address inside madsim, no real traffic.
 
-use crate::checker::{History, PartitionLog};
+use crate::checker::{History, IdempotenceStats, PartitionLog};
+use crate::group_history::GroupStats;
 use crate::params::SimParams;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
 use crate::workload::{self, Shared};
+use crate::{group_member, idempotent};
 use kaas_core::record::{split_batches, Tail};
 use kaas_net::config::{BrokerConfig, LogDefaults};
 use kaas_net::volume::Volume;
@@ -22,6 +24,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -32,6 +35,19 @@ pub const BROKER_ADDR: SocketAddr = SocketAddr::new(BROKER_IP, 9092);
 
 /// A seed must acknowledge at least this many records to count.
 pub const MIN_ACKED_RECORDS: usize = 100;
+/// ... this many idempotent batches, if it has idempotent producers;
+pub const MIN_IDEMPOTENT_BATCHES: u64 = 20;
+/// ... and this many retries the broker answered as duplicates;
+pub const MIN_CONFIRMED_DUPLICATES: u64 = 1;
+/// ... and take producer ids from this many allocator blocks (each broker
+/// incarnation starts a new block, so ids come from several incarnations).
+pub const MIN_PID_BLOCKS: usize = 2;
+/// With a consumer group: this many acknowledged offset commits,
+pub const MIN_COMMITS: u64 = 3;
+/// ... assignments in this many generations,
+pub const MIN_GENERATIONS: usize = 2;
+/// ... and this many committed offsets read back after a broker restart.
+pub const MIN_OFFSETS_READ_AFTER_RESTART: u64 = 1;
 /// ... and crash the broker at least this often.
 pub const MIN_CRASHES: u64 = 1;
 /// How long the final read-back may take once faults have stopped.
@@ -69,6 +85,10 @@ pub struct SeedReport {
     pub records_fetched: u64,
     pub final_records: usize,
     pub duplicates: usize,
+    pub idem: IdempotenceStats,
+    pub pid_blocks: usize,
+    pub groups: GroupStats,
+    pub generations: usize,
     pub syncs: u64,
     pub simulated: Duration,
     /// Equal between two runs of a seed iff they behaved the same.
@@ -80,9 +100,7 @@ impl fmt::Display for SeedReport {
         let p = &self.params;
         write!(
             f,
-            "seed {}: ok | acked {} records, final log {} ({} duplicates), {} abandoned batches, {} produce errors, {} fetched | \
-             {} crashes ({} power cuts, {} fsync failures, {} torn: {} unsynced bytes dropped, {} kept, {} zeroed), {} clogs, {} fsyncs | \
-             {} partitions, {} producers, segment {} B | {:?} simulated | fingerprint {:016x}",
+            "seed {}: ok | acked {} records, final log {} ({} duplicates), {} abandoned batches, {} produce errors, {} fetched | ",
             self.seed,
             self.records_acked,
             self.final_records,
@@ -90,6 +108,44 @@ impl fmt::Display for SeedReport {
             self.batches_abandoned,
             self.produce_errors,
             self.records_fetched,
+        )?;
+        if p.idempotent_producers > 0 {
+            let i = &self.idem;
+            write!(
+                f,
+                "idempotent: {} batches acked, {} resends, {} duplicates confirmed ({} answers lost), {} sequence errors, {} resets ({} epoch bumps, {} batches abandoned), {} pids from {} blocks | ",
+                i.batches_acked,
+                i.resends,
+                i.duplicates_confirmed,
+                i.answers_lost,
+                i.sequence_errors,
+                i.resets,
+                i.epoch_bumps,
+                i.batches_abandoned,
+                i.pids_granted,
+                self.pid_blocks,
+            )?;
+        }
+        if p.group_members > 0 {
+            let g = &self.groups;
+            write!(
+                f,
+                "group: {} generations, {} joins, {} commits acked ({} refused, {} unknown), {} offsets read after a restart, {} member crashes, {} leaves, {} consumed | ",
+                self.generations,
+                g.joins,
+                g.commits_acked,
+                g.commits_refused,
+                g.commits_unknown,
+                g.offsets_read_after_restart,
+                g.member_crashes,
+                g.member_leaves,
+                g.records_consumed,
+            )?;
+        }
+        write!(
+            f,
+            "{} crashes ({} power cuts, {} fsync failures, {} torn: {} unsynced bytes dropped, {} kept, {} zeroed), {} clogs, {} fsyncs | \
+             {} partitions, {} producers ({} idempotent, {} in flight), {} group members, segment {} B | {:?} simulated | fingerprint {:016x}",
             self.faults.crashes,
             self.faults.power_cuts,
             self.faults.fsync_failures,
@@ -101,6 +157,9 @@ impl fmt::Display for SeedReport {
             self.syncs,
             p.partitions,
             p.producers,
+            p.idempotent_producers,
+            p.max_in_flight,
+            p.group_members,
             p.segment_bytes,
             self.simulated,
             self.fingerprint,
@@ -145,6 +204,10 @@ fn broker_config(params: &SimParams) -> BrokerConfig {
         retention_bytes: -1,
         ..LogDefaults::default()
     };
+    // Short sessions and rebalance delays, so that rebalances happen within
+    // the simulated minute.
+    config.group.min_session_timeout_ms = 100;
+    config.group.initial_rebalance_delay_ms = params.initial_rebalance_delay_ms;
     config
 }
 
@@ -198,19 +261,37 @@ fn arm_fsync_failure(
     rx
 }
 
+/// Whether the run already did the work that only crashes make possible:
+/// a committed offset that the next restart must keep, producer ids from
+/// two broker incarnations.
+fn crash_gates_met(params: &SimParams, shared: &Shared) -> bool {
+    let group = params.group_members == 0
+        || shared.groups().acked_before(shared.incarnation()) >= MIN_OFFSETS_READ_AFTER_RESTART;
+    let idempotent =
+        params.idempotent_producers == 0 || shared.history().pid_blocks() >= MIN_PID_BLOCKS;
+    group && idempotent
+}
+
 /// Kills and restarts the broker at seeded moments until `fault_phase`
-/// has passed, wiping the volume's unsynced data at each crash. Leaves the
-/// broker running.
+/// has passed (longer if `crash_gates_met` says so, up to twice as long),
+/// wiping the volume's unsynced data at each crash. Leaves the broker
+/// running.
 async fn drive_faults(
     handle: &Handle,
     broker: NodeId,
     volume: &SimVolume,
     params: &SimParams,
+    shared: &Shared,
 ) -> FaultStats {
     let mut stats = FaultStats::default();
     let mut cuts = volume.watch_power_cuts();
     let end = Instant::now() + params.fault_phase;
-    while Instant::now() < end {
+    // A hostile schedule can keep the group or the idempotent producers
+    // from doing what the gates ask (a rebalance needs several seconds
+    // between crashes and clogs); such a seed runs its faults longer rather
+    // than fail as vacuous.
+    let hard_end = end + params.fault_phase;
+    while Instant::now() < end || (Instant::now() < hard_end && !crash_gates_met(params, shared)) {
         let roll = thread_rng().gen_range(0..100);
         let kind = if roll < params.power_cut_percent {
             CrashKind::PowerCut
@@ -252,6 +333,7 @@ async fn drive_faults(
             }
         }
         handle.kill(broker);
+        shared.incarnation.fetch_add(1, Relaxed);
         let torn = thread_rng().gen_range(0..100) < params.torn_percent;
         let report: CrashReport = if torn {
             volume.crash_torn(&mut thread_rng())
@@ -396,35 +478,56 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
 
     let shared = Arc::new(Shared::default());
     let mut problems = Vec::new();
+    let plain = params.producers - params.idempotent_producers;
     let producers: Vec<_> = (0..params.producers)
-        .map(|id| client.spawn(workload::producer(id, params, BROKER_ADDR, shared.clone())))
+        .map(|id| {
+            if id < plain {
+                client.spawn(workload::producer(id, params, BROKER_ADDR, shared.clone()))
+            } else {
+                client.spawn(idempotent::idempotent_producer(
+                    id,
+                    params,
+                    BROKER_ADDR,
+                    shared.clone(),
+                ))
+            }
+        })
         .collect();
     let consumer = client.spawn(workload::consumer(params, BROKER_ADDR, shared.clone()));
+    let members: Vec<_> = (0..params.group_members)
+        .map(|slot| {
+            client.spawn(group_member::group_member(
+                slot,
+                params,
+                BROKER_ADDR,
+                shared.clone(),
+            ))
+        })
+        .collect();
 
     let clogger = handle.create_node().name("chaos").build().spawn(clog_links(
         client.id(),
         broker_node.id(),
         params,
     ));
-    let mut faults = drive_faults(&handle, broker_node.id(), &volume, &params).await;
+    let mut faults = drive_faults(&handle, broker_node.id(), &volume, &params, &shared).await;
     match clogger.await {
         Ok(clogs) => faults.clogs = clogs,
         Err(_) => problems.push("the link clogger died".to_string()),
     }
 
     // Liveness phase: no more faults. Producers finish their batches, the
-    // consumer stops, and everything acknowledged must be readable.
-    shared
-        .stop_producing
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+    // consumer stops, and everything acknowledged must be readable; the
+    // group (no more member churn) must consume and commit up to the end
+    // of every partition.
+    shared.faults_over.store(true, Relaxed);
+    shared.stop_producing.store(true, Relaxed);
     for p in producers {
         if p.await.is_err() {
             problems.push("a producer task died".to_string());
         }
     }
-    shared
-        .stop_fetching
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+    shared.stop_fetching.store(true, Relaxed);
     if consumer.await.is_err() {
         problems.push("the consumer task died".to_string());
     }
@@ -446,8 +549,58 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             Default::default()
         }
     };
+    let log_ends: BTreeMap<i32, i64> = (0..params.partitions)
+        .map(|p| (p, logs.get(&p).map_or(0, |l| l.len() as i64)))
+        .collect();
+    if params.group_members > 0 {
+        let give_up = Instant::now() + LIVENESS_DEADLINE;
+        loop {
+            let behind: Vec<(i32, i64, i64)> = {
+                let groups = shared.groups();
+                log_ends
+                    .iter()
+                    .map(|(&p, &end)| (p, groups.acked_end(p), end))
+                    .filter(|&(_, committed, end)| committed < end)
+                    .collect()
+            };
+            if behind.is_empty() {
+                break;
+            }
+            if Instant::now() >= give_up {
+                problems.push(format!(
+                    "liveness: {LIVENESS_DEADLINE:?} after the faults, the group's commits are still behind the log end (partition, committed, end): {behind:?}"
+                ));
+                break;
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+    shared.stop_group.store(true, Relaxed);
+    for m in members {
+        if m.await.is_err() {
+            problems.push("a group member task died".to_string());
+        }
+    }
+
+    if params.group_members > 0 {
+        let read = client
+            .spawn(group_member::read_final_offsets(
+                params,
+                BROKER_ADDR,
+                shared.clone(),
+                LIVENESS_DEADLINE,
+            ))
+            .await;
+        match read {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => problems.push(e),
+            Err(_) => problems.push("the final offset reader died".to_string()),
+        }
+    }
 
     let history = shared.history();
+    let mut groups = shared.groups();
+    problems.extend(groups.check_final(&log_ends));
     problems.extend(
         broker_errors
             .lock()
@@ -470,14 +623,58 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             faults.crashes
         ));
     }
+    if params.idempotent_producers > 0 {
+        let i = &history.idem;
+        if i.batches_acked < MIN_IDEMPOTENT_BATCHES {
+            problems.push(format!(
+                "vacuous: only {} idempotent batches acknowledged (need {MIN_IDEMPOTENT_BATCHES})",
+                i.batches_acked
+            ));
+        }
+        if i.duplicates_confirmed < MIN_CONFIRMED_DUPLICATES {
+            problems.push(format!(
+                "vacuous: {} retries answered as duplicates (need {MIN_CONFIRMED_DUPLICATES})",
+                i.duplicates_confirmed
+            ));
+        }
+        if history.pid_blocks() < MIN_PID_BLOCKS {
+            problems.push(format!(
+                "vacuous: producer ids from {} allocator blocks (need {MIN_PID_BLOCKS})",
+                history.pid_blocks()
+            ));
+        }
+    }
+    if params.group_members > 0 {
+        let g = &groups.stats;
+        if g.commits_acked < MIN_COMMITS {
+            problems.push(format!(
+                "vacuous: {} offset commits acknowledged (need {MIN_COMMITS})",
+                g.commits_acked
+            ));
+        }
+        if groups.generations() < MIN_GENERATIONS {
+            problems.push(format!(
+                "vacuous: assignments in {} generations (need {MIN_GENERATIONS})",
+                groups.generations()
+            ));
+        }
+        if g.offsets_read_after_restart < MIN_OFFSETS_READ_AFTER_RESTART {
+            problems.push(format!(
+                "vacuous: {} committed offsets read back after a restart (need {MIN_OFFSETS_READ_AFTER_RESTART})",
+                g.offsets_read_after_restart
+            ));
+        }
+    }
     let (final_records, duplicates) = History::summarize(&logs);
     if !problems.is_empty() {
         return Err(SeedFailure {
             seed,
             problems,
             context: format!(
-                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
+                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nidempotence: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
                 history.stats,
+                history.idem,
+                groups.stats,
                 final_records,
                 volume.describe(),
                 first_hole(&logs).map_or_else(String::new, |(p, o)| dump_batches(&volume, p, o)),
@@ -494,8 +691,12 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         records_fetched: history.stats.records_fetched,
         final_records,
         duplicates,
+        idem: history.idem,
+        pid_blocks: history.pid_blocks(),
+        groups: groups.stats,
+        generations: groups.generations(),
         syncs: volume.stats().syncs,
         simulated: started.elapsed(),
-        fingerprint: history.fingerprint(&logs),
+        fingerprint: history.fingerprint(&logs, &groups.describe()),
     })
 }

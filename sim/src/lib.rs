@@ -6,20 +6,31 @@
 //!
 //! - [`volume`]: the in-memory volume with crash and torn-write semantics.
 //! - [`checker`]: the history of a run and the rules it must satisfy.
+//! - [`group_history`]: the same for the consumer group (commits, offset
+//!   fetches, assignments).
 //! - [`params`]: per-seed workload and fault parameters.
-//! - `harness`, `workload`, `runner` (madsim builds only): the simulated
-//!   cluster, the client actors, and running many seeds.
+//! - `harness`, `workload`, `idempotent`, `group_member`, `pipeline`,
+//!   `runner` (madsim builds only): the simulated cluster, the client actors
+//!   (plain and idempotent producers, a tailing consumer, consumer group
+//!   members), and running many seeds.
 //!
-//! Without `--cfg madsim` only the first three exist, and their unit tests
+//! Without `--cfg madsim` only the first four exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
 pub mod checker;
+pub mod group_history;
 pub mod params;
 pub mod volume;
 
 #[cfg(madsim)]
+pub mod group_member;
+#[cfg(madsim)]
 pub mod harness;
+#[cfg(madsim)]
+pub mod idempotent;
+#[cfg(madsim)]
+pub mod pipeline;
 #[cfg(madsim)]
 pub mod runner;
 #[cfg(madsim)]

@@ -38,14 +38,64 @@ pub struct SimParams {
     pub max_ops_before_cut: u64,
     /// Chance (percent) that a crash keeps a torn prefix of unsynced data.
     pub torn_percent: u32,
+    /// How many of the producers are idempotent (the others are plain
+    /// acks=all producers).
+    pub idempotent_producers: usize,
+    /// max.in.flight of idempotent producers, per partition (1..=5, the
+    /// broker remembers 5 batches per producer).
+    pub max_in_flight: usize,
+    /// Chance (percent) that an idempotent producer drops its connection
+    /// right after a successful answer, as if the answer was lost on the
+    /// way: the retry must be answered as a duplicate at the same offset.
+    pub lose_answer_percent: u32,
+    /// Chance (percent) that an idempotent producer resets its identity
+    /// (new producer id, or a local epoch bump) when it gets through to the
+    /// broker after an outage. The first outage always resets with a new id.
+    pub reset_percent: u32,
+    /// Chance (percent) that a reset abandons the unacknowledged batches (an
+    /// application restart) instead of first getting them acknowledged.
+    pub abandon_percent: u32,
+    /// Chance (percent) that a reset bumps the epoch locally (the Java
+    /// client since KIP-360) instead of asking for a new producer id.
+    pub epoch_bump_percent: u32,
+    /// The acks=all timeout idempotent producers ask for: when shorter than
+    /// an fsync, batches are appended but answered REQUEST_TIMED_OUT.
+    pub idempotent_ack_timeout_ms: i32,
+    /// Consumers in the consumer group (0: no group this seed).
+    pub group_members: usize,
+    /// Their session timeout; the broker's minimum is lowered to allow it.
+    pub session_timeout_ms: i32,
+    /// group.initial.rebalance.delay.ms.
+    pub initial_rebalance_delay_ms: i64,
+    /// How often a member commits its positions (0: after every fetch).
+    pub commit_interval_ms: u64,
+    /// Mean lifetime of a member incarnation before it crashes or leaves
+    /// (`None`: members live until the end).
+    pub member_lifetime_ms: Option<u64>,
 }
 
 impl SimParams {
     pub fn draw(rng: &mut impl Rng) -> SimParams {
-        let max_uptime = Duration::from_millis([300, 1_000, 3_000][rng.gen_range(0..3)]);
+        let group_members = [0, 0, 2, 3, 4][rng.gen_range(0..5)];
+        // A rebalance takes a dozen round trips plus the initial delay, and a
+        // member only learns of a restart when a request fails: with uptimes
+        // of a few hundred milliseconds a group never forms again and its
+        // seed checks nothing, so seeds with a group get the longer ones.
+        let uptime_ms = if group_members > 0 {
+            [1_000, 3_000][rng.gen_range(0..2)]
+        } else {
+            [300, 1_000, 3_000][rng.gen_range(0..3)]
+        };
+        let max_uptime = Duration::from_millis(uptime_ms);
+        let producers = rng.gen_range(1..=3);
+        // Swarm: no idempotent producer, a mix, or only idempotent ones.
+        let idempotent_percent = [0, 50, 100][rng.gen_range(0..3)];
+        let idempotent_producers = (0..producers)
+            .filter(|_| rng.gen_range(0..100) < idempotent_percent)
+            .count();
         SimParams {
             partitions: rng.gen_range(1..=3),
-            producers: rng.gen_range(1..=3),
+            producers,
             max_records_per_batch: rng.gen_range(1..=8),
             producer_think_ms: [0, 5, 20][rng.gen_range(0..3)],
             segment_bytes: [1024, 8 * 1024, 1 << 30][rng.gen_range(0..3)],
@@ -63,6 +113,24 @@ impl SimParams {
             clog_percent: [0, 0, 25][rng.gen_range(0..3)],
             max_ops_before_cut: [10, 100, 500][rng.gen_range(0..3)],
             torn_percent: [0, 50, 90][rng.gen_range(0..3)],
+            idempotent_producers,
+            max_in_flight: rng.gen_range(1..=5),
+            lose_answer_percent: [1, 5, 15][rng.gen_range(0..3)],
+            reset_percent: [10, 40, 100][rng.gen_range(0..3)],
+            abandon_percent: [0, 30, 70][rng.gen_range(0..3)],
+            epoch_bump_percent: [0, 50, 100][rng.gen_range(0..3)],
+            idempotent_ack_timeout_ms: [10, 100, 5_000][rng.gen_range(0..3)],
+            group_members,
+            // Group timings scale with the broker's uptime, for the same
+            // reason. A crashed member holds up the next rebalance for its
+            // whole session timeout.
+            session_timeout_ms: (uptime_ms * [1, 2, 3][rng.gen_range(0..3)]) as i32,
+            initial_rebalance_delay_ms: (uptime_ms / [1_000_000, 10, 5][rng.gen_range(0..3)])
+                as i64,
+            // 0: after every fetch, as applications that commit each poll.
+            commit_interval_ms: [0, uptime_ms / 20, uptime_ms / 8][rng.gen_range(0..3)],
+            member_lifetime_ms: [None, Some(uptime_ms * 4), Some(uptime_ms * 12)]
+                [rng.gen_range(0..3)],
         }
     }
 }
@@ -82,6 +150,9 @@ mod tests {
             assert!(a.producers >= 1 && a.max_records_per_batch >= 1);
             assert!(a.fault_phase >= Duration::from_secs(20));
             assert!(a.sync_latency.0 <= a.sync_latency.1);
+            assert!((1..=kaas_core::producer::MAX_CACHED_BATCHES).contains(&a.max_in_flight));
+            assert!(a.group_members == 0 || a.group_members >= 2);
+            assert!(a.idempotent_producers <= a.producers);
         }
     }
 }

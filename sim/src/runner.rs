@@ -22,19 +22,27 @@
 //! - `KAAS_SIM_SEEDS=k` (or `MADSIM_TEST_NUM=k`): run k seeds.
 //! - `KAAS_SIM_JOBS=j`: seeds run in parallel (default: available cores).
 //! - `MADSIM_TEST_CHECK_DETERMINISM=1`: run every seed twice and compare.
-//! - `KAAS_SIM_LOG=filter` (e.g. `info`, `kaas_net=debug`): tracing output,
-//!   with simulated timestamps; best with `scripts/sim --seed n`.
+//! - `KAAS_SIM_LOG=filter` (e.g. `info`, `kaas_net=debug`, `kaas_sim=debug`
+//!   for the workload's own events): tracing output, with simulated
+//!   timestamps; best with `scripts/sim --seed n`.
+//! - `KAAS_SIM_SEED_TIMEOUT_SECS=s`: real time after which a seed's process
+//!   is killed and the seed reported hung (default 300).
 
 use crate::harness::run_seed;
 use madsim::runtime::Runtime;
 use madsim::Config;
-use std::process::Command;
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A run that has not finished after this much simulated time is hung.
 const TIME_LIMIT: Duration = Duration::from_secs(900);
 /// Tells the child test which seed to run.
 pub const CHILD_ENV: &str = "KAAS_SIM_CHILD_SEED";
+/// Real time a seed may take before it counts as hung (a task spinning at
+/// one simulated instant never reaches the simulated time limit).
+/// `KAAS_SIM_SEED_TIMEOUT_SECS` overrides.
+const SEED_DEADLINE: Duration = Duration::from_secs(300);
 /// Prefix of the child's result line.
 const PASS_PREFIX: &str = "KAAS_SIM_PASS ";
 
@@ -148,6 +156,48 @@ pub fn child_main() {
     }
 }
 
+fn seed_deadline() -> Duration {
+    env_u64(&["KAAS_SIM_SEED_TIMEOUT_SECS"]).map_or(SEED_DEADLINE, Duration::from_secs)
+}
+
+/// Waits for `child`, reading its output as it comes (a full pipe would
+/// block it); kills it after `deadline` of real time.
+fn wait_with_deadline(mut child: Child, deadline: Duration) -> Result<Output, String> {
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "HUNG: no result after {deadline:?} of real time (a task spinning at one simulated instant?)"
+                ));
+            }
+            Err(e) => return Err(format!("cannot wait for the child process: {e}")),
+        }
+    };
+    Ok(Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
 /// Runs `seed` in a fresh process: this test binary, running only
 /// `child_test`.
 pub fn run_isolated(seed: u64, child_test: &str) -> Outcome {
@@ -155,12 +205,15 @@ pub fn run_isolated(seed: u64, child_test: &str) -> Outcome {
         Ok(exe) => exe,
         Err(e) => return Outcome::Failed(format!("seed {seed}: cannot find the test binary: {e}")),
     };
-    let output = Command::new(exe)
+    let child = Command::new(exe)
         .args([child_test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, seed.to_string())
-        .output();
-    let output = match output {
-        Ok(o) => o,
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let output = match child.map(|c| wait_with_deadline(c, seed_deadline())) {
+        Ok(Ok(o)) => o,
+        Ok(Err(why)) => return Outcome::Failed(format!("seed {seed}: {why}")),
         Err(e) => {
             return Outcome::Failed(format!("seed {seed}: cannot run the child process: {e}"))
         }

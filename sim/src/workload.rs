@@ -7,6 +7,7 @@
 //! so a dead broker costs time, never a hung run.
 
 use crate::checker::{History, PartitionLog};
+use crate::group_history::GroupHistory;
 use crate::params::SimParams;
 use bytes::Bytes;
 use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest, ProduceRequest};
@@ -17,20 +18,20 @@ use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, timeout, Instant};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// The topic every actor uses; auto-created by the first Produce.
 pub const TOPIC: &str = "sim";
-const PRODUCE_VERSION: i16 = 9;
-const FETCH_VERSION: i16 = 12;
+pub(crate) const PRODUCE_VERSION: i16 = 9;
+pub(crate) const FETCH_VERSION: i16 = 12;
 /// How long the broker may wait for the fsync before answering
 /// REQUEST_TIMED_OUT.
 const PRODUCE_TIMEOUT_MS: i32 = 5_000;
 /// Client-side bound on one request, beyond the broker's own timeout.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A batch is abandoned (left unacknowledged) after this many attempts.
 const MAX_PRODUCE_ATTEMPTS: u32 = 40;
 /// How long the consumer's fetches long-poll.
@@ -41,10 +42,19 @@ const FETCH_MAX_BYTES: i32 = 64 * 1024;
 #[derive(Default)]
 pub struct Shared {
     history: Mutex<History>,
+    groups: Mutex<GroupHistory>,
     /// Faults are over: producers finish their current batch and stop.
     pub stop_producing: AtomicBool,
     /// Producers are done: the consumer stops.
     pub stop_fetching: AtomicBool,
+    /// The fault phase is over: group members stop crashing and leaving.
+    pub faults_over: AtomicBool,
+    /// The group caught up with the log: its members leave and stop.
+    pub stop_group: AtomicBool,
+    /// How many times the broker was killed so far (the fault driver
+    /// bumps it at each kill): tells which broker incarnation an event
+    /// happened in.
+    pub incarnation: AtomicU64,
 }
 
 impl Shared {
@@ -52,12 +62,21 @@ impl Shared {
     pub fn history(&self) -> MutexGuard<'_, History> {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// The group history; same rule.
+    pub fn groups(&self) -> MutexGuard<'_, GroupHistory> {
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.load(Ordering::Relaxed)
+    }
 }
 
 /// Exponential backoff between 10 ms and 500 ms with jitter, so retrying
 /// actors neither hammer a restarting broker nor move in lockstep, yet
 /// catch a broker that only stays up for a few hundred milliseconds.
-struct Backoff {
+pub(crate) struct Backoff {
     next: Duration,
 }
 
@@ -65,24 +84,24 @@ impl Backoff {
     const MIN: Duration = Duration::from_millis(10);
     const MAX: Duration = Duration::from_millis(500);
 
-    fn new() -> Backoff {
+    pub(crate) fn new() -> Backoff {
         Backoff { next: Self::MIN }
     }
 
-    async fn wait(&mut self) {
+    pub(crate) async fn wait(&mut self) {
         let jittered = self.next.mul_f64(thread_rng().gen_range(0.5..1.5));
         sleep(jittered).await;
         self.next = (self.next * 2).min(Self::MAX);
     }
 
-    fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = Self::MIN;
     }
 }
 
 /// The connection, made first if there is none; `Err` if the broker
 /// cannot be reached.
-async fn ensure_connected(
+pub(crate) async fn ensure_connected(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
 ) -> Result<&mut Connection, String> {
@@ -97,7 +116,7 @@ async fn ensure_connected(
 }
 
 /// Why a request gave nothing usable.
-enum RequestError {
+pub(crate) enum RequestError {
     /// The broker is unreachable, slow or restarting: retry.
     Network(String),
     /// The broker answered something malformed, or served bytes that are
@@ -106,7 +125,7 @@ enum RequestError {
 }
 
 impl RequestError {
-    fn of(e: ClientError) -> RequestError {
+    pub(crate) fn of(e: ClientError) -> RequestError {
         if is_malformed(&e) {
             RequestError::Malformed(e.to_string())
         } else {
@@ -159,7 +178,7 @@ fn produce_request(partition: i32, values: &[Bytes], now_ms: i64) -> RequestBody
 
 /// True for errors that mean the broker sent something malformed (as
 /// opposed to the connection failing): a bug, not a fault to retry through.
-fn is_malformed(e: &ClientError) -> bool {
+pub(crate) fn is_malformed(e: &ClientError) -> bool {
     matches!(
         e,
         ClientError::Decode(_)
@@ -169,7 +188,10 @@ fn is_malformed(e: &ClientError) -> bool {
 }
 
 /// The (error code, base offset) of the one partition a produce carried.
-fn produce_outcome(body: ResponseBody, partition: i32) -> Result<(i16, i64), RequestError> {
+pub(crate) fn produce_outcome(
+    body: ResponseBody,
+    partition: i32,
+) -> Result<(i16, i64), RequestError> {
     let ResponseBody::Produce(resp) = body else {
         return Err(RequestError::Malformed(
             "produce answered with another response type".into(),
@@ -188,7 +210,7 @@ fn produce_outcome(body: ResponseBody, partition: i32) -> Result<(i16, i64), Req
 
 /// Errors a plain producer retries. Anything else from this workload's
 /// well-formed requests means the broker misjudged them: a violation.
-fn retriable(code: i16) -> bool {
+pub(crate) fn retriable(code: i16) -> bool {
     [
         ErrorCode::RequestTimedOut,
         ErrorCode::KafkaStorageError,
@@ -292,7 +314,7 @@ pub async fn producer(
     }
 }
 
-fn fetch_request(positions: &BTreeMap<i32, i64>, max_wait_ms: i32) -> RequestBody {
+pub(crate) fn fetch_request(positions: &BTreeMap<i32, i64>, max_wait_ms: i32) -> RequestBody {
     RequestBody::Fetch(FetchRequest {
         replica_id: -1,
         max_wait_ms,
@@ -319,14 +341,14 @@ fn fetch_request(positions: &BTreeMap<i32, i64>, max_wait_ms: i32) -> RequestBod
 }
 
 /// One partition of a fetch response.
-struct FetchedPartition {
-    partition: i32,
-    error_code: i16,
-    high_watermark: i64,
+pub(crate) struct FetchedPartition {
+    pub(crate) partition: i32,
+    pub(crate) error_code: i16,
+    pub(crate) high_watermark: i64,
     /// Records at or after the requested offset, in order.
-    records: Vec<(i64, Bytes)>,
+    pub(crate) records: Vec<(i64, Bytes)>,
     /// Offset after the last returned batch (the requested one if none).
-    next_offset: i64,
+    pub(crate) next_offset: i64,
 }
 
 /// Decodes the records of one partition, checking every batch's CRC: a
@@ -376,7 +398,7 @@ fn decode_fetched(
 }
 
 /// Sends one fetch for `positions`.
-async fn fetch_once(
+pub(crate) async fn fetch_once(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
     positions: &BTreeMap<i32, i64>,

@@ -221,12 +221,8 @@ impl Broker {
                 format!("Topic '{name}' already exists."),
             ));
         }
-        if partitions <= 0 {
-            return Err(AdminError::new(
-                ErrorCode::InvalidPartitions,
-                "Number of partitions must be larger than 0.",
-            ));
-        }
+        topic_config::check_partition_count(partitions)
+            .map_err(|m| AdminError::new(ErrorCode::InvalidPartitions, m))?;
         if replication_factor == 0 || replication_factor < -1 {
             return Err(AdminError::new(
                 ErrorCode::InvalidReplicationFactor,
@@ -362,6 +358,8 @@ impl Broker {
                 format!("Topic already has {current} partitions."),
             ));
         }
+        topic_config::check_partition_count(count)
+            .map_err(|m| AdminError::new(ErrorCode::InvalidPartitions, m))?;
         if validate_only {
             return Ok(());
         }

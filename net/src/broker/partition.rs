@@ -445,6 +445,52 @@ mod tests {
         assert_eq!(p.append(&idempotent(42, 60, 3), 0).unwrap().base_offset, 60);
     }
 
+    /// Found by the simulator (seed 20): a snapshot written at a segment
+    /// roll covers the batch that rolled, which is not durable yet. A crash
+    /// took that batch back, recovery rightly ignored the snapshot as ahead
+    /// of the log, but left the file in place. Other records then filled
+    /// those offsets, and at the next restart the log was long enough for
+    /// the stale snapshot to be trusted: its phantom batch answered the
+    /// producer's retry as a duplicate at offsets holding another producer's
+    /// records, so an acknowledged batch was never written.
+    #[test]
+    fn a_snapshot_ahead_of_the_log_is_not_trusted_after_the_log_grows_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
+        let p = open(&volume, 1 << 20);
+        assert_eq!(p.append(&idempotent(42, 0, 3), 0).unwrap().base_offset, 0);
+        // Producer 42's second batch is appended and a snapshot taken (as at
+        // a roll), then the crash takes the batch back: the snapshot, at
+        // offset 6, is ahead of the log, which ends at 3.
+        assert_eq!(p.append(&idempotent(42, 3, 3), 0).unwrap().base_offset, 3);
+        p.save_producer_state().unwrap();
+        drop(p);
+        let segment = dir.path().join("topics/t-0/00000000000000000000.log");
+        let first_batch = idempotent(42, 0, 3).size() as u64;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&segment)
+            .unwrap()
+            .set_len(first_batch)
+            .unwrap();
+        let p = open(&volume, 1 << 20);
+        // Another producer's batch takes offsets 3..6.
+        assert_eq!(p.append(&idempotent(7, 0, 3), 0).unwrap().base_offset, 3);
+        drop(p);
+        // Restart: the log ends at 6 again, where the stale snapshot is.
+        let p = open(&volume, 1 << 20);
+        let retry = p.append(&idempotent(42, 3, 3), 0).unwrap();
+        assert!(
+            !retry.duplicate,
+            "producer 42's lost batch was answered as a duplicate at {}",
+            retry.base_offset
+        );
+        assert_eq!(retry.base_offset, 6);
+        let other = p.append(&idempotent(7, 0, 3), 0).unwrap();
+        assert!(other.duplicate);
+        assert_eq!(other.base_offset, 3);
+    }
+
     #[test]
     fn an_unreadable_snapshot_is_rebuilt_from_the_log() {
         let dir = tempfile::tempdir().unwrap();

@@ -25,11 +25,18 @@ pub fn save(volume: &dyn Volume, log: &PartitionLog, table: &ProducerTable) -> i
 /// Rebuilds the producer table of a just-opened log: the snapshot, if it is
 /// readable and not ahead of the log (a snapshot written at a roll can cover
 /// a batch that a crash then took back), then every batch after it.
+///
+/// A snapshot that is not used is replaced by one of the rebuilt table
+/// before anything can be appended. Left in place, a snapshot ahead of the
+/// log would be trusted at a later restart, once the log has grown past its
+/// offset: its batches that the crash took back would then answer retries
+/// as duplicates at offsets that now hold other records. (Kafka's
+/// truncateAndReload deletes such snapshots for the same reason.)
 pub fn recover(volume: &dyn Volume, log: &PartitionLog, now_ms: i64) -> io::Result<ProducerTable> {
-    let (mut table, from) = match volume.read(&snapshot_path(log.dir()))? {
+    let (mut table, from, trusted) = match volume.read(&snapshot_path(log.dir()))? {
         Some(bytes) => match decode_snapshot(&bytes) {
             Ok((table, offset)) if offset <= log.end_offset() => {
-                (table, offset.max(log.log_start_offset()))
+                (table, offset.max(log.log_start_offset()), true)
             }
             Ok((_, offset)) => {
                 tracing::warn!(
@@ -38,14 +45,14 @@ pub fn recover(volume: &dyn Volume, log: &PartitionLog, now_ms: i64) -> io::Resu
                     end = log.end_offset(),
                     "producer snapshot is ahead of the log; rebuilding from the log"
                 );
-                (ProducerTable::new(), log.log_start_offset())
+                (ProducerTable::new(), log.log_start_offset(), false)
             }
             Err(e) => {
                 tracing::warn!(dir = log.dir(), error = %e, "producer snapshot unreadable; rebuilding from the log");
-                (ProducerTable::new(), log.log_start_offset())
+                (ProducerTable::new(), log.log_start_offset(), false)
             }
         },
-        None => (ProducerTable::new(), log.log_start_offset()),
+        None => (ProducerTable::new(), log.log_start_offset(), true),
     };
     let end = log.end_offset();
     let mut offset = from;
@@ -61,7 +68,76 @@ pub fn recover(volume: &dyn Volume, log: &PartitionLog, now_ms: i64) -> io::Resu
                 table.replay(&batch, now_ms);
             }
         }
+        if read.next_offset <= offset {
+            // Damaged batch offsets (a sealed segment is trusted without a
+            // scan) can make the read return the same batches forever: a
+            // broker that never finishes starting. Fail like any other
+            // unreadable log instead.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: the log does not advance past offset {offset}",
+                    log.dir()
+                ),
+            ));
+        }
         offset = read.next_offset;
     }
+    if !trusted {
+        // The recovered log is durable, so this snapshot is exact.
+        save(volume, log, &table)?;
+    }
     Ok(table)
+}
+
+#[cfg(test)]
+#[cfg(not(madsim))]
+mod tests {
+    use super::*;
+    use crate::log::LogConfig;
+    use crate::volume::LocalVolume;
+    use kaas_core::record::{BatchBuilder, NewRecord};
+    use std::sync::Arc;
+
+    /// Found by the `state_files` fuzz target: in a sealed segment, a batch
+    /// whose lastOffsetDelta claims far more offsets than it has, followed
+    /// by one whose base offset lies past the end, made every replay step
+    /// stop at the same offset, and the broker hung at startup.
+    #[test]
+    fn replay_of_a_log_that_does_not_advance_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
+        let batch = |seq: i32| {
+            let mut b = BatchBuilder::idempotent(7, 0, seq);
+            for i in 0..10u8 {
+                b.push(NewRecord::new(0, None, Some(&[i])));
+            }
+            b.build()
+        };
+        let size = batch(0).size();
+        let config = LogConfig {
+            segment_bytes: 10 * size as u64,
+            ..LogConfig::default()
+        };
+        let log_dir = "topics/t-0".to_string();
+        {
+            let mut log = PartitionLog::open(volume.clone(), log_dir.clone(), config).unwrap();
+            for i in 0..12 {
+                log.append_batch(&batch(i * 10)).unwrap();
+            }
+            log.sync().unwrap();
+            assert_eq!(log.segment_count(), 2);
+        }
+        // Damage the sealed first segment: batch 3 claims 2^28 offsets
+        // (lastOffsetDelta at byte 23), batch 8 starts far past the end.
+        let path = dir.path().join("topics/t-0/00000000000000000000.log");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[3 * size + 23..3 * size + 27].copy_from_slice(&(1i32 << 28).to_be_bytes());
+        bytes[8 * size..8 * size + 8].copy_from_slice(&(1i64 << 59).to_be_bytes());
+        std::fs::write(&path, bytes).unwrap();
+
+        let log = PartitionLog::open(volume.clone(), log_dir, config).unwrap();
+        let err = recover(volume.as_ref(), &log, 0).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
 }

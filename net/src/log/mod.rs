@@ -12,6 +12,7 @@
 //! the log's lock ([`PartitionLog::sync_handle`]) and then reports
 //! [`PartitionLog::mark_durable`]; the durable offset is the high watermark.
 
+mod fail_stop;
 mod index;
 mod layout;
 mod partition_log;

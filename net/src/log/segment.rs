@@ -4,6 +4,7 @@ use kaas_core::record::RecordBatch;
 use std::io;
 use std::sync::Arc;
 
+use super::fail_stop::fail_stop;
 use super::index::{self, IndexEntry, SegmentIndex};
 use super::invalid_data;
 use super::scan::{BatchReader, Step};
@@ -48,10 +49,11 @@ impl BatchMeta {
 
 impl Segment {
     /// A segment with no batches indexed yet (new, or about to be scanned).
+    /// Its file fails every sync after one failed (see `fail_stop`).
     pub fn empty(base_offset: i64, file: Arc<dyn SegmentFile>) -> Self {
         Segment {
             base_offset,
-            file,
+            file: fail_stop(file),
             index: SegmentIndex::Memory(Vec::new()),
             next_offset: base_offset,
             max_timestamp: NO_MAX_TIMESTAMP,
@@ -69,7 +71,7 @@ impl Segment {
     ) -> Self {
         Segment {
             base_offset,
-            file,
+            file: fail_stop(file),
             index: SegmentIndex::Sealed {
                 file: index_file,
                 entries,

@@ -679,3 +679,108 @@ fn a_damaged_sealed_segment_is_a_read_error_not_a_skip() {
         "expected an error, got {err}"
     );
 }
+
+/// A volume whose segment files fail their next fsync once `fail_next_sync`
+/// is set, and then sync fine again: what Linux does after a write-back
+/// error ("fsyncgate" — the failed pages are marked clean, so the next
+/// fsync has nothing left to write and succeeds).
+struct FlakySyncVolume {
+    inner: LocalVolume,
+    fail_next_sync: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct FlakySyncFile {
+    inner: Arc<dyn crate::volume::SegmentFile>,
+    fail_next_sync: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl crate::volume::SegmentFile for FlakySyncFile {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn append(&self, data: &[u8]) -> std::io::Result<u64> {
+        self.inner.append(data)
+    }
+    fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes> {
+        self.inner.read_at(pos, len)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        if self
+            .fail_next_sync
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(std::io::Error::other("EIO"));
+        }
+        self.inner.sync()
+    }
+    fn truncate(&self, len: u64) -> std::io::Result<()> {
+        self.inner.truncate(len)
+    }
+}
+
+impl Volume for FlakySyncVolume {
+    fn read(&self, path: &str) -> std::io::Result<Option<Bytes>> {
+        self.inner.read(path)
+    }
+    fn write_atomic(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write_atomic(path, data)
+    }
+    fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+    fn create_dir_all(&self, dir: &str) -> std::io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn remove(&self, path: &str) -> std::io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn remove_dir_all(&self, dir: &str) -> std::io::Result<()> {
+        self.inner.remove_dir_all(dir)
+    }
+    fn open_segment(
+        &self,
+        path: &str,
+        create: bool,
+    ) -> std::io::Result<Arc<dyn crate::volume::SegmentFile>> {
+        Ok(Arc::new(FlakySyncFile {
+            inner: self.inner.open_segment(path, create)?,
+            fail_next_sync: self.fail_next_sync.clone(),
+        }))
+    }
+}
+
+/// Found by the simulation (seed 136 of the idempotence/groups sweep): the
+/// group-commit flusher's fsync of the active segment failed, and before the
+/// flusher could fail the partition an append rolled the segment. The
+/// roll's own fsync succeeded — after a write-back error the pages look
+/// clean — so the segment was sealed and its index trusted at the next
+/// startup, although the crash had zeroed the bytes that never reached the
+/// disk: every later startup failed on the damaged sealed segment. A file
+/// whose fsync failed must never be synced successfully again.
+#[test]
+fn a_segment_whose_fsync_failed_is_never_sealed_by_a_later_roll() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fail_next_sync = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let volume: Arc<dyn Volume> = Arc::new(FlakySyncVolume {
+        inner: LocalVolume::new(tmp.path()).unwrap(),
+        fail_next_sync: fail_next_sync.clone(),
+    });
+    let mut log = PartitionLog::open(volume.clone(), DIR.to_string(), small_segments()).unwrap();
+    log.append_batch(&batch(2, 0, 600)).unwrap();
+    // The flusher's fsync, outside the log's lock, fails.
+    let (file, _) = log.sync_handle();
+    fail_next_sync.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(file.sync().is_err());
+    // An append that rolls must not seal the segment on a second fsync.
+    let rolled = log.append_batch(&batch(2, 0, 600));
+    assert!(
+        rolled.is_err(),
+        "the roll sealed a segment whose fsync failed"
+    );
+    assert_eq!(log.segment_count(), 1);
+    assert!(!tmp.path().join(layout::index_path(DIR, 0)).exists());
+    assert_eq!(log.durable_offset(), 0);
+    // Nor does the flusher's next fsync report it durable.
+    let (file, _) = log.sync_handle();
+    assert!(file.sync().is_err());
+}

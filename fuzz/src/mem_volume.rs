@@ -1,0 +1,204 @@
+//! An in-memory `Volume` for the state-file targets: the broker's real
+//! recovery code reads fuzzed files through it. No crash or NFS semantics
+//! (that is the simulator's job); just files, directories and segments.
+
+use bytes::Bytes;
+use kaas_net::volume::{SegmentFile, Volume};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Default)]
+pub struct MemVolume {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    files: BTreeMap<String, Arc<MemFile>>,
+    dirs: BTreeSet<String>,
+}
+
+/// One file; whole-file writes replace its content.
+#[derive(Default)]
+pub struct MemFile {
+    data: Mutex<Vec<u8>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn parent(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(dir, _)| dir)
+}
+
+impl MemVolume {
+    pub fn new() -> MemVolume {
+        MemVolume::default()
+    }
+
+    /// Puts a file (and its parent directories) in place.
+    pub fn put(&self, path: &str, data: &[u8]) {
+        let mut inner = lock(&self.inner);
+        add_dirs(&mut inner.dirs, parent(path));
+        inner.files.insert(
+            path.to_string(),
+            Arc::new(MemFile {
+                data: Mutex::new(data.to_vec()),
+            }),
+        );
+    }
+
+    /// Every file and its content, by path.
+    pub fn files(&self) -> BTreeMap<String, Vec<u8>> {
+        lock(&self.inner)
+            .files
+            .iter()
+            .map(|(k, f)| (k.clone(), lock(&f.data).clone()))
+            .collect()
+    }
+}
+
+/// The keys starting with `prefix`, found by a range query (the broker
+/// creates thousands of partitions; a scan per call would be quadratic).
+fn under<'a>(keys: &'a impl Ranged, prefix: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+    keys.from(prefix).take_while(move |k| k.starts_with(prefix))
+}
+
+/// Sorted string keys that can be iterated from a starting point.
+trait Ranged {
+    fn from<'a>(&'a self, start: &str) -> Box<dyn Iterator<Item = &'a String> + 'a>;
+}
+
+impl<V> Ranged for BTreeMap<String, V> {
+    fn from<'a>(&'a self, start: &str) -> Box<dyn Iterator<Item = &'a String> + 'a> {
+        Box::new(
+            self.range::<str, _>((Bound::Included(start), Bound::Unbounded))
+                .map(|(k, _)| k),
+        )
+    }
+}
+
+impl Ranged for BTreeSet<String> {
+    fn from<'a>(&'a self, start: &str) -> Box<dyn Iterator<Item = &'a String> + 'a> {
+        Box::new(self.range::<str, _>((Bound::Included(start), Bound::Unbounded)))
+    }
+}
+
+fn add_dirs(dirs: &mut BTreeSet<String>, dir: &str) {
+    let mut d = dir;
+    while !d.is_empty() {
+        dirs.insert(d.to_string());
+        d = parent(d);
+    }
+}
+
+impl Volume for MemVolume {
+    fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
+        let file = lock(&self.inner).files.get(path).cloned();
+        Ok(file.map(|f| Bytes::from(lock(&f.data).clone())))
+    }
+
+    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        let mut inner = lock(&self.inner);
+        if !parent(path).is_empty() && !inner.dirs.contains(parent(path)) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "no parent directory",
+            ));
+        }
+        inner.files.insert(
+            path.to_string(),
+            Arc::new(MemFile {
+                data: Mutex::new(data.to_vec()),
+            }),
+        );
+        Ok(())
+    }
+
+    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        let inner = lock(&self.inner);
+        let prefix = format!("{dir}/");
+        let children = under(&inner.files, &prefix)
+            .chain(under(&inner.dirs, &prefix))
+            .filter_map(|p| p.strip_prefix(&prefix))
+            .filter(|rest| !rest.is_empty() && !rest.contains('/'))
+            .map(str::to_string)
+            .collect::<BTreeSet<_>>();
+        Ok(children.into_iter().collect())
+    }
+
+    fn create_dir_all(&self, dir: &str) -> io::Result<()> {
+        add_dirs(&mut lock(&self.inner).dirs, dir);
+        Ok(())
+    }
+
+    fn remove(&self, path: &str) -> io::Result<()> {
+        lock(&self.inner).files.remove(path);
+        Ok(())
+    }
+
+    fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
+        let prefix = format!("{dir}/");
+        let mut inner = lock(&self.inner);
+        let files: Vec<String> = under(&inner.files, &prefix).cloned().collect();
+        for f in files {
+            inner.files.remove(&f);
+        }
+        let dirs: Vec<String> = under(&inner.dirs, &prefix).cloned().collect();
+        for d in dirs {
+            inner.dirs.remove(&d);
+        }
+        inner.dirs.remove(dir);
+        Ok(())
+    }
+
+    fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>> {
+        let mut inner = lock(&self.inner);
+        if let Some(f) = inner.files.get(path) {
+            return Ok(f.clone());
+        }
+        if !create {
+            return Err(io::Error::new(io::ErrorKind::NotFound, path.to_string()));
+        }
+        add_dirs(&mut inner.dirs, parent(path));
+        let f = Arc::new(MemFile::default());
+        inner.files.insert(path.to_string(), f.clone());
+        Ok(f)
+    }
+}
+
+impl SegmentFile for MemFile {
+    fn len(&self) -> u64 {
+        lock(&self.data).len() as u64
+    }
+
+    fn append(&self, data: &[u8]) -> io::Result<u64> {
+        let mut d = lock(&self.data);
+        let pos = d.len() as u64;
+        d.extend_from_slice(data);
+        Ok(pos)
+    }
+
+    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
+        let d = lock(&self.data);
+        let start = usize::try_from(pos).unwrap_or(usize::MAX).min(d.len());
+        let end = start.saturating_add(len).min(d.len());
+        Ok(Bytes::copy_from_slice(&d[start..end]))
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        let mut d = lock(&self.data);
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if len < d.len() {
+            d.truncate(len);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,497 @@
+//! The history of the consumer group and the rules it must satisfy.
+//!
+//! Group members report their OffsetCommits (sent, and how they were
+//! answered), the answers of their OffsetFetches, every assignment a
+//! SyncGroup handed them and every assignment a leader handed in. Pure
+//! bookkeeping, unit-tested without madsim; events are ordered by a logical
+//! clock (the simulation runs on one thread, so recording order is real
+//! order).
+//!
+//! Rules:
+//! - **Committed offsets are durable.** An OffsetFetch sent after an
+//!   OffsetCommit was acknowledged returns that commit's offset or one
+//!   committed later, whatever restarts happened in between. Precisely: the
+//!   answer `v` must come from a commit `c` (of offset `v`, sent before the
+//!   answer arrived, not refused) that is not *known overwritten*: `c` is
+//!   known overwritten when another commit, acknowledged before the fetch
+//!   was sent, was itself sent after `c` was acknowledged (the broker then
+//!   applied it after `c`). And `-1` (nothing committed) is only right if no
+//!   commit was acknowledged before the fetch.
+//!
+//!   This is "offsets never go backwards" minus what the classic protocol
+//!   itself allows: a new owner may read the previous owner's offset while
+//!   that owner's last commit is still being written, resume from it and
+//!   commit less than that last commit. The workload never resets offsets.
+//! - **One owner per partition per generation.** Every SyncGroup answer is
+//!   recorded with the generation and the leader its member joined under (a
+//!   restarted coordinator may hand out a generation number again, to a
+//!   group of entirely new members with a new leader: membership is not
+//!   persisted). No partition goes to two members under one (generation,
+//!   leader), and each member gets exactly what that leader assigned it.
+//! - At the end, every committed offset is within the final log: members
+//!   only commit positions they fetched, and fetches only return durable
+//!   data.
+
+use std::collections::BTreeMap;
+
+/// Logical time: the order events were recorded in.
+pub type Tick = u64;
+
+/// How an OffsetCommit of one partition ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CommitOutcome {
+    /// Sent, no answer yet.
+    Pending,
+    /// Answered with success at this tick, in this broker incarnation.
+    Acked { at: Tick, incarnation: u64 },
+    /// Answered with an error that means it was not applied (a stale
+    /// generation, an unknown member, a rebalance in progress).
+    Refused,
+    /// No answer (the connection failed or timed out) or a coordinator
+    /// error: it may have been applied, even later.
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Commit {
+    offset: i64,
+    sent: Tick,
+    outcome: CommitOutcome,
+}
+
+/// Identifies a commit for [`GroupHistory::commit_answered`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitId {
+    partition: i32,
+    index: usize,
+}
+
+/// One OffsetFetch answer for one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Fetch {
+    member: String,
+    sent: Tick,
+    answered: Tick,
+    /// Broker incarnation when it was sent.
+    incarnation: u64,
+    value: i64,
+}
+
+/// Counters for the report and the vacuity gates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    pub joins: u64,
+    /// SyncGroup answers with an assignment.
+    pub assignments: u64,
+    pub commits_sent: u64,
+    pub commits_acked: u64,
+    pub commits_refused: u64,
+    pub commits_unknown: u64,
+    pub offset_fetches: u64,
+    /// OffsetFetch answers (sent after a broker crash) that returned an
+    /// offset whose commit was acknowledged before that crash.
+    pub offsets_read_after_restart: u64,
+    pub heartbeats: u64,
+    pub rebalances_seen: u64,
+    pub member_crashes: u64,
+    pub member_leaves: u64,
+    pub records_consumed: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct GroupHistory {
+    clock: Tick,
+    commits: BTreeMap<i32, Vec<Commit>>,
+    fetches: BTreeMap<i32, Vec<Fetch>>,
+    /// (generation, leader) -> partition -> owner.
+    owners: BTreeMap<(i32, String), BTreeMap<i32, String>>,
+    /// (generation, leader) -> member -> what the leader assigned it.
+    plans: BTreeMap<(i32, String), BTreeMap<String, Vec<i32>>>,
+    violations: Vec<String>,
+    pub stats: GroupStats,
+}
+
+impl GroupHistory {
+    pub fn new() -> GroupHistory {
+        GroupHistory::default()
+    }
+
+    /// The current logical time; advances on every call.
+    pub fn tick(&mut self) -> Tick {
+        self.clock += 1;
+        self.clock
+    }
+
+    pub fn violation(&mut self, message: String) {
+        self.violations.push(message);
+    }
+
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    /// An OffsetCommit of `offset` for `partition` is about to be sent.
+    pub fn commit_sent(&mut self, partition: i32, offset: i64) -> CommitId {
+        self.stats.commits_sent += 1;
+        let sent = self.tick();
+        let list = self.commits.entry(partition).or_default();
+        list.push(Commit {
+            offset,
+            sent,
+            outcome: CommitOutcome::Pending,
+        });
+        CommitId {
+            partition,
+            index: list.len() - 1,
+        }
+    }
+
+    /// How a commit ended. `Acked`'s tick is filled in here.
+    pub fn commit_answered(&mut self, id: CommitId, outcome: CommitOutcome) {
+        let outcome = match outcome {
+            CommitOutcome::Acked { incarnation, .. } => {
+                self.stats.commits_acked += 1;
+                CommitOutcome::Acked {
+                    at: self.tick(),
+                    incarnation,
+                }
+            }
+            CommitOutcome::Refused => {
+                self.stats.commits_refused += 1;
+                outcome
+            }
+            CommitOutcome::Unknown => {
+                self.stats.commits_unknown += 1;
+                outcome
+            }
+            CommitOutcome::Pending => outcome,
+        };
+        if let Some(c) = self
+            .commits
+            .get_mut(&id.partition)
+            .and_then(|l| l.get_mut(id.index))
+        {
+            c.outcome = outcome;
+        }
+    }
+
+    /// An OffsetFetch sent at `sent` (a [`tick`](Self::tick) taken just
+    /// before sending, in broker incarnation `incarnation`) answered `value`
+    /// for `partition`. Checked at the end, when every commit's fate is
+    /// known.
+    pub fn offset_fetched(
+        &mut self,
+        member: &str,
+        partition: i32,
+        sent: Tick,
+        incarnation: u64,
+        value: i64,
+    ) {
+        self.stats.offset_fetches += 1;
+        let answered = self.tick();
+        self.fetches.entry(partition).or_default().push(Fetch {
+            member: member.to_string(),
+            sent,
+            answered,
+            incarnation,
+            value,
+        });
+    }
+
+    /// The leader of `generation` handed in `plan` (member -> partitions).
+    pub fn planned(&mut self, generation: i32, leader: &str, plan: BTreeMap<String, Vec<i32>>) {
+        let key = (generation, leader.to_string());
+        if let Some(earlier) = self.plans.get(&key) {
+            if *earlier != plan {
+                self.violations.push(format!(
+                    "generation {generation} leader {leader}: handed in two different assignments: {earlier:?} and {plan:?}"
+                ));
+            }
+            return;
+        }
+        self.plans.insert(key, plan);
+    }
+
+    /// SyncGroup gave `member` the `partitions` in `generation`, whose
+    /// JoinGroup answer named `leader`.
+    pub fn assigned(&mut self, generation: i32, leader: &str, member: &str, partitions: &[i32]) {
+        self.stats.assignments += 1;
+        let key = (generation, leader.to_string());
+        match self.plans.get(&key).map(|p| p.get(member)) {
+            None => self.violations.push(format!(
+                "generation {generation}: {member} got {partitions:?} but its leader {leader} never handed in an assignment"
+            )),
+            Some(planned) => {
+                let planned = planned.map(Vec::as_slice).unwrap_or_default();
+                if planned != partitions {
+                    self.violations.push(format!(
+                        "generation {generation} leader {leader}: {member} got {partitions:?}, the leader assigned it {planned:?}"
+                    ));
+                }
+            }
+        }
+        let owners = self.owners.entry(key).or_default();
+        for &p in partitions {
+            if let Some(other) = owners.insert(p, member.to_string()) {
+                if other != member {
+                    self.violations.push(format!(
+                        "generation {generation} leader {leader}: partition {p} owned by both {other} and {member}"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The highest offset an acknowledged commit of `partition` carried
+    /// (-1 if none).
+    pub fn acked_end(&self, partition: i32) -> i64 {
+        self.commits
+            .get(&partition)
+            .into_iter()
+            .flatten()
+            .filter(|c| matches!(c.outcome, CommitOutcome::Acked { .. }))
+            .map(|c| c.offset)
+            .max()
+            .unwrap_or(-1)
+    }
+
+    /// How many commits of an offset above 0 were acknowledged in a broker
+    /// incarnation before `incarnation`: what a restart must keep.
+    pub fn acked_before(&self, incarnation: u64) -> u64 {
+        self.commits
+            .values()
+            .flatten()
+            .filter(|c| {
+                c.offset > 0
+                    && matches!(c.outcome, CommitOutcome::Acked { incarnation: i, .. } if i < incarnation)
+            })
+            .count() as u64
+    }
+
+    /// Distinct (generation, leader) pairs that handed out assignments.
+    pub fn generations(&self) -> usize {
+        self.owners.len()
+    }
+
+    /// Checks every OffsetFetch answer, and the last committed offsets
+    /// against the final log ends (`log_ends`: partition -> record count).
+    /// Returns every violation, those found during the run included.
+    pub fn check_final(&mut self, log_ends: &BTreeMap<i32, i64>) -> Vec<String> {
+        let mut violations = self.violations.clone();
+        let mut read_after_restart = 0;
+        for (&partition, fetches) in &self.fetches {
+            let empty = Vec::new();
+            let commits = self.commits.get(&partition).unwrap_or(&empty);
+            for f in fetches {
+                match explain(commits, f) {
+                    Ok(Some(c)) => {
+                        if let CommitOutcome::Acked { incarnation, .. } = c.outcome {
+                            if incarnation < f.incarnation && c.offset > 0 {
+                                read_after_restart += 1;
+                            }
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(why) => violations.push(format!(
+                        "partition {partition}: OffsetFetch by {} answered {}: {why}",
+                        f.member, f.value
+                    )),
+                }
+            }
+        }
+        self.stats.offsets_read_after_restart = read_after_restart;
+        for (&partition, fetches) in &self.fetches {
+            let end = log_ends.get(&partition).copied().unwrap_or(0);
+            if let Some(f) = fetches.iter().find(|f| f.value > end) {
+                violations.push(format!(
+                    "partition {partition}: committed offset {} (read by {}) is beyond the end of the final log ({end})",
+                    f.value, f.member
+                ));
+            }
+        }
+        violations
+    }
+
+    /// A fingerprint input: everything recorded.
+    pub fn describe(&self) -> String {
+        format!(
+            "{:?} {:?} {:?} {:?} {:?}",
+            self.commits, self.fetches, self.owners, self.plans, self.stats
+        )
+    }
+}
+
+/// Which commit explains fetch `f`'s answer (`None` for "nothing
+/// committed"), or why none can.
+fn explain<'a>(commits: &'a [Commit], f: &Fetch) -> Result<Option<&'a Commit>, String> {
+    let acked_before =
+        |c: &&Commit| matches!(c.outcome, CommitOutcome::Acked { at, .. } if at < f.sent);
+    // The latest send of a commit acknowledged before the fetch was sent:
+    // every commit acknowledged before that send is known overwritten.
+    let newest_acked = commits.iter().filter(acked_before).max_by_key(|c| c.sent);
+    if f.value == -1 {
+        return match newest_acked {
+            None => Ok(None),
+            Some(c) => Err(format!(
+                "nothing committed, but offset {} was acknowledged before the fetch",
+                c.offset
+            )),
+        };
+    }
+    let overwritten_before = newest_acked.map_or(0, |c| c.sent);
+    let candidates: Vec<&Commit> = commits
+        .iter()
+        .filter(|c| c.offset == f.value && c.sent < f.answered)
+        .filter(|c| c.outcome != CommitOutcome::Refused)
+        .collect();
+    if candidates.is_empty() {
+        return Err(
+            "an offset no commit sent before the answer carried (or only refused ones)".into(),
+        );
+    }
+    candidates
+        .into_iter()
+        .find(|c| !matches!(c.outcome, CommitOutcome::Acked { at, .. } if at < overwritten_before))
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+                "offsets went backwards: commit of {} was acknowledged before the fetch, and sent after every commit of {} was acknowledged",
+                newest_acked.map_or(-1, |c| c.offset),
+                f.value
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(h: &mut GroupHistory, partition: i32, offset: i64, incarnation: u64) -> CommitId {
+        let id = h.commit_sent(partition, offset);
+        h.commit_answered(id, CommitOutcome::Acked { at: 0, incarnation });
+        id
+    }
+
+    fn fetch(h: &mut GroupHistory, partition: i32, incarnation: u64, value: i64) {
+        let sent = h.tick();
+        h.offset_fetched("m", partition, sent, incarnation, value);
+    }
+
+    fn ends() -> BTreeMap<i32, i64> {
+        BTreeMap::from([(0, 1000), (1, 1000)])
+    }
+
+    #[test]
+    fn reading_the_latest_acknowledged_commit_passes_and_counts_restarts() {
+        let mut h = GroupHistory::new();
+        fetch(&mut h, 0, 0, -1);
+        ack(&mut h, 0, 10, 0);
+        fetch(&mut h, 0, 0, 10);
+        ack(&mut h, 0, 20, 0);
+        fetch(&mut h, 0, 1, 20);
+        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!((h.acked_end(0), h.acked_end(1)), (20, -1));
+        assert_eq!((h.acked_before(0), h.acked_before(1)), (0, 2));
+        assert_eq!(h.stats.offsets_read_after_restart, 1);
+    }
+
+    #[test]
+    fn an_older_commit_after_a_newer_one_was_acknowledged_fails() {
+        let mut h = GroupHistory::new();
+        ack(&mut h, 0, 10, 0);
+        ack(&mut h, 0, 20, 0);
+        fetch(&mut h, 0, 1, 10);
+        let v = h.check_final(&ends());
+        assert!(v.iter().any(|m| m.contains("went backwards")), "{v:?}");
+    }
+
+    #[test]
+    fn losing_every_commit_fails() {
+        let mut h = GroupHistory::new();
+        ack(&mut h, 1, 10, 0);
+        fetch(&mut h, 1, 1, -1);
+        let v = h.check_final(&ends());
+        assert!(v.iter().any(|m| m.contains("nothing committed")), "{v:?}");
+    }
+
+    #[test]
+    fn an_offset_nobody_committed_or_only_a_refused_commit_fails() {
+        let mut h = GroupHistory::new();
+        let id = h.commit_sent(0, 7);
+        h.commit_answered(id, CommitOutcome::Refused);
+        fetch(&mut h, 0, 0, 7);
+        fetch(&mut h, 0, 0, 8);
+        let v = h.check_final(&ends());
+        assert_eq!(
+            v.iter().filter(|m| m.contains("no commit sent")).count(),
+            2,
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_commit_with_unknown_outcome_may_land_late_and_overlapping_commits_race() {
+        let mut h = GroupHistory::new();
+        // A commit of 5 times out; 9 is acknowledged; the stale 5 lands.
+        let stale = h.commit_sent(0, 5);
+        h.commit_answered(stale, CommitOutcome::Unknown);
+        ack(&mut h, 0, 9, 0);
+        fetch(&mut h, 0, 0, 5);
+        // Two owners' commits overlap in time: either may be read.
+        let a = h.commit_sent(1, 30);
+        let b = h.commit_sent(1, 25);
+        h.commit_answered(
+            a,
+            CommitOutcome::Acked {
+                at: 0,
+                incarnation: 0,
+            },
+        );
+        h.commit_answered(
+            b,
+            CommitOutcome::Acked {
+                at: 0,
+                incarnation: 0,
+            },
+        );
+        fetch(&mut h, 1, 0, 25);
+        fetch(&mut h, 1, 0, 30);
+        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_committed_offset_beyond_the_log_fails() {
+        let mut h = GroupHistory::new();
+        ack(&mut h, 0, 2000, 0);
+        fetch(&mut h, 0, 0, 2000);
+        let v = h.check_final(&ends());
+        assert!(v.iter().any(|m| m.contains("beyond the end")), "{v:?}");
+    }
+
+    #[test]
+    fn two_owners_in_one_generation_or_an_assignment_the_leader_did_not_make_fail() {
+        let mut h = GroupHistory::new();
+        let plan = BTreeMap::from([("a".to_string(), vec![0]), ("b".to_string(), vec![1])]);
+        h.planned(3, "a", plan);
+        h.assigned(3, "a", "a", &[0]);
+        h.assigned(3, "a", "b", &[1]);
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        // The same generation number under another leader (a restarted
+        // coordinator) is another generation.
+        h.planned(3, "c", BTreeMap::from([("c".to_string(), vec![0, 1])]));
+        h.assigned(3, "c", "c", &[0, 1]);
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        assert_eq!(h.generations(), 2);
+        h.assigned(3, "a", "b", &[0]);
+        assert!(h
+            .violations()
+            .iter()
+            .any(|m| m.contains("owned by both a and b")));
+        assert!(h
+            .violations()
+            .iter()
+            .any(|m| m.contains("the leader assigned it [1]")));
+        h.assigned(4, "z", "z", &[0]);
+        assert!(h.violations().iter().any(|m| m.contains("never handed in")));
+    }
+}

@@ -1,0 +1,657 @@
+//! The idempotent producer actor: a producer id from InitProducerId,
+//! idempotent batches pipelined up to max.in.flight per partition, and
+//! every retry with the exact bytes of the first attempt.
+//!
+//! It behaves as the Java producer does:
+//! - Each batch is encoded once (frame, correlation id and all) and resent
+//!   unchanged after any error, timeout, lost connection or broker crash,
+//!   until acknowledged. There is no retry limit: an idempotent batch is
+//!   only ever given up by a reset that abandons it (below).
+//! - Answers come in request order on the connection. An error on one
+//!   partition stops that partition's sends until its in-flight requests are
+//!   answered, then everything unacknowledged there is resent in sequence
+//!   order (the batches behind a failed one typically get
+//!   OUT_OF_ORDER_SEQUENCE_NUMBER).
+//! - OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID for a batch behind
+//!   an unacknowledged one is expected (its predecessor was not appended);
+//!   for the *first* unacknowledged batch of a partition it means the broker
+//!   lost acknowledged batches or their producer state: a violation. The
+//!   producer then recovers as Java does, with a new identity.
+//! - After an outage (a connection the broker dropped, or could not be
+//!   opened) it sometimes resets its identity: a new producer id from
+//!   InitProducerId, or a local epoch bump (KIP-360), with sequences back at
+//!   0. A reset first gets every batch acknowledged, or abandons them (an
+//!   application restart). The first outage in which the broker was down
+//!   (a connection refused) always resets with a new id, so ids are drawn
+//!   from more than one broker incarnation.
+//! - Its acks=all timeout is seeded, sometimes short: the broker then
+//!   answers REQUEST_TIMED_OUT for batches it appended but has not made
+//!   durable yet, and their retries are duplicates.
+//! - Sometimes it drops the connection right after a successful answer, as
+//!   if the answer had been lost: the retry must be answered as a duplicate,
+//!   at the same offset.
+
+use crate::checker::{BatchIndex, IdempotentBatch};
+use crate::params::SimParams;
+use crate::pipeline::Pipeline;
+use crate::workload::{
+    produce_outcome, retriable, Backoff, RequestError, Shared, CONNECT_TIMEOUT, PRODUCE_VERSION,
+    REQUEST_TIMEOUT, TOPIC,
+};
+use bytes::Bytes;
+use kaas_core::protocol::messages::{
+    init_producer_id_request, produce_request, InitProducerIdRequest, ProduceRequest,
+};
+use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_core::record::{BatchBuilder, NewRecord};
+use kaas_net::client::{decode_response, encode_request};
+use madsim::rand::{thread_rng, Rng};
+use madsim::time::{sleep, sleep_until, timeout, Instant};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+const INIT_PRODUCER_ID_VERSION: i16 = 4;
+/// Once told to stop, how long the producer may take to get its batches
+/// acknowledged (no faults any more by then).
+const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
+const CLIENT_ID: &str = "sim-idempotent";
+
+/// One batch until it is acknowledged.
+struct Batch {
+    index: BatchIndex,
+    correlation_id: i32,
+    /// The whole request, encoded once.
+    frame: Bytes,
+    /// Sent on the current connection, answer not read yet.
+    in_flight: bool,
+    sends: u32,
+    /// The partition's known durable end when the latest resend went out:
+    /// an answer below it shows the resend was a duplicate.
+    floor_at_resend: Option<i64>,
+}
+
+/// One partition's batches.
+#[derive(Default)]
+struct Lane {
+    /// Unacknowledged batches in sequence order.
+    unacked: VecDeque<Batch>,
+    next_seq: i32,
+    /// An answer on this partition was an error: nothing more is sent on it
+    /// until its in-flight requests are answered; then every unacknowledged
+    /// batch is resent, in order.
+    blocked: bool,
+}
+
+impl Lane {
+    fn in_flight(&self) -> usize {
+        self.unacked.iter().filter(|b| b.in_flight).count()
+    }
+}
+
+/// What the producer saw of the broker since its last connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Outage {
+    None,
+    /// The connection failed or timed out (a crash, or a clogged link).
+    Lost,
+    /// A connection could not be opened: the broker was down.
+    Down,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reset {
+    NewProducerId,
+    BumpEpoch,
+}
+
+struct Producer {
+    id: usize,
+    params: SimParams,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    conn: Option<Pipeline>,
+    /// (partition, correlation id) of every request on `conn` whose answer
+    /// has not been read, in the order sent.
+    outstanding: VecDeque<(i32, i32)>,
+    lanes: Vec<Lane>,
+    /// Producer id and epoch, once InitProducerId answered.
+    session: Option<(i64, i16)>,
+    next_correlation_id: i32,
+    batch_no: u32,
+    next_batch_at: Instant,
+    /// The broker dropped the connection or could not be reached since the
+    /// last successful connect.
+    outage: Outage,
+    /// A reset with a new producer id followed an outage in which the
+    /// broker was down.
+    reset_after_down: bool,
+    /// A reset waiting for every batch to be acknowledged.
+    pending_reset: Option<Reset>,
+    backoff: Backoff,
+}
+
+/// Runs one idempotent producer until told to stop and every batch it sent
+/// is acknowledged.
+pub async fn idempotent_producer(
+    id: usize,
+    params: SimParams,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+) {
+    let mut p = Producer {
+        id,
+        params,
+        addr,
+        shared,
+        conn: None,
+        outstanding: VecDeque::new(),
+        lanes: (0..params.partitions).map(|_| Lane::default()).collect(),
+        session: None,
+        next_correlation_id: 0,
+        batch_no: 0,
+        next_batch_at: Instant::now(),
+        outage: Outage::None,
+        reset_after_down: false,
+        pending_reset: None,
+        backoff: Backoff::new(),
+    };
+    p.run().await;
+}
+
+fn percent(p: u32) -> bool {
+    thread_rng().gen_range(0..100) < p
+}
+
+impl Producer {
+    fn stopping(&self) -> bool {
+        self.shared.stop_producing.load(Ordering::Relaxed)
+    }
+
+    fn all_acked(&self) -> bool {
+        self.lanes.iter().all(|l| l.unacked.is_empty())
+    }
+
+    fn violation(&self, what: String) {
+        self.shared
+            .history()
+            .violation(format!("idempotent producer {}: {what}", self.id));
+    }
+
+    async fn run(&mut self) {
+        let mut deadline = None;
+        loop {
+            if self.stopping() {
+                let d = *deadline.get_or_insert_with(|| Instant::now() + DRAIN_DEADLINE);
+                if self.all_acked() && self.pending_reset.is_none() {
+                    return;
+                }
+                if Instant::now() >= d {
+                    let left: usize = self.lanes.iter().map(|l| l.unacked.len()).sum();
+                    self.violation(format!(
+                        "liveness: {left} batches still unacknowledged {DRAIN_DEADLINE:?} after the faults stopped"
+                    ));
+                    return;
+                }
+            }
+            if self.all_acked() {
+                if let Some(kind) = self.pending_reset.take() {
+                    self.reset(kind);
+                }
+            }
+            if self.conn.is_none() && !self.connect().await {
+                continue;
+            }
+            if self.session.is_none() {
+                self.init_producer_id().await;
+                continue;
+            }
+            self.create_batches();
+            if !self.send_ready().await {
+                continue;
+            }
+            if self.outstanding.is_empty() {
+                // Nothing in flight, so nothing unacknowledged either (an
+                // unblocked lane always has something to send).
+                if self.stopping() || self.pending_reset.is_some() {
+                    continue;
+                }
+                sleep_until(self.next_batch_at).await;
+                continue;
+            }
+            self.read_answer().await;
+        }
+    }
+
+    /// Opens the connection; after an outage, maybe resets.
+    async fn connect(&mut self) -> bool {
+        match timeout(CONNECT_TIMEOUT, Pipeline::connect(self.addr)).await {
+            Ok(Ok(c)) => {
+                // Nothing is in flight on a new connection.
+                self.drop_connection();
+                let outage = std::mem::replace(&mut self.outage, Outage::None);
+                if outage != Outage::None {
+                    self.after_outage(outage);
+                }
+                self.conn = Some(c);
+                true
+            }
+            _ => {
+                self.outage = Outage::Down;
+                self.backoff.wait().await;
+                false
+            }
+        }
+    }
+
+    /// Drops the connection: every in-flight request's fate is unknown and
+    /// it will be resent, in order, on the next one.
+    fn drop_connection(&mut self) {
+        self.conn = None;
+        self.outstanding.clear();
+        for lane in &mut self.lanes {
+            lane.blocked = false;
+            for b in &mut lane.unacked {
+                b.in_flight = false;
+            }
+        }
+    }
+
+    /// The broker dropped the connection (crash, timeout, clog).
+    async fn connection_lost(&mut self) {
+        self.drop_connection();
+        self.outage = self.outage.max(Outage::Lost);
+        self.shared.history().stats.produce_errors += 1;
+        self.backoff.wait().await;
+    }
+
+    fn after_outage(&mut self, outage: Outage) {
+        // The first time the broker was down (it restarted since), the
+        // producer always takes a new id, from the new incarnation.
+        let first = outage == Outage::Down && !self.reset_after_down;
+        if !first && !percent(self.params.reset_percent) {
+            return;
+        }
+        self.reset_after_down |= first;
+        let kind = if !first && percent(self.params.epoch_bump_percent) {
+            Reset::BumpEpoch
+        } else {
+            Reset::NewProducerId
+        };
+        if percent(self.params.abandon_percent) {
+            self.abandon_all();
+            self.reset(kind);
+        } else if self.pending_reset.is_none() {
+            self.pending_reset = Some(kind);
+        }
+    }
+
+    /// Gives up every unacknowledged batch (their fate stays unknown: each
+    /// may be in the log once, or not at all).
+    fn abandon_all(&mut self) {
+        let n: usize = self.lanes.iter().map(|l| l.unacked.len()).sum();
+        self.shared.history().idem.batches_abandoned += n as u64;
+        for lane in &mut self.lanes {
+            lane.unacked.clear();
+        }
+        // Answers still on their way belong to the old identity.
+        self.drop_connection();
+    }
+
+    /// A new identity, sequences from 0. Every batch is acknowledged or
+    /// abandoned by now.
+    fn reset(&mut self, kind: Reset) {
+        self.shared.history().idem.resets += 1;
+        self.session = match (kind, self.session) {
+            (Reset::BumpEpoch, Some((pid, epoch))) if epoch < i16::MAX => {
+                self.shared.history().idem.epoch_bumps += 1;
+                Some((pid, epoch + 1))
+            }
+            _ => None,
+        };
+        for lane in &mut self.lanes {
+            lane.next_seq = 0;
+            lane.blocked = false;
+        }
+    }
+
+    fn take_correlation_id(&mut self) -> i32 {
+        let id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        id
+    }
+
+    /// InitProducerId on the (idle) connection.
+    async fn init_producer_id(&mut self) {
+        let correlation_id = self.take_correlation_id();
+        let body = RequestBody::InitProducerId(InitProducerIdRequest {
+            transactional_id: None,
+            transaction_timeout_ms: 60_000,
+            producer_id: -1,
+            producer_epoch: -1,
+            ..Default::default()
+        });
+        let frame = match encode_request(
+            init_producer_id_request::API_KEY,
+            INIT_PRODUCER_ID_VERSION,
+            correlation_id,
+            Some(CLIENT_ID),
+            &body,
+        ) {
+            Ok(f) => f,
+            Err(e) => {
+                self.violation(format!("cannot encode InitProducerId: {e}"));
+                return sleep(Duration::from_secs(1)).await;
+            }
+        };
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let answer = match conn.send(&frame).await {
+            Ok(()) => timeout(REQUEST_TIMEOUT, conn.recv()).await,
+            Err(e) => Ok(Err(e)),
+        };
+        let frame = match answer {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                self.violation(format!("malformed InitProducerId answer: {e}"));
+                return self.connection_lost().await;
+            }
+            _ => return self.connection_lost().await,
+        };
+        let decoded = decode_response(
+            init_producer_id_request::API_KEY,
+            INIT_PRODUCER_ID_VERSION,
+            correlation_id,
+            frame,
+        );
+        match decoded {
+            Ok(ResponseBody::InitProducerId(r)) if r.error_code == 0 => {
+                self.shared
+                    .history()
+                    .pid_granted(self.id, r.producer_id, r.producer_epoch);
+                self.session = Some((r.producer_id, r.producer_epoch));
+                for lane in &mut self.lanes {
+                    lane.next_seq = 0;
+                }
+                self.backoff.reset();
+            }
+            // The broker could not persist a new id block (its volume is
+            // failing or gone): retry.
+            Ok(ResponseBody::InitProducerId(r))
+                if r.error_code == ErrorCode::CoordinatorNotAvailable.code() =>
+            {
+                self.backoff.wait().await;
+            }
+            Ok(other) => {
+                self.violation(format!("unexpected InitProducerId answer: {other:?}"));
+                self.connection_lost().await;
+            }
+            Err(e) => {
+                self.violation(format!("malformed InitProducerId answer: {e}"));
+                self.connection_lost().await;
+            }
+        }
+    }
+
+    /// Builds new batches while their time has come and their partition
+    /// has room in its max.in.flight window.
+    fn create_batches(&mut self) {
+        let Some((pid, epoch)) = self.session else {
+            return;
+        };
+        while !self.stopping()
+            && self.pending_reset.is_none()
+            && Instant::now() >= self.next_batch_at
+        {
+            let (partition, count, think) = {
+                let mut rng = thread_rng();
+                (
+                    rng.gen_range(0..self.params.partitions),
+                    rng.gen_range(1..=self.params.max_records_per_batch),
+                    Duration::from_millis(rng.gen_range(0..=self.params.producer_think_ms)),
+                )
+            };
+            let Some(lane) = self.lanes.get(partition as usize) else {
+                return;
+            };
+            if lane.unacked.len() >= self.params.max_in_flight {
+                // Like a full accumulator: the record waits for room.
+                return;
+            }
+            let seq = lane.next_seq;
+            let values: Vec<Bytes> = (0..count)
+                .map(|r| Bytes::from(format!("i{}-b{}-r{r}", self.id, self.batch_no)))
+                .collect();
+            self.batch_no += 1;
+            let correlation_id = self.take_correlation_id();
+            let frame = match encode_produce(
+                pid,
+                epoch,
+                seq,
+                partition,
+                &values,
+                correlation_id,
+                self.params.idempotent_ack_timeout_ms,
+            ) {
+                Ok(f) => f,
+                Err(e) => {
+                    self.violation(format!("cannot encode a produce request: {e}"));
+                    return;
+                }
+            };
+            let index = self.shared.history().idempotent_batch(IdempotentBatch {
+                producer: self.id,
+                pid,
+                epoch,
+                partition,
+                base_sequence: seq,
+                values,
+            });
+            let Some(lane) = self.lanes.get_mut(partition as usize) else {
+                return;
+            };
+            lane.next_seq = seq.wrapping_add(count as i32);
+            lane.unacked.push_back(Batch {
+                index,
+                correlation_id,
+                frame,
+                in_flight: false,
+                sends: 0,
+                floor_at_resend: None,
+            });
+            self.next_batch_at = Instant::now() + think;
+        }
+    }
+
+    /// Sends every batch that may go now. `false` if the connection failed.
+    async fn send_ready(&mut self) -> bool {
+        // (partition, correlation id) in sending order.
+        let mut to_send = Vec::new();
+        for (p, lane) in self.lanes.iter_mut().enumerate() {
+            if lane.blocked && lane.in_flight() == 0 {
+                lane.blocked = false;
+            }
+            if lane.blocked {
+                continue;
+            }
+            let room = self.params.max_in_flight.saturating_sub(lane.in_flight());
+            to_send.extend(
+                lane.unacked
+                    .iter()
+                    .filter(|b| !b.in_flight)
+                    .take(room)
+                    .map(|b| (p as i32, b.correlation_id)),
+            );
+        }
+        for (partition, correlation_id) in to_send {
+            let floor = self.shared.history().fetch_floor(partition);
+            let Some(batch) = self.lanes.get_mut(partition as usize).and_then(|l| {
+                l.unacked
+                    .iter_mut()
+                    .find(|b| b.correlation_id == correlation_id)
+            }) else {
+                continue;
+            };
+            let Some(conn) = self.conn.as_mut() else {
+                return false;
+            };
+            if conn.send(&batch.frame).await.is_err() {
+                self.connection_lost().await;
+                return false;
+            }
+            batch.in_flight = true;
+            batch.sends += 1;
+            if batch.sends > 1 {
+                batch.floor_at_resend = Some(floor);
+                self.shared.history().idem.resends += 1;
+            }
+            self.outstanding.push_back((partition, correlation_id));
+        }
+        true
+    }
+
+    /// Reads and handles the answer to the oldest outstanding request.
+    async fn read_answer(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let frame = match timeout(REQUEST_TIMEOUT, conn.recv()).await {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                self.violation(format!("malformed produce answer: {e}"));
+                return self.connection_lost().await;
+            }
+            _ => return self.connection_lost().await,
+        };
+        let Some((partition, correlation_id)) = self.outstanding.pop_front() else {
+            return;
+        };
+        let outcome = decode_response(
+            produce_request::API_KEY,
+            PRODUCE_VERSION,
+            correlation_id,
+            frame,
+        )
+        .map_err(RequestError::of)
+        .and_then(|body| produce_outcome(body, partition));
+        let (code, base_offset) = match outcome {
+            Ok(o) => o,
+            Err(RequestError::Malformed(e)) | Err(RequestError::Network(e)) => {
+                self.violation(format!("malformed produce answer: {e}"));
+                return self.connection_lost().await;
+            }
+        };
+        let Some(lane) = self.lanes.get_mut(partition as usize) else {
+            return;
+        };
+        let Some(position) = lane
+            .unacked
+            .iter()
+            .position(|b| b.correlation_id == correlation_id)
+        else {
+            return self.violation(format!(
+                "an answer for request {correlation_id} on partition {partition}, which is not in flight"
+            ));
+        };
+        lane.unacked[position].in_flight = false;
+        if code == 0 {
+            return self.on_success(partition, position, base_offset).await;
+        }
+        let sequence_error = code == ErrorCode::OutOfOrderSequenceNumber.code()
+            || code == ErrorCode::UnknownProducerId.code();
+        if sequence_error && position > 0 {
+            // Its predecessor was not appended (it failed too): resent in
+            // order once this partition's in-flight requests are answered.
+            self.shared.history().idem.sequence_errors += 1;
+            lane.blocked = true;
+        } else if retriable(code) {
+            self.shared.history().stats.produce_errors += 1;
+            lane.blocked = true;
+        } else {
+            let what = if sequence_error {
+                "for its first unacknowledged batch: the broker lost acknowledged batches or their producer state"
+            } else {
+                "a non-retriable error"
+            };
+            self.violation(format!(
+                "partition {partition}: error {code} {what} (session {:?})",
+                self.session
+            ));
+            // As the Java client does with an unresolvable sequence: give
+            // up those batches and start over with a new identity.
+            self.abandon_all();
+            self.reset(Reset::NewProducerId);
+        }
+    }
+
+    async fn on_success(&mut self, partition: i32, position: usize, base_offset: i64) {
+        let Some(lane) = self.lanes.get_mut(partition as usize) else {
+            return;
+        };
+        let lose = percent(self.params.lose_answer_percent);
+        let Some(batch) = lane.unacked.get(position) else {
+            return;
+        };
+        let index = batch.index;
+        let floor = batch.floor_at_resend;
+        let duplicate_of_lost = self
+            .shared
+            .history()
+            .idempotent_answered(index, base_offset, lose);
+        if lose {
+            // The connection "dies" with the answer on it: the batch, and
+            // everything in flight behind it, will be resent.
+            self.drop_connection();
+            return;
+        }
+        if duplicate_of_lost || floor.is_some_and(|f| base_offset < f) {
+            self.shared.history().idem.duplicates_confirmed += 1;
+        }
+        if let Some(lane) = self.lanes.get_mut(partition as usize) {
+            lane.unacked.remove(position);
+        }
+        self.backoff.reset();
+    }
+}
+
+/// Encodes a produce request for one idempotent batch, once: retries send
+/// exactly these bytes.
+fn encode_produce(
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    partition: i32,
+    values: &[Bytes],
+    correlation_id: i32,
+    timeout_ms: i32,
+) -> Result<Bytes, kaas_core::protocol::EncodeError> {
+    let mut builder = BatchBuilder::idempotent(pid, epoch, seq);
+    let now = kaas_net::clock::now_ms();
+    for value in values {
+        builder.push(NewRecord::new(now, None, Some(value)));
+    }
+    let body = RequestBody::Produce(ProduceRequest {
+        acks: -1,
+        timeout_ms,
+        topic_data: vec![produce_request::TopicProduceData {
+            name: TOPIC.into(),
+            partition_data: vec![produce_request::PartitionProduceData {
+                index: partition,
+                records: Some(builder.build().into_bytes()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    encode_request(
+        produce_request::API_KEY,
+        PRODUCE_VERSION,
+        correlation_id,
+        Some(CLIENT_ID),
+        &body,
+    )
+}
