@@ -48,6 +48,10 @@ struct ServeArgs {
     /// Largest request accepted, in bytes (Kafka's socket.request.max.bytes).
     #[arg(long, default_value_t = kaas_core::protocol::frame::DEFAULT_MAX_FRAME_BYTES)]
     max_frame_bytes: usize,
+    /// Largest request of any API but Produce, in bytes (decoded requests
+    /// can take ~30 times their size in memory; only Produce carries bulk data).
+    #[arg(long, default_value_t = kaas_core::protocol::frame::DEFAULT_MAX_NON_PRODUCE_FRAME_BYTES)]
+    max_non_produce_frame_bytes: usize,
     /// Segment size before a roll (log.segment.bytes).
     #[arg(long, default_value_t = LogDefaults::default().segment_bytes)]
     segment_bytes: u64,
@@ -114,6 +118,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     config.auto_create_topics = args.auto_create_topics;
     config.default_partitions = args.default_partitions.max(1);
     config.max_frame_bytes = args.max_frame_bytes;
+    config.max_non_produce_frame_bytes = args.max_non_produce_frame_bytes;
     // Request capture for the fuzz corpus (scripts/fuzz-capture); off unless set.
     config.capture_dir = std::env::var_os("KAAS_CAPTURE_DIR")
         .filter(|d| !d.is_empty())

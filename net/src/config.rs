@@ -19,6 +19,9 @@ pub struct BrokerConfig {
     /// Largest request frame accepted; larger ones close the connection
     /// before the body is read.
     pub max_frame_bytes: usize,
+    /// Largest request of any API but Produce (see
+    /// `kaas_core::protocol::frame::DEFAULT_MAX_NON_PRODUCE_FRAME_BYTES`).
+    pub max_non_produce_frame_bytes: usize,
     /// Defaults for topic configs a topic does not set itself.
     pub log: LogDefaults,
     /// Producer state idle this long is forgotten (producer.id.expiration.ms).
@@ -64,6 +67,8 @@ impl BrokerConfig {
             auto_create_topics: true,
             default_partitions: 1,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_non_produce_frame_bytes:
+                kaas_core::protocol::frame::DEFAULT_MAX_NON_PRODUCE_FRAME_BYTES,
             log: LogDefaults::default(),
             producer_id_expiration_ms: kaas_core::producer::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
             capture_dir: None,

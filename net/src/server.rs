@@ -8,7 +8,7 @@
 use crate::broker::Broker;
 use crate::handlers::{self, Outcome};
 use bytes::BytesMut;
-use kaas_core::protocol::frame::{encode_response, frame_length};
+use kaas_core::protocol::frame::{check_api_frame_length, encode_response, frame_length};
 use kaas_core::protocol::{decode_request, Request};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -50,7 +50,8 @@ where
     let (mut rd, mut wr) = tokio::io::split(stream);
     let max = broker.config.max_frame_bytes;
     loop {
-        let frame = match read_frame(&mut rd, max).await {
+        let frame = match read_frame(&mut rd, max, broker.config.max_non_produce_frame_bytes).await
+        {
             Ok(Some(frame)) => frame,
             Ok(None) => return,
             Err(reason) => {
@@ -117,6 +118,7 @@ where
 async fn read_frame<R: AsyncRead + Unpin>(
     rd: &mut R,
     max: usize,
+    max_non_produce: usize,
 ) -> Result<Option<bytes::Bytes>, String> {
     let mut prefix = [0u8; 4];
     match rd.read_exact(&mut prefix).await {
@@ -125,7 +127,14 @@ async fn read_frame<R: AsyncRead + Unpin>(
         Err(e) => return Err(e.to_string()),
     }
     let len = frame_length(prefix, max).map_err(|e| e.to_string())?;
+    // The API key opens the body: read it first and apply its limit
+    // before buffering the rest.
+    let mut key = [0u8; 2];
+    rd.read_exact(&mut key).await.map_err(|e| e.to_string())?;
+    check_api_frame_length(i16::from_be_bytes(key), len, max_non_produce)
+        .map_err(|e| e.to_string())?;
     let mut buf = BytesMut::with_capacity(len.min(READ_CHUNK));
+    buf.extend_from_slice(&key);
     while buf.len() < len {
         let want = (len - buf.len()).min(READ_CHUNK);
         buf.reserve(want);

@@ -421,3 +421,21 @@ async fn a_request_for_billions_of_partitions_is_refused_not_attempted() {
     assert_eq!(b.broker.topic("small").unwrap().partitions.len(), 2);
     assert_still_serving(&b, "huge-partition-count").await;
 }
+
+/// Only Produce carries bulk data; any other request above the non-Produce
+/// limit is refused from its first six bytes, before its body is buffered
+/// (decoded non-Produce requests can take ~30 times their wire size).
+#[tokio::test]
+async fn oversized_non_produce_request_is_refused_from_its_api_key() {
+    let b = support::start_broker(|config| {
+        config.max_frame_bytes = MAX_FRAME;
+        config.max_non_produce_frame_bytes = 64 * 1024;
+    })
+    .await;
+    let len = 100 * 1024i32;
+    let mut head = len.to_be_bytes().to_vec();
+    head.extend_from_slice(&3i16.to_be_bytes()); // Metadata
+    let s = send(b.addr, &head).await;
+    assert_closed_silently(s, "oversized metadata").await;
+    assert_still_serving(&b, "oversized-non-produce").await;
+}
