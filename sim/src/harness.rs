@@ -261,19 +261,23 @@ fn arm_fsync_failure(
     rx
 }
 
-/// Whether the run already did the work that only crashes make possible:
-/// a committed offset that the next restart must keep, producer ids from
-/// two broker incarnations.
+/// Whether the run already did the work that only crashes make possible
+/// (a committed offset that the next restart must keep, producer ids from
+/// two broker incarnations), and enough of the rest.
 fn crash_gates_met(params: &SimParams, shared: &Shared) -> bool {
+    if shared.history().acked_records() < MIN_ACKED_RECORDS {
+        return false;
+    }
     let group = params.group_members == 0
-        || shared.groups().acked_before(shared.incarnation()) >= MIN_OFFSETS_READ_AFTER_RESTART;
+        || shared.groups().reads_after_restart() >= MIN_OFFSETS_READ_AFTER_RESTART;
     let idempotent =
         params.idempotent_producers == 0 || shared.history().pid_blocks() >= MIN_PID_BLOCKS;
     group && idempotent
 }
 
 /// Kills and restarts the broker at seeded moments until `fault_phase`
-/// has passed (longer if `crash_gates_met` says so, up to twice as long),
+/// has passed (longer if `crash_gates_met` says so, up to three times as
+/// long),
 /// wiping the volume's unsynced data at each crash. Leaves the broker
 /// running.
 async fn drive_faults(
@@ -290,7 +294,7 @@ async fn drive_faults(
     // from doing what the gates ask (a rebalance needs several seconds
     // between crashes and clogs); such a seed runs its faults longer rather
     // than fail as vacuous.
-    let hard_end = end + params.fault_phase;
+    let hard_end = end + params.fault_phase * 2;
     while Instant::now() < end || (Instant::now() < hard_end && !crash_gates_met(params, shared)) {
         let roll = thread_rng().gen_range(0..100);
         let kind = if roll < params.power_cut_percent {

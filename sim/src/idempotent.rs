@@ -21,9 +21,9 @@
 //!   opened) it sometimes resets its identity: a new producer id from
 //!   InitProducerId, or a local epoch bump (KIP-360), with sequences back at
 //!   0. A reset first gets every batch acknowledged, or abandons them (an
-//!   application restart). The first outage in which the broker was down
-//!   (a connection refused) always resets with a new id, so ids are drawn
-//!   from more than one broker incarnation.
+//!   application restart). The first reconnection after a broker restart
+//!   always resets with a new id, so ids are drawn from more than one
+//!   broker incarnation.
 //! - Its acks=all timeout is seeded, sometimes short: the broker then
 //!   answers REQUEST_TIMED_OUT for batches it appended but has not made
 //!   durable yet, and their retries are duplicates.
@@ -71,13 +71,24 @@ struct Batch {
     /// The partition's known durable end when the latest resend went out:
     /// an answer below it shows the resend was a duplicate.
     floor_at_resend: Option<i64>,
+    /// Acknowledged while an earlier batch is not (a success behind a
+    /// failed request): it stays in the window until those are.
+    acked: bool,
 }
 
 /// One partition's batches.
 #[derive(Default)]
 struct Lane {
-    /// Unacknowledged batches in sequence order.
-    unacked: VecDeque<Batch>,
+    /// The window: batches in sequence order from the first unacknowledged
+    /// one to the newest (acknowledged ones behind an unacknowledged one
+    /// included). The broker remembers the last 5 batches it appended, so
+    /// a retry is recognised only if no more than 5 batches were sent from
+    /// it on: the window never holds more than max.in.flight batches, as
+    /// the Java producer sends no new batch of a partition while an earlier
+    /// one awaits its retry. (Found by this simulation: counting only the
+    /// unacknowledged batches let a 6th batch out, and the first one's retry
+    /// was rightly answered OUT_OF_ORDER_SEQUENCE_NUMBER.)
+    window: VecDeque<Batch>,
     next_seq: i32,
     /// An answer on this partition was an error: nothing more is sent on it
     /// until its in-flight requests are answered; then every unacknowledged
@@ -87,7 +98,7 @@ struct Lane {
 
 impl Lane {
     fn in_flight(&self) -> usize {
-        self.unacked.iter().filter(|b| b.in_flight).count()
+        self.window.iter().filter(|b| b.in_flight).count()
     }
 }
 
@@ -97,7 +108,7 @@ enum Outage {
     None,
     /// The connection failed or timed out (a crash, or a clogged link).
     Lost,
-    /// A connection could not be opened: the broker was down.
+    /// A connection could not be opened.
     Down,
 }
 
@@ -125,9 +136,10 @@ struct Producer {
     /// The broker dropped the connection or could not be reached since the
     /// last successful connect.
     outage: Outage,
-    /// A reset with a new producer id followed an outage in which the
-    /// broker was down.
-    reset_after_down: bool,
+    /// The broker incarnation the producer id was granted in, until the
+    /// producer has reset after a restart.
+    first_incarnation: Option<u64>,
+    granted_once: bool,
     /// A reset waiting for every batch to be acknowledged.
     pending_reset: Option<Reset>,
     backoff: Backoff,
@@ -154,7 +166,8 @@ pub async fn idempotent_producer(
         batch_no: 0,
         next_batch_at: Instant::now(),
         outage: Outage::None,
-        reset_after_down: false,
+        first_incarnation: None,
+        granted_once: false,
         pending_reset: None,
         backoff: Backoff::new(),
     };
@@ -170,8 +183,16 @@ impl Producer {
         self.shared.stop_producing.load(Ordering::Relaxed)
     }
 
+    fn unacked_count(&self) -> usize {
+        self.lanes
+            .iter()
+            .flat_map(|l| &l.window)
+            .filter(|b| !b.acked)
+            .count()
+    }
+
     fn all_acked(&self) -> bool {
-        self.lanes.iter().all(|l| l.unacked.is_empty())
+        self.lanes.iter().all(|l| l.window.is_empty())
     }
 
     fn violation(&self, what: String) {
@@ -189,7 +210,7 @@ impl Producer {
                     return;
                 }
                 if Instant::now() >= d {
-                    let left: usize = self.lanes.iter().map(|l| l.unacked.len()).sum();
+                    let left = self.unacked_count();
                     self.violation(format!(
                         "liveness: {left} batches still unacknowledged {DRAIN_DEADLINE:?} after the faults stopped"
                     ));
@@ -249,11 +270,14 @@ impl Producer {
     /// Drops the connection: every in-flight request's fate is unknown and
     /// it will be resent, in order, on the next one.
     fn drop_connection(&mut self) {
+        if self.conn.is_some() {
+            tracing::debug!(producer = self.id, "connection dropped");
+        }
         self.conn = None;
         self.outstanding.clear();
         for lane in &mut self.lanes {
             lane.blocked = false;
-            for b in &mut lane.unacked {
+            for b in &mut lane.window {
                 b.in_flight = false;
             }
         }
@@ -268,13 +292,18 @@ impl Producer {
     }
 
     fn after_outage(&mut self, outage: Outage) {
-        // The first time the broker was down (it restarted since), the
-        // producer always takes a new id, from the new incarnation.
-        let first = outage == Outage::Down && !self.reset_after_down;
-        if !first && !percent(self.params.reset_percent) {
+        // The first reconnection after a broker restart always takes a new
+        // id, so that ids come from two broker incarnations (which one the
+        // producer talks to only the harness knows: a restart can be too
+        // quick for a connection to be refused).
+        let first = self
+            .first_incarnation
+            .is_some_and(|i| i != self.shared.incarnation());
+        if first {
+            self.first_incarnation = None;
+        } else if outage == Outage::None || !percent(self.params.reset_percent) {
             return;
         }
-        self.reset_after_down |= first;
         let kind = if !first && percent(self.params.epoch_bump_percent) {
             Reset::BumpEpoch
         } else {
@@ -291,10 +320,10 @@ impl Producer {
     /// Gives up every unacknowledged batch (their fate stays unknown: each
     /// may be in the log once, or not at all).
     fn abandon_all(&mut self) {
-        let n: usize = self.lanes.iter().map(|l| l.unacked.len()).sum();
+        let n = self.unacked_count();
         self.shared.history().idem.batches_abandoned += n as u64;
         for lane in &mut self.lanes {
-            lane.unacked.clear();
+            lane.window.clear();
         }
         // Answers still on their way belong to the old identity.
         self.drop_connection();
@@ -303,6 +332,7 @@ impl Producer {
     /// A new identity, sequences from 0. Every batch is acknowledged or
     /// abandoned by now.
     fn reset(&mut self, kind: Reset) {
+        tracing::debug!(producer = self.id, ?kind, session = ?self.session, "reset");
         self.shared.history().idem.resets += 1;
         self.session = match (kind, self.session) {
             (Reset::BumpEpoch, Some((pid, epoch))) if epoch < i16::MAX => {
@@ -369,6 +399,14 @@ impl Producer {
         );
         match decoded {
             Ok(ResponseBody::InitProducerId(r)) if r.error_code == 0 => {
+                tracing::debug!(
+                    producer = self.id,
+                    pid = r.producer_id,
+                    "producer id granted"
+                );
+                if !std::mem::replace(&mut self.granted_once, true) {
+                    self.first_incarnation = Some(self.shared.incarnation());
+                }
                 self.shared
                     .history()
                     .pid_granted(self.id, r.producer_id, r.producer_epoch);
@@ -417,7 +455,7 @@ impl Producer {
             let Some(lane) = self.lanes.get(partition as usize) else {
                 return;
             };
-            if lane.unacked.len() >= self.params.max_in_flight {
+            if lane.window.len() >= self.params.max_in_flight {
                 // Like a full accumulator: the record waits for room.
                 return;
             }
@@ -454,13 +492,14 @@ impl Producer {
                 return;
             };
             lane.next_seq = seq.wrapping_add(count as i32);
-            lane.unacked.push_back(Batch {
+            lane.window.push_back(Batch {
                 index,
                 correlation_id,
                 frame,
                 in_flight: false,
                 sends: 0,
                 floor_at_resend: None,
+                acked: false,
             });
             self.next_batch_at = Instant::now() + think;
         }
@@ -479,9 +518,9 @@ impl Producer {
             }
             let room = self.params.max_in_flight.saturating_sub(lane.in_flight());
             to_send.extend(
-                lane.unacked
+                lane.window
                     .iter()
-                    .filter(|b| !b.in_flight)
+                    .filter(|b| !b.in_flight && !b.acked)
                     .take(room)
                     .map(|b| (p as i32, b.correlation_id)),
             );
@@ -489,7 +528,7 @@ impl Producer {
         for (partition, correlation_id) in to_send {
             let floor = self.shared.history().fetch_floor(partition);
             let Some(batch) = self.lanes.get_mut(partition as usize).and_then(|l| {
-                l.unacked
+                l.window
                     .iter_mut()
                     .find(|b| b.correlation_id == correlation_id)
             }) else {
@@ -498,6 +537,13 @@ impl Producer {
             let Some(conn) = self.conn.as_mut() else {
                 return false;
             };
+            tracing::debug!(
+                producer = self.id,
+                partition,
+                correlation_id,
+                sends = batch.sends,
+                "produce sent"
+            );
             if conn.send(&batch.frame).await.is_err() {
                 self.connection_lost().await;
                 return false;
@@ -548,7 +594,7 @@ impl Producer {
             return;
         };
         let Some(position) = lane
-            .unacked
+            .window
             .iter()
             .position(|b| b.correlation_id == correlation_id)
         else {
@@ -556,12 +602,14 @@ impl Producer {
                 "an answer for request {correlation_id} on partition {partition}, which is not in flight"
             ));
         };
-        lane.unacked[position].in_flight = false;
+        lane.window[position].in_flight = false;
+        tracing::debug!(producer = self.id, partition, correlation_id, position, code, base_offset, session = ?self.session, "produce answered");
         if code == 0 {
             return self.on_success(partition, position, base_offset).await;
         }
         let sequence_error = code == ErrorCode::OutOfOrderSequenceNumber.code()
             || code == ErrorCode::UnknownProducerId.code();
+        // The front of the window is always unacknowledged.
         if sequence_error && position > 0 {
             // Its predecessor was not appended (it failed too): resent in
             // order once this partition's in-flight requests are answered.
@@ -592,7 +640,7 @@ impl Producer {
             return;
         };
         let lose = percent(self.params.lose_answer_percent);
-        let Some(batch) = lane.unacked.get(position) else {
+        let Some(batch) = lane.window.get(position) else {
             return;
         };
         let index = batch.index;
@@ -611,7 +659,12 @@ impl Producer {
             self.shared.history().idem.duplicates_confirmed += 1;
         }
         if let Some(lane) = self.lanes.get_mut(partition as usize) {
-            lane.unacked.remove(position);
+            if let Some(b) = lane.window.get_mut(position) {
+                b.acked = true;
+            }
+            while lane.window.front().is_some_and(|b| b.acked) {
+                lane.window.pop_front();
+            }
         }
         self.backoff.reset();
     }

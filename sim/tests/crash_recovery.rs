@@ -1,6 +1,9 @@
-//! Broker crashes under a plain acks=all workload: every acknowledged
-//! record survives at its acknowledged offset, offsets stay dense, and
-//! nothing a consumer read is ever taken back.
+//! Broker crashes under plain and idempotent acks=all producers and a
+//! consumer group: every acknowledged record survives at its acknowledged
+//! offset, offsets stay dense, nothing a consumer read is ever taken back,
+//! idempotent retries never duplicate, producer ids are never reused, and
+//! committed offsets never go back (see `kaas_sim::checker` and
+//! `kaas_sim::group_history` for the exact rules).
 //!
 //! Simulation only: run through `scripts/sim` (which sets
 //! `RUSTFLAGS="--cfg madsim"`); in a normal build this file is empty.
