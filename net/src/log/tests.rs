@@ -749,7 +749,8 @@ impl Volume for FlakySyncVolume {
     }
 }
 
-/// Found by the simulation (seed 136 of the idempotence/groups sweep): the
+/// Found by the simulation (a development version of the idempotence and
+/// groups workloads; every later startup failed): the
 /// group-commit flusher's fsync of the active segment failed, and before the
 /// flusher could fail the partition an append rolled the segment. The
 /// roll's own fsync succeeded — after a write-back error the pages look
@@ -783,4 +784,29 @@ fn a_segment_whose_fsync_failed_is_never_sealed_by_a_later_roll() {
     // Nor does the flusher's next fsync report it durable.
     let (file, _) = log.sync_handle();
     assert!(file.sync().is_err());
+}
+
+/// The other order, also found by the simulation (without the fail-stop,
+/// seeds 1206 and 1724 of `scripts/sim --release` fail): a roll's fsync failed and
+/// failed the partition, but the group-commit flusher, which had taken the
+/// segment's handle just before, synced it next; that sync succeeded, the
+/// high watermark moved over the records whose pages the failed fsync had
+/// dropped, and they were acknowledged, then lost in the crash.
+#[test]
+fn a_flusher_fsync_after_a_failed_roll_does_not_make_the_segment_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fail_next_sync = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let volume: Arc<dyn Volume> = Arc::new(FlakySyncVolume {
+        inner: LocalVolume::new(tmp.path()).unwrap(),
+        fail_next_sync: fail_next_sync.clone(),
+    });
+    let mut log = PartitionLog::open(volume, DIR.to_string(), small_segments()).unwrap();
+    log.append_batch(&batch(2, 0, 600)).unwrap();
+    // The flusher takes the handle, then an append rolls and its fsync fails.
+    let (file, end) = log.sync_handle();
+    fail_next_sync.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(log.append_batch(&batch(2, 0, 600)).is_err());
+    assert!(file.sync().is_err(), "the flusher's fsync reported durable");
+    assert_eq!(end, 2);
+    assert_eq!(log.durable_offset(), 0);
 }
