@@ -126,6 +126,32 @@ pub fn encode_request(
     Ok(buf.freeze())
 }
 
+/// A Produce request for one batch to one partition: what tests and
+/// simulation workloads send most.
+pub fn single_partition_produce(
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+    acks: i16,
+    timeout_ms: i32,
+) -> RequestBody {
+    use kaas_core::protocol::messages::{produce_request, ProduceRequest};
+    RequestBody::Produce(ProduceRequest {
+        acks,
+        timeout_ms,
+        topic_data: vec![produce_request::TopicProduceData {
+            name: topic.into(),
+            partition_data: vec![produce_request::PartitionProduceData {
+                index: partition,
+                records: Some(records),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
 /// Decodes a response frame's content (without its length prefix) as the
 /// answer to `api_key` at `api_version` with `correlation_id`.
 pub fn decode_response(
@@ -347,20 +373,7 @@ mod tests {
 
     fn produce_body(topic: &str, value: &[u8]) -> RequestBody {
         let batch = BatchBuilder::new().record(1, None, Some(value)).build();
-        RequestBody::Produce(ProduceRequest {
-            acks: -1,
-            timeout_ms: 5000,
-            topic_data: vec![produce_request::TopicProduceData {
-                name: topic.into(),
-                partition_data: vec![produce_request::PartitionProduceData {
-                    index: 0,
-                    records: Some(batch.into_bytes()),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        })
+        single_partition_produce(topic, 0, batch.into_bytes(), -1, 5000)
     }
 
     #[tokio::test]

@@ -84,20 +84,7 @@ async fn read_response(s: &mut TcpStream) -> Bytes {
 
 fn produce(topic: &str, value: &[u8]) -> RequestBody {
     let batch = BatchBuilder::new().record(1, None, Some(value)).build();
-    RequestBody::Produce(ProduceRequest {
-        acks: -1,
-        timeout_ms: 5_000,
-        topic_data: vec![produce_request::TopicProduceData {
-            name: topic.into(),
-            partition_data: vec![produce_request::PartitionProduceData {
-                index: 0,
-                records: Some(batch.into_bytes()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    })
+    kaas_net::client::single_partition_produce(topic, 0, batch.into_bytes(), -1, 5_000)
 }
 
 fn fetch(topic: &str, max_wait_ms: i32) -> RequestBody {

@@ -46,20 +46,7 @@ fn batch(pid: i64, epoch: i16, seq: i32, records: usize) -> RecordBatch {
 
 /// (error code, base offset) of a one-partition acks=all produce.
 async fn produce(conn: &mut Connection, b: &RecordBatch) -> (i16, i64) {
-    let req = RequestBody::Produce(ProduceRequest {
-        acks: -1,
-        timeout_ms: 5_000,
-        topic_data: vec![produce_request::TopicProduceData {
-            name: TOPIC.into(),
-            partition_data: vec![produce_request::PartitionProduceData {
-                index: 0,
-                records: Some(b.as_bytes().clone()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let req = kaas_net::client::single_partition_produce(TOPIC, 0, b.as_bytes().clone(), -1, 5_000);
     match conn
         .send(produce_request::API_KEY, 9, &req)
         .await
