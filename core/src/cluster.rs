@@ -8,15 +8,12 @@
 //! §6) replaces the body of [`slot_owner`] with a claim by exclusive create;
 //! callers keep asking the same question.
 
+use crate::protocol::ErrorCode;
 use std::hash::Hasher;
 
 /// Number of coordinator slots (Kafka's default partition count of
 /// `__consumer_offsets` and `__transaction_state`).
 pub const COORDINATOR_SLOTS: u32 = 50;
-
-/// The epoch of every coordinator slot. One broker has owned every slot
-/// since the cluster was created; taking a slot over will bump it.
-pub const COORDINATOR_EPOCH: i32 = 0;
 
 /// 64-bit FNV-1a of `bytes`.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
@@ -72,6 +69,70 @@ pub fn coordinator_for(view: &ClusterView, key: &str) -> CoordinatorLocation {
     }
 }
 
+/// Who holds an owned item (a partition, a coordinator slot) and at which
+/// epoch: read from the item's newest epoch file on the volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    pub broker_id: i32,
+    pub epoch: i32,
+}
+
+/// The epoch a broker claims for an item whose newest claim is `newest`:
+/// its own newest claim is kept (a restart of the owner does not move the
+/// item); anything else is taken over at the next epoch, which the broker
+/// must then win by exclusive create.
+pub fn next_claim(newest: Option<Claim>, broker_id: i32) -> Claim {
+    match newest {
+        Some(c) if c.broker_id == broker_id => c,
+        Some(c) => Claim {
+            broker_id,
+            epoch: c.epoch.saturating_add(1),
+        },
+        None => Claim { broker_id, epoch: 0 },
+    }
+}
+
+/// The ownership gate's answer for a partition request: served only by its
+/// leader (NOT_LEADER_OR_FOLLOWER otherwise, so the client refreshes its
+/// metadata), and only if the client's view of the leader epoch is not
+/// stale (FENCED_LEADER_EPOCH) or ahead of ours (UNKNOWN_LEADER_EPOCH).
+/// A requested epoch of -1 means the client does not check.
+pub fn check_partition_access(
+    view: &ClusterView,
+    leader: Claim,
+    requested_epoch: i32,
+) -> Result<(), ErrorCode> {
+    if leader.broker_id != view.self_id {
+        return Err(ErrorCode::NotLeaderOrFollower);
+    }
+    check_leader_epoch(leader.epoch, requested_epoch)
+}
+
+/// KIP-320: a client that knows of a newer leader epoch than ours is ahead
+/// of us (UNKNOWN_LEADER_EPOCH); one that knows an older one is stale
+/// (FENCED_LEADER_EPOCH). -1 means the client does not check.
+pub fn check_leader_epoch(ours: i32, requested: i32) -> Result<(), ErrorCode> {
+    use std::cmp::Ordering::*;
+    if requested < 0 {
+        return Ok(());
+    }
+    match requested.cmp(&ours) {
+        Equal => Ok(()),
+        Greater => Err(ErrorCode::UnknownLeaderEpoch),
+        Less => Err(ErrorCode::FencedLeaderEpoch),
+    }
+}
+
+/// The ownership gate's answer for a coordinator request (group or
+/// transaction): only the slot's owner serves it, NOT_COORDINATOR
+/// otherwise, so the client looks the coordinator up again.
+pub fn check_slot_access(view: &ClusterView, slot: u32, owner: Claim) -> Result<i32, ErrorCode> {
+    if slot >= COORDINATOR_SLOTS || owner.broker_id != view.self_id {
+        return Err(ErrorCode::NotCoordinator);
+    }
+    Ok(owner.epoch)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +150,49 @@ mod tests {
         for key in ["", "a", "my-group", "txn-1", "\u{e6}\u{2211}"] {
             assert!(coordinator_slot(key) < COORDINATOR_SLOTS);
         }
+    }
+
+    #[test]
+    fn an_owner_keeps_its_epoch_and_a_successor_takes_the_next() {
+        assert_eq!(next_claim(None, 3), Claim { broker_id: 3, epoch: 0 });
+        let mine = Claim { broker_id: 3, epoch: 4 };
+        assert_eq!(next_claim(Some(mine), 3), mine);
+        assert_eq!(next_claim(Some(mine), 5), Claim { broker_id: 5, epoch: 5 });
+    }
+
+    #[test]
+    fn only_the_leader_serves_a_partition_at_its_current_epoch() {
+        let view = ClusterView::single(1);
+        let leader = Claim { broker_id: 1, epoch: 3 };
+        assert_eq!(check_partition_access(&view, leader, -1), Ok(()));
+        assert_eq!(check_partition_access(&view, leader, 3), Ok(()));
+        assert_eq!(
+            check_partition_access(&view, leader, 2),
+            Err(ErrorCode::FencedLeaderEpoch)
+        );
+        assert_eq!(
+            check_partition_access(&view, leader, 4),
+            Err(ErrorCode::UnknownLeaderEpoch)
+        );
+        let other = Claim { broker_id: 2, epoch: 3 };
+        assert_eq!(
+            check_partition_access(&view, other, 3),
+            Err(ErrorCode::NotLeaderOrFollower)
+        );
+    }
+
+    #[test]
+    fn only_the_owner_of_a_slot_coordinates_it() {
+        let view = ClusterView::single(1);
+        assert_eq!(check_slot_access(&view, 7, Claim { broker_id: 1, epoch: 2 }), Ok(2));
+        assert_eq!(
+            check_slot_access(&view, 7, Claim { broker_id: 2, epoch: 2 }),
+            Err(ErrorCode::NotCoordinator)
+        );
+        assert_eq!(
+            check_slot_access(&view, COORDINATOR_SLOTS, Claim { broker_id: 1, epoch: 0 }),
+            Err(ErrorCode::NotCoordinator)
+        );
     }
 
     #[test]

@@ -6,9 +6,10 @@
 
 pub mod broker;
 pub mod client;
-pub mod clock;
 pub mod config;
 pub mod coordinator;
+pub mod entropy;
+pub mod env;
 pub mod handlers;
 pub mod log;
 pub mod server;

@@ -96,7 +96,7 @@ async fn retried_batches_are_stored_once_and_rule_violations_reach_the_client() 
         ErrorCode::InvalidProducerEpoch.code()
     );
 
-    let partition = tb.broker.partition(TOPIC, 0).unwrap();
+    let partition = tb.broker.partition(TOPIC, 0, -1).unwrap();
     assert_eq!(
         partition.high_watermark(),
         8,

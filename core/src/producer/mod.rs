@@ -214,13 +214,14 @@ impl ProducerTable {
     /// Records a batch that was appended at `first_offset`: the epoch moves
     /// to the batch's (a new epoch forgets the old epoch's batches), the
     /// batch joins the remembered ones, the oldest beyond five is dropped.
+    /// Returns `Some(first_offset)` if the batch opened a transaction.
     pub fn record_append(
         &mut self,
         batch: &BatchIdentity,
         first_offset: i64,
         max_timestamp: i64,
         now_ms: i64,
-    ) {
+    ) -> Option<i64> {
         let entry = self
             .entries
             .entry(batch.producer_id)
@@ -242,7 +243,9 @@ impl ProducerTable {
         entry.last_timestamp = max_timestamp;
         if batch.is_transactional && entry.current_txn_first_offset.is_none() {
             entry.current_txn_first_offset = Some(first_offset);
+            return Some(first_offset);
         }
+        None
     }
 
     /// Rebuilds state from a batch found in the log during recovery: no

@@ -9,14 +9,16 @@ mod producer_ids;
 mod producer_state;
 mod topic_file;
 
-pub use partition::{partition_dir, Appended, FetchedData, Isolation, Partition};
+pub use partition::{partition_dir, FetchedData, Isolation, OpenPartition, Partition};
 pub use producer_ids::ProducerIdManager;
 pub use topic_file::TopicFile;
 
-use crate::clock;
 use crate::config::BrokerConfig;
+use crate::entropy;
+use crate::env::{Env, IoKind};
 use crate::log::LogConfig;
 use crate::volume::Volume;
+use kaas_core::cluster::{self, ClusterView};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use kaas_core::topic_config::{
     self, MAX_MESSAGE_BYTES, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
@@ -70,6 +72,10 @@ const CLUSTER_FILE: &str = "__cluster/cluster.json";
 pub struct Broker {
     pub config: BrokerConfig,
     pub volume: Arc<dyn Volume>,
+    /// This broker's clock and IO runner.
+    pub env: Env,
+    /// Who this broker is, for the ownership gate.
+    view: ClusterView,
     pub cluster_id: String,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Serializes topic administration (create, delete, add partitions) so
@@ -85,19 +91,25 @@ pub struct Broker {
 
 impl Broker {
     /// Opens the broker on `volume`: reads the topic files, recovers every
-    /// partition log and starts the flushers. Must run inside the runtime.
-    pub fn open(config: BrokerConfig, volume: Arc<dyn Volume>) -> io::Result<Arc<Broker>> {
+    /// partition log and starts the flushers. Must run inside the runtime;
+    /// blocks on the volume while it recovers (nothing is served yet).
+    pub fn open(config: BrokerConfig, volume: Arc<dyn Volume>, env: Env) -> io::Result<Arc<Broker>> {
         volume.create_dir_all("__cluster/topics")?;
         volume.create_dir_all("topics")?;
         let cluster_id = load_or_create_cluster_id(volume.as_ref())?;
-        let producer_ids = ProducerIdManager::new(volume.clone(), config.broker_id);
-        let groups =
-            crate::coordinator::GroupCoordinator::open(volume.clone(), config.group.clone())?;
+        let producer_ids = ProducerIdManager::new(volume.clone(), env.clone(), config.broker_id);
+        let groups = crate::coordinator::GroupCoordinator::open(
+            volume.clone(),
+            env.clone(),
+            config.group.clone(),
+        )?;
         let broker = Arc::new(Broker {
+            view: ClusterView::single(config.broker_id),
             producer_ids,
             groups,
             config,
             volume,
+            env,
             cluster_id,
             topics: RwLock::new(BTreeMap::new()),
             admin: tokio::sync::Mutex::new(()),
@@ -110,7 +122,8 @@ impl Broker {
             let mut partitions = Vec::new();
             for index in 0..file.partitions {
                 known_dirs.insert(partition_dir(&file.name, index));
-                partitions.push(broker.open_partition(&file.name, index, &file.configs)?);
+                let partition = broker.open_partition(&file.name, index, &file.configs)?;
+                partitions.push(broker.start_partition(partition));
             }
             tracing::info!(topic = %file.name, partitions = file.partitions, "recovered topic");
             let topic = Topic {
@@ -167,21 +180,52 @@ impl Broker {
         )
     }
 
+    /// Opens (recovering) one partition. Blocks on the volume.
     fn open_partition(
         &self,
         topic: &str,
         index: i32,
         configs: &BTreeMap<String, String>,
-    ) -> io::Result<Arc<Partition>> {
-        let partition = Arc::new(Partition::open(
-            self.volume.clone(),
-            topic,
-            index,
-            self.log_config(configs),
-            clock::now_ms(),
-        )?);
-        tokio::spawn(partition.clone().run_flusher(self.progress.clone()));
-        Ok(partition)
+    ) -> io::Result<Partition> {
+        opener(self, configs)(topic, index)
+    }
+
+    /// Starts a just-opened partition's flusher.
+    fn start_partition(&self, partition: Partition) -> Arc<Partition> {
+        let partition = Arc::new(partition);
+        tokio::spawn(partition.clone().run_flusher());
+        partition
+    }
+
+    /// Opens partitions `range` of a new or growing topic on the IO runner:
+    /// each directory is cleared first (a leftover from an earlier
+    /// incarnation must not leak its records into the new topic), then the
+    /// topic file is written last, so a crash half-way leaves only
+    /// directories that the next start removes.
+    async fn create_partitions_on_volume(
+        &self,
+        file: TopicFile,
+        range: std::ops::Range<i32>,
+    ) -> Result<Vec<Arc<Partition>>, AdminError> {
+        let open = opener(self, &file.configs);
+        let volume = self.volume.clone();
+        let opened = self
+            .env
+            .blocking(IoKind::Fsync, move || {
+                let mut opened = Vec::new();
+                for index in range {
+                    volume.remove_dir_all(&partition_dir(&file.name, index))?;
+                    opened.push(open(&file.name, index)?);
+                }
+                topic_file::write(volume.as_ref(), &file)?;
+                Ok(opened)
+            })
+            .await
+            .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
+        Ok(opened
+            .into_iter()
+            .map(|p| self.start_partition(p))
+            .collect())
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
@@ -196,8 +240,50 @@ impl Broker {
         self.topics_read().values().cloned().collect()
     }
 
-    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
-        self.topic(topic).and_then(|t| t.partition(index).cloned())
+    /// The ownership gate for partitions: the one way a handler or a
+    /// background task reaches a partition of a topic it resolved. Answers
+    /// UNKNOWN_TOPIC_OR_PARTITION for a partition the topic does not have,
+    /// NOT_LEADER_OR_FOLLOWER if this broker does not lead it, and
+    /// FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH if the client's leader
+    /// epoch (`-1`: unchecked) is not ours (`kaas_core::cluster`).
+    pub fn gate(
+        &self,
+        topic: &Topic,
+        index: i32,
+        current_leader_epoch: i32,
+    ) -> Result<Arc<Partition>, ErrorCode> {
+        let partition = topic
+            .partition(index)
+            .ok_or(ErrorCode::UnknownTopicOrPartition)?;
+        cluster::check_partition_access(&self.view, partition.leader(), current_leader_epoch)?;
+        Ok(partition.clone())
+    }
+
+    /// [`gate`](Self::gate) for a topic named in a request.
+    pub fn partition(
+        &self,
+        topic: &str,
+        index: i32,
+        current_leader_epoch: i32,
+    ) -> Result<Arc<Partition>, ErrorCode> {
+        let topic = self
+            .topic(topic)
+            .ok_or(ErrorCode::UnknownTopicOrPartition)?;
+        self.gate(&topic, index, current_leader_epoch)
+    }
+
+    /// Every partition this broker leads right now, for background work
+    /// (retention, clean shutdown): through the same gate as requests.
+    pub fn led_partitions(&self) -> Vec<(Arc<Topic>, Arc<Partition>)> {
+        let mut led = Vec::new();
+        for topic in self.topics() {
+            for index in 0..topic.partitions.len() as i32 {
+                if let Ok(p) = self.gate(&topic, index, -1) {
+                    led.push((topic.clone(), p));
+                }
+            }
+        }
+        led
     }
 
     /// A receiver that changes whenever any high watermark moves.
@@ -253,27 +339,14 @@ impl Broker {
     ) -> Result<Arc<Topic>, AdminError> {
         let _admin = self.admin.lock().await;
         self.validate_new_topic(name, partitions, replication_factor, &configs)?;
-        let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
-        let mut opened = Vec::new();
-        for index in 0..partitions {
-            // A leftover directory from an earlier incarnation must not leak
-            // its records into the new topic.
-            self.volume
-                .remove_dir_all(&partition_dir(name, index))
-                .map_err(storage)?;
-            opened.push(
-                self.open_partition(name, index, &configs)
-                    .map_err(storage)?,
-            );
-        }
-        let id = clock::random_uuid();
+        let id = entropy::random_uuid();
         let file = TopicFile {
             name: name.to_string(),
             topic_id: format!("{:032x}", id.as_u128()),
             partitions,
             configs: configs.clone(),
         };
-        topic_file::write(self.volume.as_ref(), &file).map_err(storage)?;
+        let opened = self.create_partitions_on_volume(file, 0..partitions).await?;
         let topic = Arc::new(Topic {
             name: name.to_string(),
             id,
@@ -316,17 +389,25 @@ impl Broker {
                 "This server does not host this topic.",
             )
         })?;
-        let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
-        self.volume
-            .remove(&topic_file::path(name))
-            .map_err(storage)?;
+        let volume = self.volume.clone();
+        let path = topic_file::path(name);
+        self.env
+            .blocking(IoKind::Fsync, move || volume.remove(&path))
+            .await
+            .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
         self.topics_mut().remove(name);
+        let mut dirs = Vec::new();
         for p in &topic.partitions {
             p.close();
-            self.volume
-                .remove_dir_all(&partition_dir(name, p.index))
-                .map_err(storage)?;
+            dirs.push(partition_dir(name, p.index));
         }
+        let volume = self.volume.clone();
+        self.env
+            .blocking(IoKind::Fsync, move || {
+                dirs.iter().try_for_each(|d| volume.remove_dir_all(d))
+            })
+            .await
+            .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
         tracing::info!(topic = name, id = %topic.id, "deleted topic");
         Ok(topic.id)
     }
@@ -363,24 +444,14 @@ impl Broker {
         if validate_only {
             return Ok(());
         }
-        let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
-        let mut partitions = topic.partitions.clone();
-        for index in current..count {
-            self.volume
-                .remove_dir_all(&partition_dir(name, index))
-                .map_err(storage)?;
-            partitions.push(
-                self.open_partition(name, index, &topic.configs)
-                    .map_err(storage)?,
-            );
-        }
         let file = TopicFile {
             name: name.to_string(),
             topic_id: format!("{:032x}", topic.id.as_u128()),
             partitions: count,
             configs: topic.configs.clone(),
         };
-        topic_file::write(self.volume.as_ref(), &file).map_err(storage)?;
+        let mut partitions = topic.partitions.clone();
+        partitions.extend(self.create_partitions_on_volume(file, current..count).await?);
         let updated = Topic {
             name: name.to_string(),
             id: topic.id,
@@ -392,16 +463,16 @@ impl Broker {
         Ok(())
     }
 
-    /// Applies retention to every partition (the periodic task's body).
-    pub fn apply_retention(&self, now_ms: i64) {
-        for topic in self.topics() {
+    /// Applies retention to every partition this broker leads (the
+    /// periodic task's body).
+    pub async fn apply_retention(&self, now_ms: i64) {
+        for (topic, p) in self.led_partitions() {
             let (bytes, ms) = self.retention(&topic);
-            for p in &topic.partitions {
-                let result =
-                    p.apply_retention(now_ms, bytes, ms, self.config.producer_id_expiration_ms);
-                if let Err(e) = result {
-                    tracing::error!(topic = %topic.name, partition = p.index, error = %e, "retention failed");
-                }
+            let result = p
+                .apply_retention(now_ms, bytes, ms, self.config.producer_id_expiration_ms)
+                .await;
+            if let Err(code) = result {
+                tracing::error!(topic = %topic.name, partition = p.index, ?code, "retention failed");
             }
         }
     }
@@ -413,22 +484,47 @@ impl Broker {
             std::time::Duration::from_millis(self.config.log.retention_check_interval_ms.max(1));
         loop {
             tokio::time::sleep(every).await;
-            self.apply_retention(clock::now_ms());
+            self.apply_retention(self.env.now_ms()).await;
         }
     }
 
-    /// fsyncs every partition and snapshots its producer state (clean
-    /// shutdown), so the next start replays nothing.
+    /// Clean shutdown: fsyncs every partition and writes its producer
+    /// snapshot, so the next start replays nothing.
     pub async fn flush_all(&self) {
-        for topic in self.topics() {
-            for p in &topic.partitions {
-                if p.flush().await.is_ok() {
-                    if let Err(e) = p.save_producer_state() {
-                        tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "producer snapshot failed");
-                    }
-                }
+        for (topic, p) in self.led_partitions() {
+            if let Err(code) = p.shut_down().await {
+                tracing::warn!(topic = %topic.name, partition = p.index, ?code, "partition did not shut down cleanly");
             }
         }
+    }
+}
+
+/// A function that opens partitions of a topic with `configs`, carrying
+/// what it needs from the broker so it can run on the IO runner.
+fn opener(
+    broker: &Broker,
+    configs: &BTreeMap<String, String>,
+) -> impl Fn(&str, i32) -> io::Result<Partition> + Send + 'static {
+    let volume = broker.volume.clone();
+    let env = broker.env.clone();
+    let progress = broker.progress.clone();
+    let config = broker.log_config(configs);
+    let broker_id = broker.config.broker_id;
+    move |topic: &str, index: i32| {
+        Partition::open(
+            volume.clone(),
+            env.clone(),
+            progress.clone(),
+            OpenPartition {
+                topic,
+                index,
+                config,
+                leader: cluster::Claim {
+                    broker_id,
+                    epoch: crate::LEADER_EPOCH,
+                },
+            },
+        )
     }
 }
 
@@ -439,7 +535,7 @@ fn load_or_create_cluster_id(volume: &dyn Volume) -> io::Result<String> {
         return Ok(file.cluster_id);
     }
     // Kafka cluster ids are 22-character URL-safe base64 of a UUID.
-    let id = clock::random_uuid();
+    let id = entropy::random_uuid();
     let cluster_id = base64_url(&id.0);
     let json = serde_json::to_vec_pretty(&ClusterFile {
         cluster_id: cluster_id.clone(),

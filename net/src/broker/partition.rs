@@ -1,57 +1,67 @@
-//! One partition as the broker serves it: the log, the high watermark and
-//! the group-commit flusher.
+//! One partition as the broker serves it: the driver of
+//! `kaas_core::partition::PartitionState`.
 //!
-//! The high watermark is the *durable* end of the log: data becomes visible
-//! to consumers only once it is fsync'd. With a single copy of the data, the
-//! fsync plays the role replication plays in Kafka: a consumer never reads
-//! an offset that a crash could take back and hand to a different record.
+//! Two locks, and what each may cover:
+//! - `state` guards the rules (offsets, producers, what is visible). It is
+//!   held for microseconds and never across IO or an await.
+//! - `log` is the append lane: the segment files and their in-memory view,
+//!   one user at a time, so offsets are decided and written in one order.
+//!   Produce, Fetch and ListOffsets of this partition take it for
+//!   page-cache writes and reads, which run on the IO runner (never on an
+//!   async worker). It is never held across an fsync, an atomic replace or
+//!   a file removal: the flusher plans under it and syncs outside it, and
+//!   deletions detach segments under it and remove their files outside it.
+//!
+//! The flusher (one task per partition) is group commit: every append that
+//! arrives while an fsync runs shares the next one. Its fsync is what moves
+//! the high watermark (see `kaas_core::partition`) and what releases
+//! producer snapshots to be written.
 
 use super::producer_state;
 pub use crate::log::partition_dir;
-use crate::log::{LogConfig, PartitionLog, ReadError};
+use crate::env::{Env, IoKind};
+use crate::log::{
+    persist_log_start_offset, remove_segments, LogConfig, PartitionLog, ReadError,
+};
 use crate::volume::Volume;
 use bytes::Bytes;
-use kaas_core::producer::{BatchIdentity, Classification, ProducerTable};
+use kaas_core::cluster::Claim;
+use kaas_core::partition::{
+    AppendDecision, Effects, IncomingBatch, PartitionState, Recovered,
+};
+use kaas_core::producer::{BatchIdentity, ProducerTable};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::record::RecordBatch;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{watch, Notify};
-
-const OPEN: u8 = 0;
-const CLOSED: u8 = 1;
-/// An fsync failed: what is on disk is unknown, so nothing more is
-/// acknowledged (a later fsync succeeding would not prove the earlier
-/// writes reached the disk).
-const FAILED: u8 = 2;
 
 pub struct Partition {
     pub topic: String,
     pub index: i32,
+    /// This broker's claim on the partition (its leader epoch).
+    leader: Claim,
     volume: Arc<dyn Volume>,
-    inner: Mutex<Inner>,
+    env: Env,
+    state: Mutex<PartitionState>,
+    log: Arc<tokio::sync::Mutex<PartitionLog>>,
+    /// The published high watermark: acks=all waiters and long polls
+    /// watch it. Also nudged (unchanged) when the partition fails or closes.
     high_watermark: watch::Sender<i64>,
+    /// The highest snapshot offset the flusher tried to write, successfully
+    /// or not: deletions waiting for a snapshot watch it.
+    snapshots_attempted: watch::Sender<i64>,
+    /// Bumped whenever any partition's high watermark moves (the broker's
+    /// channel; long-poll fetches of many partitions wait on it).
+    progress: Arc<watch::Sender<u64>>,
     flush_wanted: Notify,
-    state: AtomicU8,
-}
-
-/// The log and the producer state that rules what may be appended to it,
-/// under one lock: classification and append must be atomic.
-struct Inner {
-    log: PartitionLog,
-    producers: ProducerTable,
-}
-
-/// Where an append landed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Appended {
-    pub base_offset: i64,
-    /// One past the last offset written: durable once the high watermark
-    /// reaches it.
-    pub end_offset: i64,
-    pub log_start_offset: i64,
-    /// A retry of a batch already in the log: nothing was written.
-    pub duplicate: bool,
+    /// One flush at a time (the flusher task and a clean shutdown).
+    flushing: tokio::sync::Mutex<()>,
+    /// One deletion at a time (DeleteRecords and retention): each persists
+    /// and removes files in an order a crash must not interleave.
+    deleting: tokio::sync::Mutex<()>,
+    closed: AtomicBool,
 }
 
 /// What a fetch of one partition returns.
@@ -80,124 +90,142 @@ impl Isolation {
     }
 }
 
+/// What [`Partition::open`] needs besides the volume.
+pub struct OpenPartition<'a> {
+    pub topic: &'a str,
+    pub index: i32,
+    pub config: LogConfig,
+    /// This broker's claim on the partition: its leader epoch is stamped
+    /// on every batch appended.
+    pub leader: Claim,
+}
+
+fn storage_error(e: impl std::fmt::Display) -> ErrorCode {
+    tracing::error!(error = %e, "partition storage error");
+    ErrorCode::KafkaStorageError
+}
+
 impl Partition {
     /// Opens the partition's log (recovering it) and rebuilds its producer
-    /// state.
+    /// state. Blocks on the volume: call it at startup or on the IO runner.
     pub fn open(
         volume: Arc<dyn Volume>,
-        topic: &str,
-        index: i32,
-        config: LogConfig,
-        now_ms: i64,
-    ) -> std::io::Result<Partition> {
-        let log = PartitionLog::open(volume.clone(), partition_dir(topic, index), config)?;
-        let producers = producer_state::recover(volume.as_ref(), &log, now_ms)?;
-        let durable = log.end_offset();
+        env: Env,
+        progress: Arc<watch::Sender<u64>>,
+        what: OpenPartition<'_>,
+    ) -> io::Result<Partition> {
+        let mut log = PartitionLog::open(
+            volume.clone(),
+            partition_dir(what.topic, what.index),
+            what.config,
+        )?;
+        log.set_leader_epoch(what.leader.epoch);
+        let (producers, snapshot_offset) =
+            producer_state::recover(volume.as_ref(), &log, env.now_ms())?;
+        let state = PartitionState::recovered(Recovered {
+            log_start_offset: log.log_start_offset(),
+            log_end_offset: log.end_offset(),
+            leader_epoch: what.leader.epoch,
+            producers,
+            snapshot_offset,
+        });
+        let high_watermark = state.high_watermark();
         Ok(Partition {
-            topic: topic.to_string(),
-            index,
+            topic: what.topic.to_string(),
+            index: what.index,
+            leader: what.leader,
             volume,
-            inner: Mutex::new(Inner { log, producers }),
-            high_watermark: watch::Sender::new(durable),
+            env,
+            state: Mutex::new(state),
+            log: Arc::new(tokio::sync::Mutex::new(log)),
+            high_watermark: watch::Sender::new(high_watermark),
+            snapshots_attempted: watch::Sender::new(snapshot_offset.unwrap_or(-1)),
+            progress,
             flush_wanted: Notify::new(),
-            state: AtomicU8::new(OPEN),
+            flushing: tokio::sync::Mutex::new(()),
+            deleting: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave the log half-updated in
-        // a way the next caller could not handle: appends are all-or-nothing
-        // on the in-memory state. Keep serving.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn state(&self) -> MutexGuard<'_, PartitionState> {
+        // The state is only changed by whole calls into the core, which do
+        // not panic half-way on any input; a poisoned lock holds a
+        // consistent state. Keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn check_open(&self) -> Result<(), ErrorCode> {
-        match self.state.load(Ordering::Acquire) {
-            OPEN => Ok(()),
-            CLOSED => Err(ErrorCode::UnknownTopicOrPartition),
-            _ => Err(ErrorCode::KafkaStorageError),
+        if self.closed.load(Ordering::Acquire) {
+            return Err(ErrorCode::UnknownTopicOrPartition);
         }
+        if self.state().is_failed() {
+            return Err(ErrorCode::KafkaStorageError);
+        }
+        Ok(())
     }
 
     pub fn high_watermark(&self) -> i64 {
-        *self.high_watermark.borrow()
+        self.state().high_watermark()
     }
 
-    /// The end of what read_committed consumers may see. Without open
-    /// transactions it is the high watermark; the transactions issue lowers
-    /// it to the first offset of the earliest open transaction.
+    /// The end of what read_committed consumers may see.
     pub fn last_stable_offset(&self) -> i64 {
-        self.high_watermark()
+        self.state().last_stable_offset()
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        self.lock().log.log_start_offset()
+        self.state().log_start_offset()
     }
 
-    /// Appends one validated batch and asks the flusher for an fsync. An
-    /// idempotent batch is first classified against the producer state: a
-    /// retry of a batch already in the log is answered with that batch's
-    /// offsets (`duplicate`) and writes nothing. Does not wait for the
-    /// fsync: `wait_durable` does, for acks=all — for a duplicate too, since
-    /// the original may still be on its way to disk.
-    pub fn append(&self, batch: &RecordBatch, now_ms: i64) -> Result<Appended, ErrorCode> {
+    pub fn leader_epoch(&self) -> i32 {
+        self.state().leader_epoch()
+    }
+
+    /// Who leads this partition and at which epoch.
+    pub fn leader(&self) -> Claim {
+        self.leader
+    }
+
+    /// Appends one validated batch: the rules decide (new, a retry of a
+    /// batch already in the log, or refused), then the lane writes it. Does
+    /// not wait for the fsync: `wait_durable` does, for acks=all — for a
+    /// duplicate too, since the original may still be on its way to disk.
+    pub async fn append(&self, batch: RecordBatch) -> Result<AppendDecision, ErrorCode> {
         self.check_open()?;
-        let mut inner = self.lock();
-        let identity = BatchIdentity::of(batch);
-        if let Some(id) = &identity {
-            match inner.producers.classify(id) {
-                Classification::Append => {}
-                Classification::Duplicate {
-                    first_offset,
-                    last_offset,
-                } => {
-                    return Ok(Appended {
-                        base_offset: first_offset,
-                        end_offset: last_offset + 1,
-                        log_start_offset: inner.log.log_start_offset(),
-                        duplicate: true,
-                    });
-                }
-                Classification::Reject(code) => return Err(code),
-            }
-        }
-        let appended = match inner.log.append(std::slice::from_ref(batch)) {
-            Ok(appended) => appended,
-            Err(e) => {
-                // Whatever the append left behind is unknown: part of it may
-                // be written, and a failed fsync (of a roll) leaves pages
-                // that look clean but never reached the disk, so a later
-                // successful fsync would prove nothing. Stop acknowledging.
-                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "append failed; partition stops accepting writes");
-                drop(inner);
-                self.fail();
-                return Err(ErrorCode::KafkaStorageError);
-            }
+        let incoming = IncomingBatch {
+            identity: BatchIdentity::of(&batch),
+            last_offset_delta: batch.last_offset_delta(),
+            max_timestamp: batch.max_timestamp(),
         };
-        if let Some(id) = &identity {
-            inner
-                .producers
-                .record_append(id, appended.base_offset, batch.max_timestamp(), now_ms);
-        }
-        if appended.rolled {
-            // Segment rolls are where the snapshot is refreshed, so the
-            // recovery replay is bounded by one segment.
-            if let Err(e) = producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)
-            {
-                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer snapshot failed");
+        // Decide under the lane, so that decision order is write order.
+        let mut lane = self.log.clone().lock_owned().await;
+        let decision = self.state().append(&incoming, self.env.now_ms())?;
+        let AppendDecision::Write { base_offset, .. } = decision else {
+            return Ok(decision);
+        };
+        let written = self
+            .env
+            .blocking(IoKind::Buffered, move || lane.append_at(base_offset, &batch))
+            .await;
+        match written {
+            Ok(info) => {
+                if info.rolled {
+                    // Snapshot here, so a recovery replays about one
+                    // segment; written once durable.
+                    self.state().segment_rolled();
+                }
+                self.flush_wanted.notify_one();
+                Ok(decision)
+            }
+            Err(e) => {
+                // Whatever the append left behind is unknown: part of it
+                // may be written. Stop acknowledging.
+                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "append failed; partition stops accepting writes");
+                self.fail();
+                Err(ErrorCode::KafkaStorageError)
             }
         }
-        let log_start_offset = inner.log.log_start_offset();
-        drop(inner);
-        self.flush_wanted.notify_one();
-        Ok(Appended {
-            base_offset: appended.base_offset,
-            end_offset: appended.last_offset + 1,
-            log_start_offset,
-            duplicate: false,
-        })
     }
 
     /// Waits until everything before `end_offset` is durable.
@@ -214,162 +242,265 @@ impl Partition {
         }
     }
 
-    /// Subscribes to high-watermark moves (long-poll fetches wait on it).
-    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
-        self.high_watermark.subscribe()
-    }
-
     /// Reads from `offset` up to the isolation level's bound.
-    pub fn read(
+    pub async fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         isolation: Isolation,
     ) -> Result<FetchedData, ErrorCode> {
         self.check_open()?;
-        let high_watermark = self.high_watermark();
-        let last_stable_offset = self.last_stable_offset();
+        let (high_watermark, last_stable_offset) = {
+            let s = self.state();
+            (s.high_watermark(), s.last_stable_offset())
+        };
         let bound = match isolation {
             Isolation::ReadUncommitted => high_watermark,
             Isolation::ReadCommitted => last_stable_offset,
         };
-        let inner = self.lock();
-        let log_start_offset = inner.log.log_start_offset();
-        let records = match inner.log.read(offset, max_bytes, bound) {
-            Ok(read) => read.records,
+        let lane = self.log.clone().lock_owned().await;
+        let read = self
+            .env
+            .blocking(IoKind::Buffered, move || {
+                Ok(lane.read(offset, max_bytes, bound))
+            })
+            .await
+            .map_err(storage_error)?;
+        let read = match read {
+            Ok(read) => read,
             Err(ReadError::OutOfRange) => return Err(ErrorCode::OffsetOutOfRange),
-            Err(ReadError::Io(e)) => {
-                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "read failed");
-                return Err(ErrorCode::KafkaStorageError);
-            }
+            Err(ReadError::Io(e)) => return Err(storage_error(e)),
         };
         Ok(FetchedData {
-            records,
+            records: read.records,
             high_watermark,
             last_stable_offset,
-            log_start_offset,
+            log_start_offset: read.log_start_offset,
         })
     }
 
-    /// Runs `f` on the log under its lock (ListOffsets: short, infrequent).
-    pub fn with_log<T>(&self, f: impl FnOnce(&PartitionLog) -> T) -> Result<T, ErrorCode> {
+    /// Runs `f` on the log in the lane, on the IO runner (ListOffsets by
+    /// timestamp: short, infrequent).
+    pub async fn with_log<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&PartitionLog) -> io::Result<T> + Send + 'static,
+    ) -> Result<T, ErrorCode> {
         self.check_open()?;
-        Ok(f(&self.lock().log))
+        let lane = self.log.clone().lock_owned().await;
+        self.env
+            .blocking(IoKind::Buffered, move || f(&lane))
+            .await
+            .map_err(storage_error)
     }
 
-    /// Runs `f` on the producer state (DescribeProducers).
+    /// Runs `f` on the producer state (DescribeProducers). Memory only.
     pub fn with_producers<T>(&self, f: impl FnOnce(&ProducerTable) -> T) -> Result<T, ErrorCode> {
         self.check_open()?;
-        Ok(f(&self.lock().producers))
+        Ok(f(self.state().producers()))
     }
 
-    /// DeleteRecords: moves the log start to `offset`. The producer state is
-    /// snapshotted first: it must outlive the segments that go (KIP-360).
-    pub fn delete_records_before(&self, offset: i64) -> Result<i64, ErrorCode> {
+    /// DeleteRecords: moves the log start to `target` (the rules check it
+    /// against the high watermark). Producer state must outlive the
+    /// segments that go, so a snapshot past `target` is written first; then
+    /// the new start is persisted, the segments below it detached in the
+    /// lane, and their files removed outside it.
+    pub async fn delete_records_before(&self, target: i64) -> Result<i64, ErrorCode> {
         self.check_open()?;
-        let mut inner = self.lock();
-        let inner = &mut *inner;
-        producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)
-            .map_err(|_| ErrorCode::KafkaStorageError)?;
-        inner
+        let _one = self.deleting.lock().await;
+        {
+            let s = self.state();
+            s.may_delete_before(target)?;
+            if target <= s.log_start_offset() {
+                return Ok(s.log_start_offset());
+            }
+        }
+        self.ensure_snapshot_covers(target).await?;
+        let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
+        self.env
+            .blocking(IoKind::Fsync, move || {
+                persist_log_start_offset(volume.as_ref(), &dir, target)
+            })
+            .await
+            .map_err(storage_error)?;
+        let (low, detached) = self
             .log
-            .delete_records_before(offset)
+            .lock()
+            .await
+            .delete_records_before(target)
             .map_err(|e| match e {
                 ReadError::OutOfRange => ErrorCode::OffsetOutOfRange,
-                ReadError::Io(_) => ErrorCode::KafkaStorageError,
-            })
+                ReadError::Io(e) => storage_error(e),
+            })?;
+        self.state().records_deleted(low);
+        self.remove_detached(detached).await;
+        Ok(low)
     }
 
     /// Retention and producer expiry (the periodic task's body).
-    pub fn apply_retention(
+    pub async fn apply_retention(
         &self,
         now_ms: i64,
         retention_bytes: i64,
         retention_ms: i64,
         producer_expiration_ms: i64,
-    ) -> std::io::Result<()> {
+    ) -> Result<(), ErrorCode> {
         if self.check_open().is_err() {
             return Ok(());
         }
-        let mut inner = self.lock();
-        let inner = &mut *inner;
-        inner.producers.expire(now_ms, producer_expiration_ms);
-        let would_delete = inner.log.segment_count() > 1;
-        if would_delete {
-            producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)?;
+        let _one = self.deleting.lock().await;
+        self.state()
+            .expire_producers(now_ms, producer_expiration_ms);
+        let (count, new_start) =
+            self.log
+                .lock()
+                .await
+                .retention_plan(now_ms, retention_bytes, retention_ms);
+        // Only durable segments go: a segment rolled moments ago waits for
+        // the flusher (and the next pass).
+        if count == 0 || self.state().may_delete_before(new_start).is_err() {
+            return Ok(());
         }
-        inner
-            .log
-            .apply_retention(now_ms, retention_bytes, retention_ms)
-            .map(|_| ())
+        self.ensure_snapshot_covers(new_start).await?;
+        let outcome = self.log.lock().await.apply_retention(count);
+        self.state().records_deleted(outcome.log_start_offset);
+        self.remove_detached(outcome.deleted_segments).await;
+        Ok(())
     }
 
-    /// Writes the producer snapshot (clean shutdown).
-    pub fn save_producer_state(&self) -> std::io::Result<()> {
-        let inner = self.lock();
-        producer_state::save(self.volume.as_ref(), &inner.log, &inner.producers)
+    /// Takes a snapshot unless one at or past `offset` is already written,
+    /// and waits for the flusher to write it.
+    async fn ensure_snapshot_covers(&self, offset: i64) -> Result<(), ErrorCode> {
+        let mut attempted = self.snapshots_attempted.subscribe();
+        let wanted = {
+            let mut s = self.state();
+            if s.deletion_is_covered(offset) {
+                return Ok(());
+            }
+            s.take_snapshot()
+        };
+        self.flush_wanted.notify_one();
+        loop {
+            if self.state().deletion_is_covered(offset) {
+                return Ok(());
+            }
+            if *attempted.borrow_and_update() >= wanted {
+                // Tried and failed (the flusher logged why).
+                return Err(ErrorCode::KafkaStorageError);
+            }
+            self.check_open()?;
+            if attempted.changed().await.is_err() {
+                return Err(ErrorCode::KafkaStorageError);
+            }
+        }
+    }
+
+    async fn remove_detached(&self, bases: Vec<i64>) {
+        if bases.is_empty() {
+            return;
+        }
+        let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
+        let removed = self
+            .env
+            .blocking(IoKind::Buffered, move || {
+                remove_segments(volume.as_ref(), &dir, &bases)
+            })
+            .await;
+        if let Err(e) = removed {
+            // The segments are out of the log already; their files are
+            // removed again at the next start (below the log start).
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot remove deleted segments");
+        }
     }
 
     /// Marks the partition failed after a storage error and wakes everyone
-    /// waiting for durability, so they answer KAFKA_STORAGE_ERROR.
+    /// waiting for durability or a snapshot, so they answer
+    /// KAFKA_STORAGE_ERROR.
     fn fail(&self) {
-        self.state.store(FAILED, Ordering::Release);
+        self.state().failed();
         self.high_watermark.send_modify(|_| {});
+        self.snapshots_attempted.send_modify(|_| {});
     }
 
     /// Stops the flusher and refuses further requests (topic deletion).
     pub fn close(&self) {
-        self.state.store(CLOSED, Ordering::Release);
+        self.closed.store(true, Ordering::Release);
         self.flush_wanted.notify_one();
         self.high_watermark.send_modify(|_| {});
+        self.snapshots_attempted.send_modify(|_| {});
     }
 
-    /// fsyncs everything appended so far and publishes the new high
-    /// watermark (clean shutdown; the flusher's loop body).
+    /// Makes everything appended so far durable, publishes the new high
+    /// watermark and writes the snapshots that became durable (the
+    /// flusher's loop body). The fsync runs outside every lock.
     pub async fn flush(&self) -> Result<(), ErrorCode> {
-        let (file, end) = {
-            let inner = self.lock();
-            if inner.log.end_offset() <= self.high_watermark() {
-                return Ok(());
-            }
-            inner.log.sync_handle()
-        };
-        // Zero on a real disk (the blocking call below takes the time); the
-        // simulator's volume asks for simulated time to pass, so requests
-        // arrive during an fsync (group commit) and crashes land before it.
-        let latency = file.sync_latency();
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
-        }
-        // fsync blocks; keep it off the async worker threads. (madsim marks
-        // spawn_blocking deprecated; in simulation it just runs the closure.)
-        #[cfg_attr(madsim, allow(deprecated))]
-        let synced = tokio::task::spawn_blocking(move || file.sync()).await;
-        match synced {
-            Ok(Ok(())) => {
-                self.lock().log.mark_durable(end);
-                self.high_watermark.send_if_modified(|hw| {
-                    let moved = end > *hw;
-                    *hw = (*hw).max(end);
-                    moved
-                });
-                Ok(())
-            }
-            failure => {
-                tracing::error!(topic = %self.topic, partition = self.index, ?failure, "fsync failed; partition stops accepting writes");
-                self.fail();
-                Err(ErrorCode::KafkaStorageError)
+        let _one = self.flushing.lock().await;
+        self.check_open()?;
+        let plan = self.log.lock().await.sync_plan().map_err(storage_error)?;
+        let mut durable = plan.end_offset;
+        if plan.covers_more_than(self.state().high_watermark()) {
+            let volume = self.volume.clone();
+            let synced = self
+                .env
+                .blocking(IoKind::Fsync, move || plan.run(volume.as_ref()))
+                .await;
+            match synced {
+                Ok(done) => {
+                    durable = done.end_offset;
+                    self.log.lock().await.finish_sync(done);
+                }
+                Err(e) => {
+                    tracing::error!(topic = %self.topic, partition = self.index, error = %e, "fsync failed; partition stops accepting writes");
+                    self.fail();
+                    return Err(ErrorCode::KafkaStorageError);
+                }
             }
         }
+        let effects = self.state().durable_up_to(durable);
+        self.perform(effects).await;
+        Ok(())
+    }
+
+    /// Carries out what the rules asked for after a durability step.
+    async fn perform(&self, effects: Effects) {
+        if let Some(hw) = effects.high_watermark {
+            self.high_watermark.send_replace(hw);
+            self.progress.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        for snapshot in effects.snapshots {
+            let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
+            let offset = snapshot.offset;
+            let written = self
+                .env
+                .blocking(IoKind::Fsync, move || {
+                    producer_state::write(volume.as_ref(), &dir, &snapshot.bytes)
+                })
+                .await;
+            match written {
+                Ok(()) => self.state().snapshot_written(offset),
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer snapshot failed")
+                }
+            }
+            self.snapshots_attempted
+                .send_modify(|o| *o = (*o).max(offset));
+        }
+    }
+
+    /// Clean shutdown: a snapshot at the log end, made durable and written,
+    /// so the next start replays nothing.
+    pub async fn shut_down(&self) -> Result<(), ErrorCode> {
+        self.check_open()?;
+        self.state().take_snapshot();
+        self.flush().await
     }
 
     /// The group-commit flusher: every request appended while an fsync is
     /// running shares the next one.
-    pub async fn run_flusher(self: Arc<Self>, progress: Arc<watch::Sender<u64>>) {
+    pub async fn run_flusher(self: Arc<Self>) {
         loop {
             self.flush_wanted.notified().await;
             loop {
-                if self.state.load(Ordering::Acquire) != OPEN {
+                if self.closed.load(Ordering::Acquire) {
                     return;
                 }
                 let before = self.high_watermark();
@@ -379,7 +510,6 @@ impl Partition {
                 if self.high_watermark() == before {
                     break;
                 }
-                progress.send_modify(|n| *n = n.wrapping_add(1));
             }
         }
     }
@@ -404,45 +534,75 @@ mod tests {
         b.build()
     }
 
-    fn open(volume: &Arc<dyn Volume>, segment_bytes: u64) -> Partition {
+    fn open(volume: &Arc<dyn Volume>, segment_bytes: u64) -> Arc<Partition> {
         let config = LogConfig {
             segment_bytes,
             ..LogConfig::default()
         };
-        Partition::open(volume.clone(), "t", 0, config, 0).unwrap()
+        let p = Partition::open(
+            volume.clone(),
+            Env::system(),
+            Arc::new(watch::Sender::new(0)),
+            OpenPartition {
+                topic: "t",
+                index: 0,
+                config,
+                leader: Claim {
+                    broker_id: 0,
+                    epoch: 0,
+                },
+            },
+        )
+        .unwrap();
+        let p = Arc::new(p);
+        tokio::spawn(p.clone().run_flusher());
+        p
+    }
+
+    /// Appends and waits until the batch is durable (as acks=all does).
+    async fn append(p: &Partition, batch: RecordBatch) -> Result<AppendDecision, ErrorCode> {
+        let d = p.append(batch).await?;
+        p.wait_durable(d.end_offset()).await?;
+        Ok(d)
+    }
+
+    fn is_duplicate(d: &AppendDecision) -> bool {
+        matches!(d, AppendDecision::Duplicate { .. })
     }
 
     /// A crash (no clean shutdown, so no final snapshot) must not forget
     /// which batches are in the log: the snapshot written at the last roll
     /// plus the replay of the log after it rebuild the ring exactly.
-    #[test]
-    fn retry_after_a_crash_is_still_a_duplicate_at_its_original_offset() {
+    #[tokio::test]
+    async fn retry_after_a_crash_is_still_a_duplicate_at_its_original_offset() {
         let dir = tempfile::tempdir().unwrap();
         let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
         let p = open(&volume, 600);
         let mut told = Vec::new();
         for i in 0..20 {
-            let a = p.append(&idempotent(42, i * 3, 3), 0).unwrap();
-            assert!(!a.duplicate);
-            told.push(a.base_offset);
+            let a = append(&p, idempotent(42, i * 3, 3)).await.unwrap();
+            assert!(!is_duplicate(&a));
+            told.push(a.base_offset());
         }
-        // The small segments forced rolls, so a snapshot exists.
+        // The small segments forced rolls, so a snapshot exists (written
+        // by the flusher once the log under it was durable).
         assert!(volume
             .read("topics/t-0/producer-state.snapshot")
             .unwrap()
             .is_some());
+        p.close();
         drop(p);
         let p = open(&volume, 600);
         for i in 15..20 {
-            let a = p.append(&idempotent(42, i * 3, 3), 0).unwrap();
-            assert!(a.duplicate, "batch {i} appended twice");
-            assert_eq!(a.base_offset, told[i as usize]);
+            let a = append(&p, idempotent(42, i * 3, 3)).await.unwrap();
+            assert!(is_duplicate(&a), "batch {i} appended twice");
+            assert_eq!(a.base_offset(), told[i as usize]);
         }
         assert_eq!(
-            p.append(&idempotent(42, 14 * 3, 3), 0).unwrap_err(),
+            append(&p, idempotent(42, 14 * 3, 3)).await.unwrap_err(),
             ErrorCode::OutOfOrderSequenceNumber
         );
-        assert_eq!(p.append(&idempotent(42, 60, 3), 0).unwrap().base_offset, 60);
+        assert_eq!(append(&p, idempotent(42, 60, 3)).await.unwrap().base_offset(), 60);
     }
 
     /// Found by the simulation (without this fix, 25 of seeds 0..2000 of
@@ -454,17 +614,18 @@ mod tests {
     /// the stale snapshot to be trusted: its phantom batch answered the
     /// producer's retry as a duplicate at offsets holding another producer's
     /// records, so an acknowledged batch was never written.
-    #[test]
-    fn a_snapshot_ahead_of_the_log_is_not_trusted_after_the_log_grows_past_it() {
+    #[tokio::test]
+    async fn a_snapshot_ahead_of_the_log_is_not_trusted_after_the_log_grows_past_it() {
         let dir = tempfile::tempdir().unwrap();
         let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
         let p = open(&volume, 1 << 20);
-        assert_eq!(p.append(&idempotent(42, 0, 3), 0).unwrap().base_offset, 0);
+        assert_eq!(append(&p, idempotent(42, 0, 3)).await.unwrap().base_offset(), 0);
         // Producer 42's second batch is appended and a snapshot taken (as at
         // a roll), then the crash takes the batch back: the snapshot, at
         // offset 6, is ahead of the log, which ends at 3.
-        assert_eq!(p.append(&idempotent(42, 3, 3), 0).unwrap().base_offset, 3);
-        p.save_producer_state().unwrap();
+        assert_eq!(append(&p, idempotent(42, 3, 3)).await.unwrap().base_offset(), 3);
+        p.shut_down().await.unwrap();
+        p.close();
         drop(p);
         let segment = dir.path().join("topics/t-0/00000000000000000000.log");
         let first_batch = idempotent(42, 0, 3).size() as u64;
@@ -476,36 +637,38 @@ mod tests {
             .unwrap();
         let p = open(&volume, 1 << 20);
         // Another producer's batch takes offsets 3..6.
-        assert_eq!(p.append(&idempotent(7, 0, 3), 0).unwrap().base_offset, 3);
+        assert_eq!(append(&p, idempotent(7, 0, 3)).await.unwrap().base_offset(), 3);
+        p.close();
         drop(p);
         // Restart: the log ends at 6 again, where the stale snapshot is.
         let p = open(&volume, 1 << 20);
-        let retry = p.append(&idempotent(42, 3, 3), 0).unwrap();
+        let retry = append(&p, idempotent(42, 3, 3)).await.unwrap();
         assert!(
-            !retry.duplicate,
+            !is_duplicate(&retry),
             "producer 42's lost batch was answered as a duplicate at {}",
-            retry.base_offset
+            retry.base_offset()
         );
-        assert_eq!(retry.base_offset, 6);
-        let other = p.append(&idempotent(7, 0, 3), 0).unwrap();
-        assert!(other.duplicate);
-        assert_eq!(other.base_offset, 3);
+        assert_eq!(retry.base_offset(), 6);
+        let other = append(&p, idempotent(7, 0, 3)).await.unwrap();
+        assert!(is_duplicate(&other));
+        assert_eq!(other.base_offset(), 3);
     }
 
-    #[test]
-    fn an_unreadable_snapshot_is_rebuilt_from_the_log() {
+    #[tokio::test]
+    async fn an_unreadable_snapshot_is_rebuilt_from_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
         let p = open(&volume, 1 << 20);
-        let first = p.append(&idempotent(42, 0, 2), 0).unwrap();
-        p.save_producer_state().unwrap();
+        let first = append(&p, idempotent(42, 0, 2)).await.unwrap();
+        p.shut_down().await.unwrap();
+        p.close();
         drop(p);
         volume
             .write_atomic("topics/t-0/producer-state.snapshot", b"\x00garbage")
             .unwrap();
         let p = open(&volume, 1 << 20);
-        let again = p.append(&idempotent(42, 0, 2), 0).unwrap();
-        assert!(again.duplicate);
-        assert_eq!(again.base_offset, first.base_offset);
+        let again = append(&p, idempotent(42, 0, 2)).await.unwrap();
+        assert!(is_duplicate(&again));
+        assert_eq!(again.base_offset(), first.base_offset());
     }
 }

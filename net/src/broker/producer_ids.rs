@@ -5,6 +5,7 @@
 //! before any id of it is used, so a crash at any point only skips ids
 //! forward. The broker is the file's only writer.
 
+use crate::env::{Env, IoKind};
 use crate::volume::Volume;
 use kaas_core::producer::{local_pid_range, pid_for, PidBlock};
 use serde::{Deserialize, Serialize};
@@ -20,14 +21,16 @@ struct BlockFile {
 
 pub struct ProducerIdManager {
     volume: Arc<dyn Volume>,
+    env: Env,
     broker_id: i32,
     block: tokio::sync::Mutex<Option<PidBlock>>,
 }
 
 impl ProducerIdManager {
-    pub fn new(volume: Arc<dyn Volume>, broker_id: i32) -> ProducerIdManager {
+    pub fn new(volume: Arc<dyn Volume>, env: Env, broker_id: i32) -> ProducerIdManager {
         ProducerIdManager {
             volume,
+            env,
             broker_id,
             block: tokio::sync::Mutex::new(None),
         }
@@ -37,42 +40,55 @@ impl ProducerIdManager {
         format!("{DIR}/kaas-{}.json", self.broker_id)
     }
 
-    /// A producer id no one has had before.
+    /// A producer id no one has had before. Requests wait here while a new
+    /// block's end is written (on the IO runner); the async lock is held
+    /// across that write so no id of the block is handed out before it is
+    /// durable.
     pub async fn next(&self) -> io::Result<i64> {
         let mut block = self.block.lock().await;
         if let Some(local) = block.as_mut().and_then(PidBlock::take) {
             return Ok(pid_for(self.broker_id, local));
         }
-        let start = match self.volume.read(&self.path())? {
-            Some(bytes) => {
-                serde_json::from_slice::<BlockFile>(&bytes)
-                    .map_err(|e| {
-                        io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", self.path()))
-                    })?
-                    .next_block_start
-            }
-            None => 0,
-        };
-        let mut fresh = PidBlock::starting_at(start);
-        if start < 0 || fresh.end > local_pid_range().end {
-            return Err(io::Error::other(format!(
-                "producer id space of broker {} is exhausted",
-                self.broker_id
-            )));
-        }
-        // Persist the block's end before handing out any id of it.
-        self.volume.create_dir_all(DIR)?;
-        let json = serde_json::to_vec(&BlockFile {
-            next_block_start: fresh.end,
-        })
-        .map_err(io::Error::other)?;
-        self.volume.write_atomic(&self.path(), &json)?;
+        let volume = self.volume.clone();
+        let (path, broker_id) = (self.path(), self.broker_id);
+        let mut fresh = self
+            .env
+            .blocking(IoKind::Fsync, move || {
+                reserve_next_block(volume.as_ref(), &path, broker_id)
+            })
+            .await?;
         let local = fresh
             .take()
             .ok_or_else(|| io::Error::other("empty producer id block"))?;
         *block = Some(fresh);
         Ok(pid_for(self.broker_id, local))
     }
+}
+
+/// Reads where the next block starts and persists the end of that block
+/// before returning it.
+fn reserve_next_block(volume: &dyn Volume, path: &str, broker_id: i32) -> io::Result<PidBlock> {
+    let start = match volume.read(path)? {
+        Some(bytes) => {
+            serde_json::from_slice::<BlockFile>(&bytes)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))?
+                .next_block_start
+        }
+        None => 0,
+    };
+    let fresh = PidBlock::starting_at(start);
+    if start < 0 || fresh.end > local_pid_range().end {
+        return Err(io::Error::other(format!(
+            "producer id space of broker {broker_id} is exhausted"
+        )));
+    }
+    volume.create_dir_all(DIR)?;
+    let json = serde_json::to_vec(&BlockFile {
+        next_block_start: fresh.end,
+    })
+    .map_err(io::Error::other)?;
+    volume.write_atomic(path, &json)?;
+    Ok(fresh)
 }
 
 #[cfg(test)]
@@ -97,7 +113,7 @@ mod tests {
             3,
             PID_BLOCK_SIZE as usize + 1,
         ] {
-            let manager = ProducerIdManager::new(volume.clone(), 2);
+            let manager = ProducerIdManager::new(volume.clone(), crate::env::Env::system(), 2);
             for _ in 0..allocations {
                 let pid = manager.next().await.unwrap();
                 assert!(seen.insert(pid), "pid {pid} handed out twice");

@@ -3,6 +3,7 @@
 
 use crate::log::PartitionLog;
 use crate::volume::Volume;
+use kaas_core::partition::snapshot_is_trusted;
 use kaas_core::producer::{decode_snapshot, encode_snapshot, ProducerTable};
 use kaas_core::record::split_batches;
 use std::io;
@@ -14,29 +15,37 @@ fn snapshot_path(dir: &str) -> String {
     format!("{dir}/producer-state.snapshot")
 }
 
-/// Writes the table as of the log end (atomically, durably).
-pub fn save(volume: &dyn Volume, log: &PartitionLog, table: &ProducerTable) -> io::Result<()> {
-    volume.write_atomic(
-        &snapshot_path(log.dir()),
-        &encode_snapshot(table, log.end_offset()),
-    )
+/// Writes a snapshot the partition's rules released (atomically, durably).
+pub fn write(volume: &dyn Volume, dir: &str, bytes: &[u8]) -> io::Result<()> {
+    volume.write_atomic(&snapshot_path(dir), bytes)
 }
 
 /// Rebuilds the producer table of a just-opened log: the snapshot, if it is
-/// readable and not ahead of the log (a snapshot written at a roll can cover
-/// a batch that a crash then took back), then every batch after it.
+/// readable and trusted (`kaas_core::partition::snapshot_is_trusted`), then
+/// every batch after it. Returns the table and the offset of the snapshot
+/// now on the volume, if any.
 ///
 /// A snapshot that is not used is replaced by one of the rebuilt table
 /// before anything can be appended. Left in place, a snapshot ahead of the
 /// log would be trusted at a later restart, once the log has grown past its
-/// offset: its batches that the crash took back would then answer retries
+/// offset: its batches that a crash took back would then answer retries
 /// as duplicates at offsets that now hold other records. (Kafka's
 /// truncateAndReload deletes such snapshots for the same reason.)
-pub fn recover(volume: &dyn Volume, log: &PartitionLog, now_ms: i64) -> io::Result<ProducerTable> {
-    let (mut table, from, trusted) = match volume.read(&snapshot_path(log.dir()))? {
+pub fn recover(
+    volume: &dyn Volume,
+    log: &PartitionLog,
+    now_ms: i64,
+) -> io::Result<(ProducerTable, Option<i64>)> {
+    // What is on the volume: a snapshot we use, none, or one to replace.
+    enum Found {
+        Used(i64),
+        Absent,
+        Replace,
+    }
+    let (mut table, from, found) = match volume.read(&snapshot_path(log.dir()))? {
         Some(bytes) => match decode_snapshot(&bytes) {
-            Ok((table, offset)) if offset <= log.end_offset() => {
-                (table, offset.max(log.log_start_offset()), true)
+            Ok((table, offset)) if snapshot_is_trusted(offset, log.end_offset()) => {
+                (table, offset.max(log.log_start_offset()), Found::Used(offset))
             }
             Ok((_, offset)) => {
                 tracing::warn!(
@@ -45,14 +54,14 @@ pub fn recover(volume: &dyn Volume, log: &PartitionLog, now_ms: i64) -> io::Resu
                     end = log.end_offset(),
                     "producer snapshot is ahead of the log; rebuilding from the log"
                 );
-                (ProducerTable::new(), log.log_start_offset(), false)
+                (ProducerTable::new(), log.log_start_offset(), Found::Replace)
             }
             Err(e) => {
                 tracing::warn!(dir = log.dir(), error = %e, "producer snapshot unreadable; rebuilding from the log");
-                (ProducerTable::new(), log.log_start_offset(), false)
+                (ProducerTable::new(), log.log_start_offset(), Found::Replace)
             }
         },
-        None => (ProducerTable::new(), log.log_start_offset(), true),
+        None => (ProducerTable::new(), log.log_start_offset(), Found::Absent),
     };
     let end = log.end_offset();
     let mut offset = from;
@@ -83,11 +92,16 @@ pub fn recover(volume: &dyn Volume, log: &PartitionLog, now_ms: i64) -> io::Resu
         }
         offset = read.next_offset;
     }
-    if !trusted {
-        // The recovered log is durable, so this snapshot is exact.
-        save(volume, log, &table)?;
-    }
-    Ok(table)
+    let written = match found {
+        Found::Used(offset) => Some(offset),
+        Found::Absent => None,
+        Found::Replace => {
+            // The recovered log is durable, so this snapshot is exact.
+            write(volume, log.dir(), &encode_snapshot(&table, end))?;
+            Some(end)
+        }
+    };
+    Ok((table, written))
 }
 
 #[cfg(test)]

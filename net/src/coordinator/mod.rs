@@ -20,9 +20,9 @@
 mod tests;
 mod writer;
 
-use crate::clock;
+use crate::env::Env;
 use crate::volume::Volume;
-use kaas_core::cluster::{coordinator_slot, COORDINATOR_EPOCH, COORDINATOR_SLOTS};
+use kaas_core::cluster::{coordinator_slot, COORDINATOR_SLOTS};
 use kaas_core::group::coordinator::{
     CommitRequest, FetchedOffset, GroupDescription, ListedGroup, Output,
 };
@@ -64,6 +64,7 @@ struct Inner {
 pub struct GroupCoordinator {
     inner: Mutex<Inner>,
     volume: Arc<dyn Volume>,
+    env: Env,
     /// Wakes the timer task after a request that may have set an earlier
     /// deadline.
     wake: Arc<Notify>,
@@ -74,11 +75,15 @@ impl GroupCoordinator {
     /// Loads every slot file and starts the timer task. Must run inside the
     /// runtime. A slot file that cannot be read stops the broker: starting
     /// without it would silently reset those groups' offsets.
-    pub fn open(volume: Arc<dyn Volume>, config: GroupConfig) -> io::Result<Arc<GroupCoordinator>> {
+    pub fn open(
+        volume: Arc<dyn Volume>,
+        env: Env,
+        config: GroupConfig,
+    ) -> io::Result<Arc<GroupCoordinator>> {
         volume.create_dir_all(GROUP_STATE_DIR)?;
         let retention_every = config.offsets_retention_check_interval_ms;
-        let mut core = Coordinator::new(config, COORDINATOR_EPOCH);
-        let now = clock::now_ms();
+        let mut core = Coordinator::new(config, 0);
+        let now = env.now_ms();
         let mut groups = 0;
         for slot in 0..COORDINATOR_SLOTS {
             let path = slot_file_path(slot);
@@ -103,6 +108,7 @@ impl GroupCoordinator {
                     .collect(),
             }),
             volume,
+            env,
             wake: Arc::new(Notify::new()),
             next_waiter: AtomicU64::new(1),
         });
@@ -185,7 +191,7 @@ impl GroupCoordinator {
             let member_id = req.member_id.clone();
             let immediate = inner
                 .core
-                .join(group_id, req, waiter, clock::now_ms(), &mut out);
+                .join(group_id, req, waiter, self.env.now_ms(), &mut out);
             if immediate.is_some() {
                 inner.joins.remove(&waiter);
             }
@@ -211,7 +217,7 @@ impl GroupCoordinator {
             let mut out = Output::default();
             let immediate = inner
                 .core
-                .sync(group_id, req, waiter, clock::now_ms(), &mut out);
+                .sync(group_id, req, waiter, self.env.now_ms(), &mut out);
             if immediate.is_some() {
                 inner.syncs.remove(&waiter);
             }
@@ -239,7 +245,7 @@ impl GroupCoordinator {
             member_id,
             instance_id,
             generation,
-            clock::now_ms(),
+            self.env.now_ms(),
             &mut out,
         );
         self.finish(&mut inner, out, None, false);
@@ -256,7 +262,7 @@ impl GroupCoordinator {
         let mut out = Output::default();
         let result = inner
             .core
-            .leave(group_id, members, clock::now_ms(), &mut out);
+            .leave(group_id, members, self.env.now_ms(), &mut out);
         self.finish(&mut inner, out, None, true);
         result
     }
@@ -270,7 +276,7 @@ impl GroupCoordinator {
         let (errors, rx) = {
             let mut inner = self.lock();
             let mut out = Output::default();
-            let result = inner.core.commit_offsets(&req, clock::now_ms(), &mut out);
+            let result = inner.core.commit_offsets(&req, self.env.now_ms(), &mut out);
             let errors = match result {
                 Ok(errors) if !out.ops.is_empty() => errors,
                 other => {
@@ -323,7 +329,7 @@ impl GroupCoordinator {
             let mut inner = self.lock();
             for id in group_ids {
                 let mut out = Output::default();
-                let error = inner.core.delete_group(id, clock::now_ms(), &mut out);
+                let error = inner.core.delete_group(id, self.env.now_ms(), &mut out);
                 let rx = if out.ops.is_empty() {
                     self.finish(&mut inner, out, None, false);
                     None
@@ -409,12 +415,15 @@ async fn run_timers(
 ) {
     // The first retention pass runs one interval after startup, as Kafka's
     // cleanup task does.
-    let mut next_retention_ms = clock::now_ms() + retention_every_ms.max(1);
+    let mut next_retention_ms = match coordinator.upgrade() {
+        Some(c) => c.env.now_ms() + retention_every_ms.max(1),
+        None => return,
+    };
     loop {
         let Some(c) = coordinator.upgrade() else {
             return;
         };
-        let now = clock::now_ms();
+        let now = c.env.now_ms();
         let next = c.on_timer(now, &mut next_retention_ms, retention_every_ms);
         drop(c);
         let sleep_ms = (next - now).max(1) as u64;

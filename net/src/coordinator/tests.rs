@@ -82,7 +82,7 @@ fn committed(c: &GroupCoordinator, group: &str, partition: i32) -> i64 {
 async fn committed_offsets_survive_reopening_the_volume() {
     let dir = tempfile::tempdir().unwrap();
     let volume = flaky(dir.path());
-    let c = GroupCoordinator::open(volume.clone(), GroupConfig::default()).unwrap();
+    let c = GroupCoordinator::open(volume.clone(), crate::env::Env::system(), GroupConfig::default()).unwrap();
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 42)).await,
         Ok(vec![ErrorCode::None])
@@ -96,7 +96,7 @@ async fn committed_offsets_survive_reopening_the_volume() {
         .expect("slot file written");
     let state = SlotState::decode(&bytes, coordinator_slot("g")).unwrap();
     assert_eq!(state.groups["g"].offsets["t"][&0].offset, 42);
-    let reopened = GroupCoordinator::open(volume, GroupConfig::default()).unwrap();
+    let reopened = GroupCoordinator::open(volume, crate::env::Env::system(), GroupConfig::default()).unwrap();
     assert_eq!(committed(&reopened, "g", 0), 42);
     let listed = reopened.list_groups(&[], &[]);
     assert_eq!(listed.len(), 1);
@@ -107,7 +107,7 @@ async fn committed_offsets_survive_reopening_the_volume() {
 async fn concurrent_commits_to_one_slot_share_a_write() {
     let dir = tempfile::tempdir().unwrap();
     let volume = flaky(dir.path());
-    let c = GroupCoordinator::open(volume.clone(), GroupConfig::default()).unwrap();
+    let c = GroupCoordinator::open(volume.clone(), crate::env::Env::system(), GroupConfig::default()).unwrap();
     let commits: Vec<_> = (0..64)
         .map(|p| c.commit_offsets(simple_commit("g", p, p as i64 * 10)))
         .collect();
@@ -128,7 +128,7 @@ async fn concurrent_commits_to_one_slot_share_a_write() {
 async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let volume = flaky(dir.path());
-    let c = GroupCoordinator::open(volume.clone(), GroupConfig::default()).unwrap();
+    let c = GroupCoordinator::open(volume.clone(), crate::env::Env::system(), GroupConfig::default()).unwrap();
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 1)).await,
         Ok(vec![ErrorCode::None])
@@ -162,7 +162,7 @@ async fn a_group_forms_and_its_member_expires_on_real_time() {
         min_session_timeout_ms: 200,
         ..GroupConfig::default()
     };
-    let c = GroupCoordinator::open(flaky(dir.path()), config).unwrap();
+    let c = GroupCoordinator::open(flaky(dir.path()), crate::env::Env::system(), config).unwrap();
     let join = |member_id: &str| JoinRequest {
         member_id: member_id.into(),
         instance_id: None,

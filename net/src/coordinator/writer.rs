@@ -1,7 +1,7 @@
 //! The per-slot writer: group commit for coordinator state files.
 
 use super::GroupCoordinator;
-use crate::clock;
+use crate::env::IoKind;
 use kaas_core::group::slot::slot_file_path;
 use kaas_core::protocol::ErrorCode;
 use std::io;
@@ -41,7 +41,7 @@ impl GroupCoordinator {
                 Ok(())
             };
             let mut inner = self.lock();
-            let now = clock::now_ms();
+            let now = self.env.now_ms();
             let result = match written {
                 Ok(()) => {
                     if changed {
@@ -71,13 +71,9 @@ impl GroupCoordinator {
         let bytes = state.encode().map_err(io::Error::other)?;
         let volume = self.volume.clone();
         let path = slot_file_path(slot);
-        // The write fsyncs: keep it off the async worker threads. (madsim
-        // marks spawn_blocking deprecated; in simulation it runs the closure.)
-        #[cfg_attr(madsim, allow(deprecated))]
-        let written = tokio::task::spawn_blocking(move || volume.write_atomic(&path, &bytes)).await;
-        match written {
-            Ok(result) => result,
-            Err(e) => Err(io::Error::other(e.to_string())),
-        }
+        // The write fsyncs: it runs on the IO runner, off the async workers.
+        self.env
+            .blocking(IoKind::Fsync, move || volume.write_atomic(&path, &bytes))
+            .await
     }
 }

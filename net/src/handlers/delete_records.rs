@@ -1,59 +1,54 @@
 //! DeleteRecords: move a partition's log start offset forward.
 
-use crate::broker::{Broker, Partition};
+use super::{per_partition, PartitionRef};
+use crate::broker::Broker;
+use kaas_core::protocol::messages::delete_records_request::DeleteRecordsPartition;
 use kaas_core::protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kaas_core::protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
-use kaas_core::protocol::ErrorCode;
 
 /// An offset of -1 means "up to the high watermark".
 const HIGH_WATERMARK: i64 = -1;
 
-pub fn handle(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
-    let topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let topic = broker.topic(&t.name);
-            let partitions = t
-                .partitions
-                .into_iter()
-                .map(|p| {
-                    let mut r = DeleteRecordsPartitionResult {
-                        partition_index: p.partition_index,
-                        low_watermark: -1,
-                        ..Default::default()
-                    };
-                    let result = match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
-                        None => Err(ErrorCode::UnknownTopicOrPartition),
-                        Some(part) => delete_before(part, p.offset),
-                    };
-                    match result {
-                        Ok(low) => r.low_watermark = low,
-                        Err(code) => r.error_code = code.code(),
-                    }
-                    r
-                })
-                .collect();
-            DeleteRecordsTopicResult {
-                name: t.name,
-                partitions,
-                ..Default::default()
+impl PartitionRef for DeleteRecordsPartition {
+    fn index(&self) -> i32 {
+        self.partition_index
+    }
+}
+
+pub async fn handle(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let results = per_partition(broker, &t.name, t.partitions, |p, r| {
+            let offset = r.offset;
+            async move {
+                let target = if offset == HIGH_WATERMARK {
+                    p.high_watermark()
+                } else {
+                    offset
+                };
+                p.delete_records_before(target).await
             }
         })
-        .collect();
+        .await;
+        let partitions = results
+            .into_iter()
+            .map(|(p, result)| DeleteRecordsPartitionResult {
+                partition_index: p.partition_index,
+                low_watermark: *result.as_ref().unwrap_or(&-1),
+                error_code: result.err().map_or(0, |c| c.code()),
+                ..Default::default()
+            })
+            .collect();
+        topics.push(DeleteRecordsTopicResult {
+            name: t.name,
+            partitions,
+            ..Default::default()
+        });
+    }
     DeleteRecordsResponse {
         topics,
         ..Default::default()
     }
-}
-
-fn delete_before(p: &Partition, offset: i64) -> Result<i64, ErrorCode> {
-    let hw = p.high_watermark();
-    let target = if offset == HIGH_WATERMARK { hw } else { offset };
-    if target < 0 || target > hw {
-        return Err(ErrorCode::OffsetOutOfRange);
-    }
-    p.delete_records_before(target)
 }

@@ -11,24 +11,22 @@ use kaas_core::protocol::messages::fetch_response::{FetchableTopicResponse, Part
 use kaas_core::protocol::messages::{FetchRequest, FetchResponse};
 use kaas_core::protocol::ErrorCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// First Fetch version that names topics by id.
 const TOPIC_IDS_FROM: i16 = 13;
 
 pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
     let isolation = Isolation::from_wire(req.isolation_level);
-    let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
-    let deadline = tokio::time::Instant::now() + max_wait;
+    let deadline = broker.env.clock.monotonic_ms() + i64::from(req.max_wait_ms.max(0));
     // Subscribe before the first read so a high-watermark move between the
     // read and the wait is not missed.
     let mut progress = broker.watch_progress();
     loop {
         progress.borrow_and_update();
         let (responses, bytes, any_error) =
-            read_all(broker, &req.topics, req.max_bytes, isolation, version);
+            read_all(broker, &req.topics, req.max_bytes, isolation, version).await;
         let satisfied = bytes >= req.min_bytes.max(0) as usize || any_error;
-        if satisfied || tokio::time::Instant::now() >= deadline {
+        if satisfied || broker.env.clock.monotonic_ms() >= deadline {
             return FetchResponse {
                 responses,
                 session_id: 0,
@@ -37,12 +35,12 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         }
         tokio::select! {
             changed = progress.changed() => if changed.is_err() { return FetchResponse { responses, ..Default::default() } },
-            _ = tokio::time::sleep_until(deadline) => {}
+            _ = broker.env.sleep_until(deadline) => {}
         }
     }
 }
 
-fn read_all(
+async fn read_all(
     broker: &Broker,
     topics: &[FetchTopic],
     max_bytes: i32,
@@ -76,23 +74,24 @@ fn read_all(
                 ..Default::default()
             };
             let partition = topic.as_ref().map_err(|c| *c).and_then(|t| {
-                t.partition(fp.partition)
-                    .cloned()
-                    .ok_or(ErrorCode::UnknownTopicOrPartition)
+                broker.gate(t, fp.partition, fp.current_leader_epoch)
             });
-            let result = partition.and_then(|p| {
-                check_leader_epoch(fp.current_leader_epoch)?;
-                // KIP-74: the first partition with data may exceed the
-                // response budget by one batch so a consumer always makes
-                // progress; later ones only get what is left.
-                let limit = (fp.partition_max_bytes.max(0) as usize).min(budget);
-                let must_return_one = total == 0;
-                p.read(
-                    fp.fetch_offset,
-                    if must_return_one { limit.max(1) } else { limit },
-                    isolation,
-                )
-            });
+            let result = match partition {
+                Ok(p) => {
+                    // KIP-74: the first partition with data may exceed the
+                    // response budget by one batch so a consumer always
+                    // makes progress; later ones only get what is left.
+                    let limit = (fp.partition_max_bytes.max(0) as usize).min(budget);
+                    let must_return_one = total == 0;
+                    p.read(
+                        fp.fetch_offset,
+                        if must_return_one { limit.max(1) } else { limit },
+                        isolation,
+                    )
+                    .await
+                }
+                Err(code) => Err(code),
+            };
             match result {
                 Ok(data) => {
                     let n = data.records.len();
@@ -118,19 +117,4 @@ fn read_all(
         });
     }
     (out, total, any_error)
-}
-
-/// A client that knows of a newer leader epoch than ours is ahead of us
-/// (UNKNOWN_LEADER_EPOCH); one that knows an older one is stale
-/// (FENCED_LEADER_EPOCH). -1 means the client does not check.
-pub fn check_leader_epoch(current_leader_epoch: i32) -> Result<(), ErrorCode> {
-    use std::cmp::Ordering::*;
-    if current_leader_epoch < 0 {
-        return Ok(());
-    }
-    match current_leader_epoch.cmp(&crate::LEADER_EPOCH) {
-        Equal => Ok(()),
-        Greater => Err(ErrorCode::UnknownLeaderEpoch),
-        Less => Err(ErrorCode::FencedLeaderEpoch),
-    }
 }

@@ -2,7 +2,7 @@
 //! join phase to end. The rules are `kaas_core::group::classic`'s.
 
 use crate::broker::Broker;
-use crate::clock;
+use crate::entropy;
 use kaas_core::group::{JoinRequest, Protocol};
 use kaas_core::protocol::messages::join_group_response::JoinGroupResponseMember;
 use kaas_core::protocol::messages::{JoinGroupRequest, JoinGroupResponse};
@@ -72,7 +72,7 @@ pub async fn handle(
 /// A random UUID in its usual text form, the unique part of member ids
 /// (as in Kafka's).
 fn uuid_string() -> String {
-    let h = format!("{:032x}", clock::random_uuid().as_u128());
+    let h = format!("{:032x}", entropy::random_uuid().as_u128());
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],

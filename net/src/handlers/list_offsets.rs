@@ -1,7 +1,8 @@
 //! ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups.
 
-use super::fetch::check_leader_epoch;
+use super::{per_partition, PartitionRef};
 use crate::broker::{Broker, Isolation, Partition};
+use kaas_core::protocol::messages::list_offsets_request::ListOffsetsPartition;
 use kaas_core::protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
@@ -15,49 +16,55 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
-pub fn handle(broker: &Broker, req: ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+impl PartitionRef for ListOffsetsPartition {
+    fn index(&self) -> i32 {
+        self.partition_index
+    }
+    fn current_leader_epoch(&self) -> i32 {
+        self.current_leader_epoch
+    }
+}
+
+pub async fn handle(broker: &Broker, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let isolation = Isolation::from_wire(req.isolation_level);
-    let topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let topic = broker.topic(&t.name);
-            let partitions = t
-                .partitions
-                .into_iter()
-                .map(|p| {
-                    let mut resp = ListOffsetsPartitionResponse {
-                        partition_index: p.partition_index,
-                        timestamp: -1,
-                        offset: -1,
-                        leader_epoch: -1,
-                        ..Default::default()
-                    };
-                    let partition = topic.as_ref().and_then(|t| t.partition(p.partition_index));
-                    let result = match partition {
-                        None => Err(ErrorCode::UnknownTopicOrPartition),
-                        Some(part) => check_leader_epoch(p.current_leader_epoch)
-                            .and_then(|_| lookup(part, p.timestamp, isolation)),
-                    };
-                    match result {
-                        Ok(Some((offset, timestamp))) => {
-                            resp.offset = offset;
-                            resp.timestamp = timestamp;
-                            resp.leader_epoch = crate::LEADER_EPOCH;
-                        }
-                        Ok(None) => {}
-                        Err(code) => resp.error_code = code.code(),
-                    }
-                    resp
-                })
-                .collect();
-            ListOffsetsTopicResponse {
-                name: t.name,
-                partitions,
-                ..Default::default()
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let results = per_partition(broker, &t.name, t.partitions, |p, r| {
+            let timestamp = r.timestamp;
+            async move {
+                let found = lookup(&p, timestamp, isolation).await?;
+                Ok(found.map(|(offset, ts)| (offset, ts, p.leader_epoch())))
             }
         })
-        .collect();
+        .await;
+        let partitions = results
+            .into_iter()
+            .map(|(p, result)| {
+                let mut resp = ListOffsetsPartitionResponse {
+                    partition_index: p.partition_index,
+                    timestamp: -1,
+                    offset: -1,
+                    leader_epoch: -1,
+                    ..Default::default()
+                };
+                match result {
+                    Ok(Some((offset, timestamp, epoch))) => {
+                        resp.offset = offset;
+                        resp.timestamp = timestamp;
+                        resp.leader_epoch = epoch;
+                    }
+                    Ok(None) => {}
+                    Err(code) => resp.error_code = code.code(),
+                }
+                resp
+            })
+            .collect();
+        topics.push(ListOffsetsTopicResponse {
+            name: t.name,
+            partitions,
+            ..Default::default()
+        });
+    }
     ListOffsetsResponse {
         topics,
         ..Default::default()
@@ -65,7 +72,7 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, _version: i16) -> ListOf
 }
 
 /// (offset, timestamp) for one partition, or `None` if no offset matches.
-fn lookup(
+async fn lookup(
     p: &Partition,
     timestamp: i64,
     isolation: Isolation,
@@ -80,21 +87,18 @@ fn lookup(
         // No tiered storage: nothing is tiered.
         LATEST_TIERED => Ok(None),
         MAX_TIMESTAMP | 0.. => {
-            let found = p.with_log(|log| {
-                if timestamp == MAX_TIMESTAMP {
-                    log.max_timestamp()
-                } else {
-                    log.offset_for_timestamp(timestamp)
-                }
-            })?;
-            match found {
-                Ok(Some((offset, ts))) if offset < bound => Ok(Some((offset, ts))),
-                Ok(_) => Ok(None),
-                Err(e) => {
-                    tracing::error!(error = %e, "offset_for_timestamp failed");
-                    Err(ErrorCode::KafkaStorageError)
-                }
-            }
+            let found = p
+                .with_log(move |log| {
+                    if timestamp == MAX_TIMESTAMP {
+                        log.max_timestamp()
+                    } else {
+                        log.offset_for_timestamp(timestamp)
+                    }
+                })
+                .await?;
+            // As Kafka's Partition does: an answer past what the reader
+            // may see is no answer.
+            Ok(found.filter(|&(offset, _)| offset < bound))
         }
         _ => Err(ErrorCode::InvalidRequest),
     }

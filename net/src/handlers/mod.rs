@@ -31,7 +31,9 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, Partition};
+use kaas_core::protocol::ErrorCode;
+use std::future::Future;
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{RequestBody, RequestError, RequestHeader, ResponseBody};
 use std::sync::Arc;
@@ -66,6 +68,51 @@ pub const SUPPORTED_APIS: &[(i16, i16, i16)] = &[
     (delete_groups_request::API_KEY, 0, 2),
     (offset_delete_request::API_KEY, 0, 0),
 ];
+
+/// One partition of a partition-addressed request.
+pub(crate) trait PartitionRef {
+    fn index(&self) -> i32;
+    /// The leader epoch the client believes current; -1: unchecked.
+    fn current_leader_epoch(&self) -> i32 {
+        -1
+    }
+}
+
+impl PartitionRef for i32 {
+    fn index(&self) -> i32 {
+        *self
+    }
+}
+
+/// The fan-out every partition-addressed API shares: the topic is resolved
+/// once by name, each partition passes the broker's ownership gate, and
+/// `each` runs for those that do, in request order. Every partition gets
+/// an outcome, paired with its request.
+pub(crate) async fn per_partition<P, R, F, Fut>(
+    broker: &Broker,
+    topic: &str,
+    partitions: Vec<P>,
+    mut each: F,
+) -> Vec<(P, Result<R, ErrorCode>)>
+where
+    P: PartitionRef,
+    F: FnMut(Arc<Partition>, &P) -> Fut,
+    Fut: Future<Output = Result<R, ErrorCode>>,
+{
+    let resolved = broker.topic(topic);
+    let mut out = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        let result = match resolved.as_deref() {
+            None => Err(ErrorCode::UnknownTopicOrPartition),
+            Some(t) => match broker.gate(t, p.index(), p.current_leader_epoch()) {
+                Ok(partition) => each(partition, &p).await,
+                Err(code) => Err(code),
+            },
+        };
+        out.push((p, result));
+    }
+    out
+}
 
 pub fn supported_versions(api_key: i16) -> Option<(i16, i16)> {
     SUPPORTED_APIS
@@ -123,11 +170,11 @@ pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, body: Reques
         RequestBody::Fetch(req) => respond(ResponseBody::Fetch(
             fetch::handle(broker, req, version).await,
         )),
-        RequestBody::ListOffsets(req) => respond(ResponseBody::ListOffsets(list_offsets::handle(
-            broker, req, version,
-        ))),
+        RequestBody::ListOffsets(req) => respond(ResponseBody::ListOffsets(
+            list_offsets::handle(broker, req).await,
+        )),
         RequestBody::OffsetForLeaderEpoch(req) => respond(ResponseBody::OffsetForLeaderEpoch(
-            offset_for_leader_epoch::handle(broker, req),
+            offset_for_leader_epoch::handle(broker, req).await,
         )),
         RequestBody::CreateTopics(req) => respond(ResponseBody::CreateTopics(
             create_topics::handle(broker, req, version).await,
@@ -139,7 +186,7 @@ pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, body: Reques
             delete_topics::handle(broker, req).await,
         )),
         RequestBody::DeleteRecords(req) => respond(ResponseBody::DeleteRecords(
-            delete_records::handle(broker, req),
+            delete_records::handle(broker, req).await,
         )),
         RequestBody::DescribeConfigs(req) => respond(ResponseBody::DescribeConfigs(
             describe_configs::handle(broker, req, version),
@@ -151,7 +198,7 @@ pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, body: Reques
             init_producer_id::handle(broker, req).await,
         )),
         RequestBody::DescribeProducers(req) => respond(ResponseBody::DescribeProducers(
-            describe_producers::handle(broker, req),
+            describe_producers::handle(broker, req).await,
         )),
         RequestBody::FindCoordinator(req) => respond(ResponseBody::FindCoordinator(
             find_coordinator::handle(broker, req, version),

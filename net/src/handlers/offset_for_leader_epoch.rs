@@ -1,55 +1,68 @@
 //! OffsetForLeaderEpoch: where a leader epoch ends, so a client can check
 //! that its position was not truncated away.
 //!
-//! kaas has had one leader epoch per partition so far (see
-//! `crate::LEADER_EPOCH`): it ends at the log end.
+//! Each partition has had one leader epoch so far (this broker's claim): it
+//! ends at the high watermark. Older epochs appear with leader changes
+//! (many brokers), together with the checkpoint that records where each
+//! ended.
 
-use super::fetch::check_leader_epoch;
+use super::{per_partition, PartitionRef};
 use crate::broker::Broker;
+use kaas_core::protocol::messages::offset_for_leader_epoch_request::OffsetForLeaderPartition;
 use kaas_core::protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
 use kaas_core::protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
-use kaas_core::protocol::ErrorCode;
 
-pub fn handle(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
-    let topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let topic = broker.topic(&t.topic);
-            let partitions = t
-                .partitions
-                .into_iter()
-                .map(|p| {
-                    let mut resp = EpochEndOffset {
-                        partition: p.partition,
-                        leader_epoch: -1,
-                        end_offset: -1,
-                        ..Default::default()
-                    };
-                    let partition = topic.as_ref().and_then(|t| t.partition(p.partition));
-                    match (partition, check_leader_epoch(p.current_leader_epoch)) {
-                        (None, _) => resp.error_code = ErrorCode::UnknownTopicOrPartition.code(),
-                        (_, Err(code)) => resp.error_code = code.code(),
-                        (Some(part), Ok(())) => {
-                            if p.leader_epoch <= crate::LEADER_EPOCH && p.leader_epoch >= 0 {
-                                resp.leader_epoch = crate::LEADER_EPOCH;
-                                resp.end_offset = part.high_watermark();
-                            }
-                            // An epoch newer than any we had: undefined (-1, -1).
-                        }
-                    }
-                    resp
-                })
-                .collect();
-            OffsetForLeaderTopicResult {
-                topic: t.topic,
-                partitions,
-                ..Default::default()
-            }
+impl PartitionRef for OffsetForLeaderPartition {
+    fn index(&self) -> i32 {
+        self.partition
+    }
+    fn current_leader_epoch(&self) -> i32 {
+        self.current_leader_epoch
+    }
+}
+
+pub async fn handle(
+    broker: &Broker,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let results = per_partition(broker, &t.topic, t.partitions, |p, r| {
+            let asked = r.leader_epoch;
+            let ours = p.leader_epoch();
+            // An epoch newer than any we had: undefined (-1, -1).
+            let answer = (asked >= 0 && asked <= ours).then(|| (ours, p.high_watermark()));
+            std::future::ready(Ok(answer))
         })
-        .collect();
+        .await;
+        let partitions = results
+            .into_iter()
+            .map(|(p, result)| {
+                let mut resp = EpochEndOffset {
+                    partition: p.partition,
+                    leader_epoch: -1,
+                    end_offset: -1,
+                    ..Default::default()
+                };
+                match result {
+                    Ok(Some((epoch, end))) => {
+                        resp.leader_epoch = epoch;
+                        resp.end_offset = end;
+                    }
+                    Ok(None) => {}
+                    Err(code) => resp.error_code = code.code(),
+                }
+                resp
+            })
+            .collect();
+        topics.push(OffsetForLeaderTopicResult {
+            topic: t.topic,
+            partitions,
+            ..Default::default()
+        });
+    }
     OffsetForLeaderEpochResponse {
         topics,
         ..Default::default()

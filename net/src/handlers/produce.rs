@@ -1,7 +1,8 @@
 //! Produce: validate each partition's batch, append it, and for acks=all
 //! answer only once it is durable.
 
-use crate::broker::{Appended, Broker, Topic};
+use crate::broker::{Broker, Partition, Topic};
+use kaas_core::partition::AppendDecision;
 use kaas_core::produce::{admit_batch, valid_acks, validate_produce_records};
 use kaas_core::protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
@@ -9,7 +10,6 @@ use kaas_core::protocol::messages::produce_response::{
 use kaas_core::protocol::messages::{ProduceRequest, ProduceResponse};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// First Produce version that names topics by id instead of by name.
 const TOPIC_IDS_FROM: i16 = 13;
@@ -22,8 +22,11 @@ pub async fn handle(
 ) -> Option<ProduceResponse> {
     let acks = req.acks;
     let mut responses = Vec::with_capacity(req.topic_data.len());
+    // The acks=all wait is bounded by the request's timeout as a whole,
+    // counted from its arrival, not per partition.
+    let deadline = broker.env.clock.monotonic_ms() + i64::from(req.timeout_ms.max(0));
     // (response slot, partition, where it landed) for every successful append.
-    let mut pending: Vec<((usize, usize), Arc<crate::broker::Partition>, Appended)> = Vec::new();
+    let mut pending: Vec<((usize, usize), Arc<Partition>, AppendDecision)> = Vec::new();
 
     for topic_data in req.topic_data {
         let topic = resolve(broker, &topic_data.name, topic_data.topic_id, version).await;
@@ -37,14 +40,14 @@ pub async fn handle(
                 ..Default::default()
             };
             let outcome = if valid_acks(acks) {
-                append_one(broker, &topic, pd.index, pd.records)
+                append_one(broker, &topic, pd.index, pd.records).await
             } else {
                 Err(ErrorCode::InvalidRequiredAcks)
             };
             match outcome {
                 Ok((partition, appended)) => {
-                    resp.base_offset = appended.base_offset;
-                    resp.log_start_offset = appended.log_start_offset;
+                    resp.base_offset = appended.base_offset();
+                    resp.log_start_offset = partition.log_start_offset();
                     pending.push((
                         (responses.len(), partition_responses.len()),
                         partition,
@@ -71,14 +74,24 @@ pub async fn handle(
         return None;
     }
     if acks == -1 {
-        let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+        let timeout = broker.env.sleep_until(deadline);
+        tokio::pin!(timeout);
+        let mut timed_out = false;
         for ((t, p), partition, appended) in pending {
-            let waited =
-                tokio::time::timeout(timeout, partition.wait_durable(appended.end_offset)).await;
-            let code = match waited {
-                Ok(Ok(())) => None,
-                Ok(Err(code)) => Some(code),
-                Err(_elapsed) => Some(ErrorCode::RequestTimedOut),
+            let durable = partition.wait_durable(appended.end_offset());
+            let code = if timed_out {
+                // Past the deadline: only what is durable already counts.
+                (partition.high_watermark() < appended.end_offset())
+                    .then_some(ErrorCode::RequestTimedOut)
+            } else {
+                tokio::select! {
+                    waited = durable => waited.err(),
+                    _ = &mut timeout => {
+                        timed_out = true;
+                        (partition.high_watermark() < appended.end_offset())
+                            .then_some(ErrorCode::RequestTimedOut)
+                    }
+                }
             };
             if let Some(code) = code {
                 let resp = &mut responses[t].partition_responses[p];
@@ -108,18 +121,16 @@ async fn resolve(
     broker.get_or_auto_create(name).await
 }
 
-fn append_one(
+async fn append_one(
     broker: &Broker,
     topic: &Result<Arc<Topic>, ErrorCode>,
     index: i32,
     records: Option<bytes::Bytes>,
-) -> Result<(Arc<crate::broker::Partition>, Appended), ErrorCode> {
+) -> Result<(Arc<Partition>, AppendDecision), ErrorCode> {
     let topic = topic.as_ref().map_err(|c| *c)?;
-    let partition = topic
-        .partition(index)
-        .ok_or(ErrorCode::UnknownTopicOrPartition)?;
+    let partition = broker.gate(topic, index, -1)?;
     let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
     admit_batch(&batch)?;
-    let appended = partition.append(&batch, crate::clock::now_ms())?;
-    Ok((partition.clone(), appended))
+    let appended = partition.append(batch).await?;
+    Ok((partition, appended))
 }

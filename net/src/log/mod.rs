@@ -8,9 +8,11 @@
 //!
 //! Everything goes through [`Volume`](crate::volume::Volume), so the
 //! simulator's in-memory volume (with its crash semantics) runs this exact
-//! code. Appends never fsync: the driver fsyncs the active segment outside
-//! the log's lock ([`PartitionLog::sync_handle`]) and then reports
-//! [`PartitionLog::mark_durable`]; the durable offset is the high watermark.
+//! code. Appends and rolls never fsync: the driver's flusher takes a
+//! [`SyncPlan`] (the segments rolled since the last fsync, then the active
+//! one), runs it outside the log's lane and installs the indexes it wrote
+//! ([`PartitionLog::finish_sync`]). Which offsets are durable, and so
+//! visible, is decided by `kaas_core::partition`.
 
 mod fail_stop;
 mod index;
@@ -24,8 +26,8 @@ mod segment;
 mod tests;
 
 pub use layout::partition_dir;
-pub use partition_log::PartitionLog;
-pub use retention::RetentionOutcome;
+pub use partition_log::{remove_segments, PartitionLog, SyncDone, SyncPlan};
+pub use retention::{persist_log_start_offset, RetentionOutcome};
 
 use bytes::Bytes;
 use std::fmt;
@@ -59,8 +61,8 @@ pub struct AppendInfo {
     pub base_offset: i64,
     /// Last offset of the last batch.
     pub last_offset: i64,
-    /// True if the append sealed at least one segment and started a new
-    /// one (the driver may snapshot producer state then).
+    /// True if the append rolled at least one segment (the driver
+    /// snapshots producer state then).
     pub rolled: bool,
 }
 

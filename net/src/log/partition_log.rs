@@ -15,9 +15,12 @@ use crate::volume::{SegmentFile, Volume};
 /// interval. Chunks of a couple of intervals make that a single read.
 const MIN_READ_CHUNK: usize = 16 * 1024;
 
-/// The log of one partition. Not internally synchronised: the driver holds
-/// it behind a lock, and fsyncs outside that lock via
-/// [`sync_handle`](Self::sync_handle) / [`mark_durable`](Self::mark_durable).
+/// The log of one partition: files and the in-memory view of them. Not
+/// internally synchronised: the driver holds it in its append lane and never
+/// fsyncs under that lane. Durability is the flusher's: it takes a
+/// [`SyncPlan`] (memory only), runs it outside the lane, and hands the
+/// result back to [`finish_sync`](Self::finish_sync). Which offsets are
+/// durable is a rule, kept by `kaas_core::partition`.
 pub struct PartitionLog {
     pub(super) volume: Arc<dyn Volume>,
     pub(super) dir: String,
@@ -28,15 +31,14 @@ pub struct PartitionLog {
     pub(super) active: Segment,
     pub(super) log_start_offset: i64,
     end_offset: i64,
-    durable_offset: i64,
     /// Written into every appended batch's partitionLeaderEpoch.
     leader_epoch: i32,
 }
 
 impl PartitionLog {
     /// Opens (creating if needed) the log in `dir`, recovering from a crash:
-    /// the active segment's torn tail is cut off, indexes are checked or
-    /// rebuilt, and everything left is durable.
+    /// a torn tail is cut off, indexes are checked or rebuilt, and
+    /// everything left is durable.
     pub fn open(volume: Arc<dyn Volume>, dir: String, config: LogConfig) -> io::Result<Self> {
         let config = LogConfig {
             segment_bytes: config.segment_bytes.min(u64::from(u32::MAX)),
@@ -52,7 +54,6 @@ impl PartitionLog {
             active: recovered.active,
             log_start_offset: recovered.log_start_offset,
             end_offset,
-            durable_offset: end_offset,
             leader_epoch: 0,
         })
     }
@@ -74,11 +75,6 @@ impl PartitionLog {
     /// The next offset to assign (log end offset).
     pub fn end_offset(&self) -> i64 {
         self.end_offset
-    }
-
-    /// Every offset below this is fsynced; the broker's high watermark.
-    pub fn durable_offset(&self) -> i64 {
-        self.durable_offset
     }
 
     /// The leader epoch stamped on appended batches.
@@ -117,6 +113,19 @@ impl PartitionLog {
     /// Appends one batch; see [`append`](Self::append).
     pub fn append_batch(&mut self, batch: &RecordBatch) -> io::Result<AppendInfo> {
         self.append(std::slice::from_ref(batch))
+    }
+
+    /// Appends one batch at `base_offset`, which the partition's rules
+    /// assigned; anything else means the log and the rules disagree about
+    /// the log end, and nothing is written.
+    pub fn append_at(&mut self, base_offset: i64, batch: &RecordBatch) -> io::Result<AppendInfo> {
+        if base_offset != self.end_offset {
+            return Err(invalid_data(format!(
+                "append at {base_offset} but the log ends at {}",
+                self.end_offset
+            )));
+        }
+        self.append_batch(batch)
     }
 
     /// Appends already-validated batches, assigning offsets from the log end
@@ -219,14 +228,13 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Seals the active segment (fsync, write its index) and starts a new
-    /// one at the log end. The sync makes everything so far durable.
+    /// Starts a new active segment at the log end. The old one joins the
+    /// sealed segments with its index still in memory: the flusher fsyncs
+    /// it and only then writes its index (an index on the volume promises a
+    /// durable segment; recovery trusts it without a scan). Creating the
+    /// new file is the only volume call here; no fsync of data.
     fn roll(&mut self) -> io::Result<()> {
         let new_base = self.end_offset;
-        let index_path = layout::index_path(&self.dir, self.active.base_offset);
-        self.active.file.sync()?;
-        self.active.seal(self.volume.as_ref(), &index_path)?;
-        self.durable_offset = self.durable_offset.max(new_base);
         let file = self
             .volume
             .open_segment(&layout::segment_path(&self.dir, new_base), true)?;
@@ -243,27 +251,49 @@ impl PartitionLog {
 
     // ------------------------------------------------------------ durability
 
-    /// The active segment and the end offset its sync will cover. The
-    /// driver calls `sync()` on the handle without holding the log's lock,
-    /// then [`mark_durable`](Self::mark_durable) with that offset. A roll in
-    /// between is harmless: it syncs the old segment itself.
-    pub fn sync_handle(&self) -> (Arc<dyn SegmentFile>, i64) {
-        (self.active.file.clone(), self.end_offset)
+    /// What the next fsync must cover: every segment rolled since the last
+    /// one (with the index to write for it once it is durable), then the
+    /// active segment. Memory only: call it under the lane, run it outside.
+    pub fn sync_plan(&self) -> io::Result<SyncPlan> {
+        let mut files = Vec::new();
+        let mut indexes = Vec::new();
+        for segment in self.sealed.iter().filter(|s| !s.is_indexed()) {
+            files.push(segment.file.clone());
+            let (bytes, entries) = segment.encode_index()?;
+            indexes.push(PendingIndex {
+                base_offset: segment.base_offset,
+                path: layout::index_path(&self.dir, segment.base_offset),
+                bytes,
+                entries,
+            });
+        }
+        files.push(self.active.file.clone());
+        Ok(SyncPlan {
+            files,
+            indexes,
+            end_offset: self.end_offset,
+        })
     }
 
-    /// Records that every offset below `offset` is durable. Never moves
-    /// backwards and never past the end.
-    pub fn mark_durable(&mut self, offset: i64) {
-        self.durable_offset = self.durable_offset.max(offset.min(self.end_offset));
+    /// Installs the index files a [`SyncPlan`] wrote. Segments deleted
+    /// meanwhile are skipped (their index file is an orphan that the next
+    /// startup removes).
+    pub fn finish_sync(&mut self, done: SyncDone) {
+        for (base, file, entries) in done.indexes {
+            if let Some(segment) = self.sealed.iter_mut().find(|s| s.base_offset == base) {
+                segment.install_index(file, entries);
+            }
+        }
     }
 
-    /// Syncs the active segment under `&mut self`; for tests and callers
-    /// that do not need the lock-free path.
-    pub fn sync(&mut self) -> io::Result<()> {
-        let (file, offset) = self.sync_handle();
-        file.sync()?;
-        self.mark_durable(offset);
-        Ok(())
+    /// Runs a whole sync in place: tests and recovery-like callers that
+    /// need no lane. Returns the offset everything below which is durable.
+    pub fn sync(&mut self) -> io::Result<i64> {
+        let plan = self.sync_plan()?;
+        let done = plan.run(self.volume.as_ref())?;
+        let end = done.end_offset;
+        self.finish_sync(done);
+        Ok(end)
     }
 
     // ------------------------------------------------------------------ read
@@ -433,18 +463,72 @@ impl PartitionLog {
         volume.remove_dir_all(&dir)
     }
 
-    /// Drops the oldest segment (never the active one); the log start moves
-    /// to the next segment's base if it was below it.
-    pub(super) fn delete_oldest_segment(&mut self) -> io::Result<()> {
+    /// Takes the oldest segment (never the active one) out of the log and
+    /// returns its base offset; the caller removes its files outside the
+    /// lane ([`remove_segments`]). The log start moves to the next
+    /// segment's base if it was below it.
+    pub(super) fn detach_oldest_segment(&mut self) -> Option<i64> {
         if self.sealed.is_empty() {
-            return Ok(());
+            return None;
         }
         let oldest = self.sealed.remove(0);
-        delete_segment_files(self.volume.as_ref(), &self.dir, oldest.base_offset)?;
         let first_base = self.sealed.first().unwrap_or(&self.active).base_offset;
         self.log_start_offset = self.log_start_offset.max(first_base);
-        Ok(())
+        Some(oldest.base_offset)
     }
+}
+
+/// What the flusher must do to make the log durable up to `end_offset`.
+pub struct SyncPlan {
+    files: Vec<Arc<dyn SegmentFile>>,
+    indexes: Vec<PendingIndex>,
+    pub end_offset: i64,
+}
+
+struct PendingIndex {
+    base_offset: i64,
+    path: String,
+    bytes: Vec<u8>,
+    entries: u64,
+}
+
+/// A plan that ran: the index handles to install.
+pub struct SyncDone {
+    pub end_offset: i64,
+    indexes: Vec<(i64, Arc<dyn SegmentFile>, u64)>,
+}
+
+impl SyncPlan {
+    /// Whether there is anything not yet synced up to `durable_end`.
+    pub fn covers_more_than(&self, durable_end: i64) -> bool {
+        self.end_offset > durable_end || !self.indexes.is_empty()
+    }
+
+    /// fsyncs every file, oldest first, then writes the indexes of the
+    /// rolled segments. Blocks: run it on the IO runner, outside the lane.
+    pub fn run(self, volume: &dyn Volume) -> io::Result<SyncDone> {
+        for file in &self.files {
+            file.sync()?;
+        }
+        let mut indexes = Vec::with_capacity(self.indexes.len());
+        for pending in self.indexes {
+            volume.write_atomic(&pending.path, &pending.bytes)?;
+            let file = volume.open_segment(&pending.path, false)?;
+            indexes.push((pending.base_offset, file, pending.entries));
+        }
+        Ok(SyncDone {
+            end_offset: self.end_offset,
+            indexes,
+        })
+    }
+}
+
+/// Removes the files of segments a deletion detached from the log.
+pub fn remove_segments(volume: &dyn Volume, dir: &str, bases: &[i64]) -> io::Result<()> {
+    for &base in bases {
+        delete_segment_files(volume, dir, base)?;
+    }
+    Ok(())
 }
 
 /// `(offset, timestamp)` of the first record at or after `min_offset` whose

@@ -1,10 +1,12 @@
 //! Startup: from the files in a partition directory back to segments.
 //!
-//! Sealed segments were fsynced when they were rolled and their index
-//! written after that, so an index whose trailer matches the segment size is
-//! trusted without reading the segment. The active (last) segment may end in
-//! a torn write: every batch is framed and CRC-checked, and the file is cut
-//! at the first one that fails; its index is rebuilt from the same scan.
+//! The flusher writes a rolled segment's index only after fsyncing the
+//! segment, so an index whose trailer matches the segment size is trusted
+//! without reading the segment. Any other segment may end in a torn write:
+//! every batch is framed and CRC-checked, the file is cut at the first one
+//! that fails, and its index is rebuilt from the same scan. A segment that
+//! lost its tail ends the log (the segments after it are dropped: they were
+//! never durable), so offsets stay dense.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -55,18 +57,47 @@ pub(crate) fn recover(volume: &dyn Volume, dir: &str, config: &LogConfig) -> io:
 
     let mut sealed = Vec::with_capacity(bases.len());
     let mut active = None;
-    if let Some((&active_base, sealed_bases)) = bases.split_last() {
-        for &base in sealed_bases {
-            if let Some(segment) = load_sealed(volume, dir, base, config)? {
-                sealed.push(segment);
-            }
+    for (i, &base) in bases.iter().enumerate() {
+        let file = volume.open_segment(&layout::segment_path(dir, base), false)?;
+        let Some(&next_base) = bases.get(i + 1) else {
+            let segment = scan_segment(file, base, config)?;
+            // Whatever survived is made durable now, so that the durable
+            // offset can start at the end offset.
+            segment.file.sync()?;
+            active = Some(segment);
+            break;
+        };
+        if let Some(segment) = load_indexed(volume, dir, base, file.clone())? {
+            sealed.push(segment);
+            continue;
         }
-        let file = volume.open_segment(&layout::segment_path(dir, active_base), false)?;
-        let segment = scan_segment(file, active_base, config)?;
-        // Whatever survived is made durable now, so that the durable offset
-        // can start at the end offset.
+        // No index: the segment was rolled, but the flusher had not both
+        // fsynced it and written its index when the broker stopped. Scan
+        // and keep what survived.
+        tracing::warn!(dir, base, "segment without a valid index; scanning it");
+        let mut segment = scan_segment(file, base, config)?;
         segment.file.sync()?;
+        if segment.next_offset == next_base {
+            segment.seal(volume, &layout::index_path(dir, base))?;
+            sealed.push(segment);
+            continue;
+        }
+        // It lost its tail, so the log ends here. The later segments hold
+        // offsets after the hole; none of it was durable (the flusher
+        // fsyncs a rolled segment before any later one counts), so nothing
+        // acknowledged goes with them.
+        tracing::warn!(
+            dir,
+            base,
+            end = segment.next_offset,
+            next_base,
+            "segment ends before the next one starts; dropping the segments after it"
+        );
+        for &later in &bases[i + 1..] {
+            delete_segment_files(volume, dir, later)?;
+        }
         active = Some(segment);
+        break;
     }
 
     let active = match active {
@@ -115,35 +146,21 @@ pub(crate) fn delete_segment_files(volume: &dyn Volume, dir: &str, base: i64) ->
     volume.remove(&layout::index_path(dir, base))
 }
 
-/// A sealed segment from its index, or rebuilt by scanning it. `None` if no
-/// valid batch is left in it (its files are then removed).
-fn load_sealed(
+/// A sealed segment described by an index whose trailer matches it, or
+/// `None` if the index is missing or does not match.
+fn load_indexed(
     volume: &dyn Volume,
     dir: &str,
     base: i64,
-    config: &LogConfig,
+    file: Arc<dyn SegmentFile>,
 ) -> io::Result<Option<Segment>> {
-    let file = volume.open_segment(&layout::segment_path(dir, base), false)?;
     let index_path = layout::index_path(dir, base);
     match volume.open_segment(&index_path, false) {
-        Ok(index_file) => {
-            if let Some((trailer, entries)) = read_trailer(index_file.as_ref(), file.len())? {
-                return Ok(Some(Segment::sealed(
-                    base, file, index_file, trailer, entries,
-                )));
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+        Ok(index_file) => Ok(read_trailer(index_file.as_ref(), file.len())?
+            .map(|(trailer, entries)| Segment::sealed(base, file, index_file, trailer, entries))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
-    tracing::warn!(dir, base, "missing or inconsistent index; rebuilding");
-    let mut segment = scan_segment(file, base, config)?;
-    if segment.is_empty() {
-        delete_segment_files(volume, dir, base)?;
-        return Ok(None);
-    }
-    segment.seal(volume, &index_path)?;
-    Ok(Some(segment))
 }
 
 /// Scans a segment from the start, validating every batch, truncating the

@@ -3,92 +3,108 @@
 use std::io;
 
 use super::layout;
+use crate::volume::Volume;
 use super::partition_log::PartitionLog;
 use super::ReadError;
 
 /// What a retention pass did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetentionOutcome {
-    pub deleted_segments: usize,
+    /// Base offsets of the segments taken out; their files are the
+    /// caller's to remove.
+    pub deleted_segments: Vec<i64>,
     pub log_start_offset: i64,
 }
 
+/// Persists a new log start (DeleteRecords), atomically and durably.
+pub fn persist_log_start_offset(volume: &dyn Volume, dir: &str, offset: i64) -> io::Result<()> {
+    volume.write_atomic(
+        &layout::log_start_offset_path(dir),
+        &layout::encode_log_start_offset(offset),
+    )
+}
+
 impl PartitionLog {
-    /// DeleteRecords: makes `offset` the new log start (persisted first,
-    /// so a crash cannot resurrect records) and deletes the segments
-    /// entirely below it. Returns the new log start (the low watermark).
+    /// DeleteRecords: makes `offset` the new log start and takes the
+    /// segments entirely below it out of the log. Memory only: the caller
+    /// persists the new start first ([`persist_log_start_offset`], so a
+    /// crash cannot resurrect records) and removes the detached segments'
+    /// files afterwards, both outside the lane. Returns the new log start
+    /// (the low watermark) and the detached segments' base offsets.
     ///
     /// Offsets at or below the current start change nothing. Above the log
-    /// end is out of range; the broker checks the stricter high-watermark
-    /// bound before calling.
-    pub fn delete_records_before(&mut self, offset: i64) -> Result<i64, ReadError> {
+    /// end is out of range; the partition's rules check the stricter
+    /// high-watermark bound before.
+    pub fn delete_records_before(&mut self, offset: i64) -> Result<(i64, Vec<i64>), ReadError> {
         if offset > self.end_offset() {
             return Err(ReadError::OutOfRange);
         }
         if offset <= self.log_start_offset {
-            return Ok(self.log_start_offset);
+            return Ok((self.log_start_offset, Vec::new()));
         }
-        self.volume.write_atomic(
-            &layout::log_start_offset_path(&self.dir),
-            &layout::encode_log_start_offset(offset),
-        )?;
         self.log_start_offset = offset;
         // A segment is entirely below the start when its successor begins
         // at or before it; the active segment always stays.
+        let mut detached = Vec::new();
         while self
             .second_segment_base()
             .is_some_and(|base| base <= offset)
         {
-            self.delete_oldest_segment()?;
+            detached.extend(self.detach_oldest_segment());
         }
-        Ok(self.log_start_offset)
+        Ok((self.log_start_offset, detached))
     }
 
-    /// Deletes the oldest sealed segments (never the active one) while the
-    /// log would still hold at least `retention_bytes` without them, then
-    /// while their newest timestamp is more than `retention_ms` before
-    /// `now_ms`. `-1` disables either rule. Kafka's semantics; only whole
-    /// segments go, and only from the front, so the log stays contiguous.
-    ///
-    /// The log start moves with the first remaining segment. It is not
-    /// persisted here: on reopen it is at least the first segment's base.
-    pub fn apply_retention(
-        &mut self,
-        now_ms: i64,
-        retention_bytes: i64,
-        retention_ms: i64,
-    ) -> io::Result<RetentionOutcome> {
-        let mut deleted = 0;
+    /// The oldest sealed segments retention would delete (never the active
+    /// one): while the log would still hold at least `retention_bytes`
+    /// without them, then while their newest timestamp is more than
+    /// `retention_ms` before `now_ms`. `-1` disables either rule. Kafka's
+    /// semantics; only whole segments go, and only from the front, so the
+    /// log stays contiguous. Returns how many, and the log start after
+    /// them (what the producer state must be snapshotted past first).
+    pub fn retention_plan(&self, now_ms: i64, retention_bytes: i64, retention_ms: i64) -> (usize, i64) {
+        let mut count = 0;
         if let Ok(limit) = u64::try_from(retention_bytes) {
             let mut size = self.size_bytes();
-            while let Some(oldest) = self.oldest_sealed() {
-                let oldest_size = oldest.size();
-                if size.saturating_sub(oldest_size) < limit {
+            for oldest in &self.sealed {
+                if size.saturating_sub(oldest.size()) < limit {
                     break;
                 }
-                self.delete_oldest_segment()?;
-                size -= oldest_size;
-                deleted += 1;
+                size -= oldest.size();
+                count += 1;
             }
         }
         if retention_ms >= 0 {
             let cutoff = now_ms.saturating_sub(retention_ms);
-            while let Some(oldest) = self.oldest_sealed() {
+            for oldest in self.sealed.iter().skip(count) {
                 if oldest.max_timestamp >= cutoff {
                     break;
                 }
-                self.delete_oldest_segment()?;
-                deleted += 1;
+                count += 1;
             }
         }
-        Ok(RetentionOutcome {
-            deleted_segments: deleted,
-            log_start_offset: self.log_start_offset,
-        })
+        let new_start = self
+            .sealed
+            .get(count)
+            .unwrap_or(&self.active)
+            .base_offset
+            .max(self.log_start_offset);
+        (count, new_start)
     }
 
-    fn oldest_sealed(&self) -> Option<&super::segment::Segment> {
-        self.sealed.first()
+    /// Takes the `count` oldest sealed segments out of the log (memory
+    /// only; see [`retention_plan`](Self::retention_plan)). The log start
+    /// moves with the first remaining segment; it is not persisted: on
+    /// reopen it is at least the first segment's base.
+    pub fn apply_retention(&mut self, count: usize) -> RetentionOutcome {
+        let mut detached = Vec::with_capacity(count);
+        for _ in 0..count {
+            detached.extend(self.detach_oldest_segment());
+        }
+        RetentionOutcome {
+            deleted_segments: detached,
+            log_start_offset: self.log_start_offset,
+        }
     }
 
     /// Base of the segment after the oldest one, if there are two.

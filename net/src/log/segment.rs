@@ -86,10 +86,6 @@ impl Segment {
         self.file.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.size() == 0
-    }
-
     /// Offset relative to the segment base, if it fits an index entry.
     pub fn relative(&self, offset: i64) -> Option<u32> {
         u32::try_from(offset.checked_sub(self.base_offset)?).ok()
@@ -120,11 +116,15 @@ impl Segment {
         Ok(())
     }
 
-    /// Writes the index with its trailer and switches lookups to the file.
-    /// The caller has synced the segment itself.
-    pub fn seal(&mut self, volume: &dyn Volume, index_path: &str) -> io::Result<()> {
+    /// Whether the index is on the volume (the segment was sealed durably).
+    pub fn is_indexed(&self) -> bool {
+        matches!(self.index, SegmentIndex::Sealed { .. })
+    }
+
+    /// The `.index` file's bytes (entries plus trailer) and entry count.
+    pub fn encode_index(&self) -> io::Result<(Vec<u8>, u64)> {
         let SegmentIndex::Memory(entries) = &self.index else {
-            return Ok(());
+            return Err(invalid_data("segment index is already on the volume"));
         };
         let trailer = IndexEntry {
             relative_offset: self
@@ -134,14 +134,24 @@ impl Segment {
                 .map_err(|_| invalid_data("segment size does not fit the index"))?,
             max_timestamp_before: self.max_timestamp,
         };
-        let bytes = index::encode(entries, trailer);
-        let count = (entries.len() + 1) as u64;
+        Ok((index::encode(entries, trailer), (entries.len() + 1) as u64))
+    }
+
+    /// Switches lookups to the written index file.
+    pub fn install_index(&mut self, file: Arc<dyn SegmentFile>, entries: u64) {
+        self.index = SegmentIndex::Sealed { file, entries };
+    }
+
+    /// Writes the index with its trailer and switches lookups to the file.
+    /// The caller has synced the segment itself.
+    pub fn seal(&mut self, volume: &dyn Volume, index_path: &str) -> io::Result<()> {
+        if self.is_indexed() {
+            return Ok(());
+        }
+        let (bytes, entries) = self.encode_index()?;
         volume.write_atomic(index_path, &bytes)?;
         let file = volume.open_segment(index_path, false)?;
-        self.index = SegmentIndex::Sealed {
-            file,
-            entries: count,
-        };
+        self.install_index(file, entries);
         Ok(())
     }
 

@@ -47,6 +47,31 @@ impl Fixture {
     }
 }
 
+/// DeleteRecords as the driver runs it: persist the new start, detach the
+/// segments below it, remove their files.
+fn delete_before(fx: &Fixture, log: &mut PartitionLog, offset: i64) -> Result<i64, ReadError> {
+    if offset <= log.end_offset() && offset > log.log_start_offset() {
+        super::persist_log_start_offset(fx.volume.as_ref(), DIR, offset)?;
+    }
+    let (low, detached) = log.delete_records_before(offset)?;
+    super::remove_segments(fx.volume.as_ref(), DIR, &detached)?;
+    Ok(low)
+}
+
+/// Retention as the driver runs it: plan, detach, remove the files.
+fn retain(
+    fx: &Fixture,
+    log: &mut PartitionLog,
+    now_ms: i64,
+    retention_bytes: i64,
+    retention_ms: i64,
+) -> super::RetentionOutcome {
+    let (count, _) = log.retention_plan(now_ms, retention_bytes, retention_ms);
+    let outcome = log.apply_retention(count);
+    super::remove_segments(fx.volume.as_ref(), DIR, &outcome.deleted_segments).unwrap();
+    outcome
+}
+
 fn small_segments() -> LogConfig {
     LogConfig {
         segment_bytes: 1_000,
@@ -190,7 +215,7 @@ fn out_of_range_reads_are_distinguished() {
     assert_eq!(ReadError::OutOfRange.error_code(), 1);
     // Exactly at the end is the normal "caught up" case.
     assert!(log.read(2, 100, i64::MAX).unwrap().records.is_empty());
-    log.delete_records_before(1).unwrap();
+    delete_before(&fx, &mut log, 1).unwrap();
     assert!(matches!(
         log.read(0, 100, i64::MAX),
         Err(ReadError::OutOfRange)
@@ -207,6 +232,10 @@ fn appends_roll_segments_and_reads_cross_them() {
     }
     assert!(rolled);
     assert!(log.segment_count() > 3, "{}", log.segment_count());
+    for base in log.segment_base_offsets() {
+        assert!(!fx.index_file(base).exists(), "indexed before its fsync");
+    }
+    log.sync().unwrap();
     for (i, base) in log.segment_base_offsets().into_iter().enumerate() {
         assert!(fx.segment_file(base).exists());
         let sealed = i + 1 < log.segment_count();
@@ -226,24 +255,25 @@ fn appends_roll_segments_and_reads_cross_them() {
     }
 }
 
+/// A roll writes no data fsync and no index: the flusher's plan covers the
+/// rolled segment, fsyncs it, and only then writes its index (an index on
+/// the volume promises a durable segment).
 #[test]
-fn a_roll_makes_the_sealed_segment_durable() {
+fn a_roll_leaves_the_fsync_and_the_index_to_the_flusher() {
     let fx = Fixture::new();
     let mut log = fx.open(small_segments());
     log.append_batch(&batch(2, 0, 600)).unwrap();
-    assert_eq!(log.durable_offset(), 0);
     let a = log.append_batch(&batch(2, 0, 600)).unwrap();
     assert!(a.rolled);
-    assert_eq!(log.durable_offset(), 2);
-    let (file, end) = log.sync_handle();
-    assert_eq!(end, 4);
-    file.sync().unwrap();
-    log.mark_durable(end);
-    assert_eq!(log.durable_offset(), 4);
-    // Never backwards, never past the end.
-    log.mark_durable(1);
-    log.mark_durable(100);
-    assert_eq!(log.durable_offset(), 4);
+    assert!(!fx.index_file(0).exists());
+    let plan = log.sync_plan().unwrap();
+    assert_eq!(plan.end_offset, 4);
+    assert!(plan.covers_more_than(4), "the rolled segment still needs its index");
+    let done = plan.run(fx.volume.as_ref()).unwrap();
+    log.finish_sync(done);
+    assert!(fx.index_file(0).exists());
+    let again = log.sync_plan().unwrap();
+    assert!(!again.covers_more_than(4));
 }
 
 #[test]
@@ -264,7 +294,6 @@ fn reopening_after_a_clean_close_gives_the_same_log() {
 
     let log = fx.open(small_segments());
     assert_eq!(log.end_offset(), end);
-    assert_eq!(log.durable_offset(), end);
     assert_eq!(log.segment_base_offsets(), bases);
     assert_eq!(read_all(&log, 0), before);
     assert_eq!(log.max_timestamp().unwrap(), max_ts);
@@ -353,6 +382,7 @@ fn a_missing_or_damaged_index_is_rebuilt() {
     let bases = log.segment_base_offsets();
     let all = read_all(&log, 0);
     let lookup = log.offset_for_timestamp(155).unwrap();
+    log.sync().unwrap();
     drop(log);
 
     let first_index = fx.index_file(bases[0]);
@@ -383,6 +413,7 @@ fn an_index_whose_entries_point_nowhere_falls_back_to_scanning() {
         log.append_batch(&batch(1, i, 60)).unwrap();
     }
     let bases = log.segment_base_offsets();
+    log.sync().unwrap();
     drop(log);
     // Keep the trailer (so the index is trusted) but corrupt the positions.
     let path = fx.index_file(bases[0]);
@@ -449,7 +480,7 @@ fn delete_records_before_moves_the_start_and_drops_whole_segments() {
     }
     let bases = log.segment_base_offsets();
     let cut = bases[2] + 1;
-    assert_eq!(log.delete_records_before(cut).unwrap(), cut);
+    assert_eq!(delete_before(&fx, &mut log, cut).unwrap(), cut);
     assert_eq!(log.log_start_offset(), cut);
     assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
     assert!(!fx.segment_file(bases[0]).exists());
@@ -465,9 +496,9 @@ fn delete_records_before_moves_the_start_and_drops_whole_segments() {
         cut
     );
     // Moving backwards changes nothing; past the end is out of range.
-    assert_eq!(log.delete_records_before(1).unwrap(), cut);
+    assert_eq!(delete_before(&fx, &mut log, 1).unwrap(), cut);
     assert!(matches!(
-        log.delete_records_before(61),
+        delete_before(&fx, &mut log, 61),
         Err(ReadError::OutOfRange)
     ));
     // Timestamp lookups skip the deleted prefix.
@@ -515,7 +546,7 @@ fn deleting_records_up_to_the_end_leaves_an_empty_readable_log() {
     for i in 0..10 {
         log.append_batch(&batch(2, i, 60)).unwrap();
     }
-    assert_eq!(log.delete_records_before(20).unwrap(), 20);
+    assert_eq!(delete_before(&fx, &mut log, 20).unwrap(), 20);
     assert!(log.read(20, 100, i64::MAX).unwrap().records.is_empty());
     assert_eq!(log.max_timestamp().unwrap(), None);
     assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
@@ -534,19 +565,19 @@ fn size_retention_keeps_at_least_the_limit_and_never_the_active_segment() {
     }
     let before = log.segment_count();
     let limit = 1_500;
-    let outcome = log.apply_retention(0, limit, -1).unwrap();
-    assert!(outcome.deleted_segments > 0);
-    assert_eq!(log.segment_count(), before - outcome.deleted_segments);
+    let outcome = retain(&fx, &mut log, 0, limit, -1);
+    assert!(!outcome.deleted_segments.is_empty());
+    assert_eq!(log.segment_count(), before - outcome.deleted_segments.len());
     assert!(log.size_bytes() >= limit as u64);
     assert_eq!(outcome.log_start_offset, log.segment_base_offsets()[0]);
     assert_eq!(log.log_start_offset(), outcome.log_start_offset);
 
     // A zero limit still keeps the active segment.
-    log.apply_retention(0, 0, -1).unwrap();
+    retain(&fx, &mut log, 0, 0, -1);
     assert_eq!(log.segment_count(), 1);
     assert_eq!(log.log_start_offset(), log.segment_base_offsets()[0]);
     // Unlimited: nothing happens.
-    assert_eq!(log.apply_retention(0, -1, -1).unwrap().deleted_segments, 0);
+    assert_eq!(retain(&fx, &mut log, 0, -1, -1).deleted_segments.len(), 0);
 }
 
 #[test]
@@ -559,8 +590,8 @@ fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
     }
     let bases = log.segment_base_offsets();
     // Everything older than 10_000 at now = 20_000 with retention 10_000.
-    let outcome = log.apply_retention(20_000, -1, 10_000).unwrap();
-    assert!(outcome.deleted_segments > 0);
+    let outcome = retain(&fx, &mut log, 20_000, -1, 10_000);
+    assert!(!outcome.deleted_segments.is_empty());
     let first = log.segment_base_offsets()[0];
     assert!(first > 0);
     // The first kept segment holds a timestamp >= 10_000; the last deleted
@@ -570,7 +601,7 @@ fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
     assert_eq!(log.log_start_offset(), first);
     assert!(bases.contains(&first));
     // Far in the future everything but the active segment goes.
-    log.apply_retention(i64::MAX, -1, 0).unwrap();
+    retain(&fx, &mut log, i64::MAX, -1, 0);
     assert_eq!(log.segment_count(), 1);
 }
 
@@ -768,30 +799,23 @@ fn a_segment_whose_fsync_failed_is_never_sealed_by_a_later_roll() {
     });
     let mut log = PartitionLog::open(volume.clone(), DIR.to_string(), small_segments()).unwrap();
     log.append_batch(&batch(2, 0, 600)).unwrap();
-    // The flusher's fsync, outside the log's lock, fails.
-    let (file, _) = log.sync_handle();
+    // The flusher's fsync, outside the log's lane, fails.
     fail_next_sync.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(file.sync().is_err());
-    // An append that rolls must not seal the segment on a second fsync.
-    let rolled = log.append_batch(&batch(2, 0, 600));
-    assert!(
-        rolled.is_err(),
-        "the roll sealed a segment whose fsync failed"
-    );
-    assert_eq!(log.segment_count(), 1);
+    assert!(log.sync().is_err());
+    // An append rolls (rolls do not fsync) ...
+    assert!(log.append_batch(&batch(2, 0, 600)).unwrap().rolled);
+    // ... and the next plan's fsync of that segment fails too: it is never
+    // indexed, so never trusted without a scan.
+    assert!(log.sync().is_err());
     assert!(!tmp.path().join(layout::index_path(DIR, 0)).exists());
-    assert_eq!(log.durable_offset(), 0);
-    // Nor does the flusher's next fsync report it durable.
-    let (file, _) = log.sync_handle();
-    assert!(file.sync().is_err());
 }
 
 /// The other order, also found by the simulation (without the fail-stop,
-/// seeds 1206 and 1724 of `scripts/sim --release` fail): a roll's fsync failed and
-/// failed the partition, but the group-commit flusher, which had taken the
-/// segment's handle just before, synced it next; that sync succeeded, the
-/// high watermark moved over the records whose pages the failed fsync had
-/// dropped, and they were acknowledged, then lost in the crash.
+/// seeds 1206 and 1724 of `scripts/sim --release` fail): a flusher's plan
+/// was taken, an append rolled the segment, and an fsync of it failed; a
+/// later fsync of the same file succeeded (after a write-back error the
+/// pages look clean), the high watermark moved over records whose pages
+/// were dropped, and they were acknowledged, then lost in the crash.
 #[test]
 fn a_flusher_fsync_after_a_failed_roll_does_not_make_the_segment_durable() {
     let tmp = tempfile::tempdir().unwrap();
@@ -800,13 +824,46 @@ fn a_flusher_fsync_after_a_failed_roll_does_not_make_the_segment_durable() {
         inner: LocalVolume::new(tmp.path()).unwrap(),
         fail_next_sync: fail_next_sync.clone(),
     });
-    let mut log = PartitionLog::open(volume, DIR.to_string(), small_segments()).unwrap();
+    let mut log = PartitionLog::open(volume.clone(), DIR.to_string(), small_segments()).unwrap();
     log.append_batch(&batch(2, 0, 600)).unwrap();
-    // The flusher takes the handle, then an append rolls and its fsync fails.
-    let (file, end) = log.sync_handle();
+    let early = log.sync_plan().unwrap();
+    assert!(log.append_batch(&batch(2, 0, 600)).unwrap().rolled);
     fail_next_sync.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(log.append_batch(&batch(2, 0, 600)).is_err());
-    assert!(file.sync().is_err(), "the flusher's fsync reported durable");
-    assert_eq!(end, 2);
-    assert_eq!(log.durable_offset(), 0);
+    assert!(log.sync().is_err());
+    assert!(
+        early.run(volume.as_ref()).is_err(),
+        "the earlier plan's fsync reported the segment durable"
+    );
+}
+
+/// Rolls no longer fsync, so after a crash several segments may lack an
+/// index. One that lost its tail ends the log: the segments after it hold
+/// offsets past the hole, and none of them was durable (the flusher fsyncs
+/// a rolled segment before any later offset counts as durable).
+#[test]
+fn a_rolled_segment_that_lost_its_tail_ends_the_log() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..12 {
+        log.append_batch(&batch(2, i, 60)).unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 3);
+    drop(log);
+    // The crash kept only the first batch of the second segment.
+    let second = fx.segment_file(bases[1]);
+    let first_batch = batch(2, 0, 60).size() as u64;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&second)
+        .unwrap()
+        .set_len(first_batch + 10)
+        .unwrap();
+    let log = fx.open(small_segments());
+    assert_eq!(log.segment_base_offsets(), bases[..2].to_vec());
+    assert_eq!(log.end_offset(), bases[1] + 2);
+    assert!(!fx.segment_file(bases[2]).exists());
+    let all = read_all(&log, 0);
+    assert_contiguous(&all, 0);
+    assert_eq!(all.last().unwrap().last_offset(), bases[1] + 1);
 }

@@ -23,7 +23,7 @@ pub async fn start_broker(configure: impl FnOnce(&mut BrokerConfig)) -> TestBrok
     let mut config = BrokerConfig::new(addr);
     configure(&mut config);
     let volume = Arc::new(LocalVolume::new(dir.path()).expect("volume"));
-    let broker = Broker::open(config, volume).expect("broker");
+    let broker = Broker::open(config, volume, kaas_net::env::Env::system()).expect("broker");
     tokio::spawn(kaas_net::server::serve(
         broker.clone(),
         listener,

@@ -1,19 +1,9 @@
-//! The one place the driver reads time and entropy.
-//!
-//! Core logic takes `now_ms` and randomness as arguments; the driver gets
-//! them here. Under madsim the clock is intercepted and becomes simulated
-//! time, and entropy comes from madsim's seeded rng, so a simulation replays
-//! exactly.
+//! The one place the driver draws randomness (topic ids, cluster ids,
+//! member ids). Time comes from the broker's injected clock
+//! (`crate::env::Clock`). Under madsim the entropy comes from madsim's
+//! seeded rng, so a simulation replays exactly.
 
 use kaas_core::protocol::Uuid;
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// A fresh random UUID that is neither zero nor Kafka's reserved metadata
 /// topic id (1), the two ids clients treat specially.

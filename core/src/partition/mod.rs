@@ -1,0 +1,357 @@
+//! One partition's rules as a pure state machine: which offsets a batch
+//! gets, what is durable, what consumers may see, and when the producer
+//! state may be written down.
+//!
+//! The driver (`kaas_net::broker::Partition`) owns the files; this owns every
+//! decision about them. It is told what happened (`append`, `durable_up_to`,
+//! `segment_rolled`, `records_deleted`, `failed`) and answers with decisions
+//! (write this batch at these offsets, answer this retry with the original
+//! offsets, refuse with this code) and effects for the driver to carry out
+//! ([`Effects`]: publish a high watermark, write a producer snapshot). No
+//! IO happens here, so a model can check it (see the property test in
+//! `tests.rs`).
+//!
+//! Offsets, lowest first:
+//!
+//! ```text
+//! log start <= last stable offset <= high watermark == durable end <= log end
+//! ```
+//!
+//! - **log end**: the next offset to assign. Advanced by `append` *before*
+//!   the driver writes the batch, under the driver's append lane, so the
+//!   order of decisions is the order of writes.
+//! - **durable end**: everything below is fsync'd.
+//! - **high watermark**: what consumers may read. With one copy of the
+//!   data the fsync is what replication is in Kafka, so the high watermark
+//!   *is* the durable end: a consumer never reads an offset a crash could
+//!   take back and hand to another record.
+//! - **last stable offset**: what read_committed consumers may read: the
+//!   high watermark, or the first offset of the earliest open transaction
+//!   if that is lower.
+
+#[cfg(test)]
+mod tests;
+
+use crate::producer::{encode_snapshot, BatchIdentity, Classification, ProducerTable};
+use crate::protocol::ErrorCode;
+use std::collections::BTreeSet;
+
+/// Where a batch goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendDecision {
+    /// New: write it with these offsets. Durable once the high watermark
+    /// passes `last_offset`.
+    Write { base_offset: i64, last_offset: i64 },
+    /// A retry of a batch already in the log: write nothing, answer with
+    /// the original offsets (once they are durable, for acks=all: the
+    /// original may still be on its way to disk).
+    Duplicate { base_offset: i64, last_offset: i64 },
+}
+
+impl AppendDecision {
+    pub fn base_offset(&self) -> i64 {
+        match *self {
+            AppendDecision::Write { base_offset, .. }
+            | AppendDecision::Duplicate { base_offset, .. } => base_offset,
+        }
+    }
+
+    /// One past the last offset: durable once the high watermark reaches it.
+    pub fn end_offset(&self) -> i64 {
+        match *self {
+            AppendDecision::Write { last_offset, .. }
+            | AppendDecision::Duplicate { last_offset, .. } => last_offset + 1,
+        }
+    }
+}
+
+/// What an incoming batch looks like to the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IncomingBatch {
+    /// `None` for a batch without a producer id.
+    pub identity: Option<BatchIdentity>,
+    /// Offsets in the batch minus one (lastOffsetDelta).
+    pub last_offset_delta: i32,
+    pub max_timestamp: i64,
+}
+
+/// A producer snapshot to write: the table encoded as of `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotWrite {
+    pub offset: i64,
+    pub bytes: Vec<u8>,
+}
+
+/// What the driver must do after an event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// The high watermark moved to this: publish it (wake acks=all waiters
+    /// and long-poll fetches).
+    pub high_watermark: Option<i64>,
+    /// Snapshots whose offset is now durable: write them, in order.
+    pub snapshots: Vec<SnapshotWrite>,
+}
+
+/// The state the driver recovered from the volume at startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    pub log_start_offset: i64,
+    /// Recovery made everything that survived durable, so this is also the
+    /// durable end and the high watermark.
+    pub log_end_offset: i64,
+    pub leader_epoch: i32,
+    pub producers: ProducerTable,
+    /// Offset of the producer snapshot on the volume, if there is one.
+    pub snapshot_offset: Option<i64>,
+}
+
+/// The partition's rules and bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    leader_epoch: i32,
+    log_start: i64,
+    log_end: i64,
+    durable_end: i64,
+    producers: ProducerTable,
+    /// Open transactions as (first offset, producer id). Empty until
+    /// transactions land; the last stable offset is computed from it.
+    open_transactions: BTreeSet<(i64, i64)>,
+    /// Snapshots taken (at a roll, or asked for before a deletion) that
+    /// wait for the log to be durable up to their offset.
+    pending_snapshots: Vec<SnapshotWrite>,
+    /// Offset of the newest snapshot the driver reported written.
+    written_snapshot: Option<i64>,
+    /// An append or an fsync failed: what is on disk is unknown, so nothing
+    /// more is appended or acknowledged.
+    failed: bool,
+}
+
+impl PartitionState {
+    pub fn recovered(r: Recovered) -> PartitionState {
+        let open_transactions = open_transactions_of(&r.producers);
+        PartitionState {
+            leader_epoch: r.leader_epoch,
+            log_start: r.log_start_offset,
+            log_end: r.log_end_offset,
+            durable_end: r.log_end_offset,
+            producers: r.producers,
+            open_transactions,
+            pending_snapshots: Vec::new(),
+            written_snapshot: r.snapshot_offset,
+            failed: false,
+        }
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        high_watermark(self.durable_end)
+    }
+
+    pub fn last_stable_offset(&self) -> i64 {
+        last_stable_offset(self.high_watermark(), &self.open_transactions)
+    }
+
+    pub fn producers(&self) -> &ProducerTable {
+        &self.producers
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Decides where an incoming (already validated) batch goes. A `Write`
+    /// advances the log end and records the producer's batch at once: the
+    /// driver writes it next, in decision order, and if that write fails it
+    /// reports [`failed`](Self::failed), after which nothing is
+    /// acknowledged.
+    pub fn append(
+        &mut self,
+        batch: &IncomingBatch,
+        now_ms: i64,
+    ) -> Result<AppendDecision, ErrorCode> {
+        if self.failed {
+            return Err(ErrorCode::KafkaStorageError);
+        }
+        if batch.last_offset_delta < 0 {
+            return Err(ErrorCode::CorruptMessage);
+        }
+        if let Some(id) = &batch.identity {
+            match self.producers.classify(id) {
+                Classification::Append => {}
+                Classification::Duplicate {
+                    first_offset,
+                    last_offset,
+                } => {
+                    return Ok(AppendDecision::Duplicate {
+                        base_offset: first_offset,
+                        last_offset,
+                    })
+                }
+                Classification::Reject(code) => return Err(code),
+            }
+        }
+        let base_offset = self.log_end;
+        let last_offset = base_offset
+            .checked_add(i64::from(batch.last_offset_delta))
+            .ok_or(ErrorCode::KafkaStorageError)?;
+        self.log_end = last_offset + 1;
+        if let Some(id) = &batch.identity {
+            let opened = self.producers.record_append(
+                id,
+                base_offset,
+                batch.max_timestamp,
+                now_ms,
+            );
+            if let Some(first_offset) = opened {
+                self.open_transactions.insert((first_offset, id.producer_id));
+            }
+        }
+        Ok(AppendDecision::Write {
+            base_offset,
+            last_offset,
+        })
+    }
+
+    /// Everything below `offset` is fsync'd. Moves the high watermark and
+    /// releases the snapshots that are now durable. Never moves back, and
+    /// never past the log end.
+    pub fn durable_up_to(&mut self, offset: i64) -> Effects {
+        let mut fx = Effects::default();
+        if self.failed {
+            return fx;
+        }
+        let before = self.high_watermark();
+        self.durable_end = self.durable_end.max(offset.min(self.log_end));
+        if self.high_watermark() != before {
+            fx.high_watermark = Some(self.high_watermark());
+        }
+        let durable = self.durable_end;
+        let (ready, waiting) = std::mem::take(&mut self.pending_snapshots)
+            .into_iter()
+            .partition(|s| snapshot_may_be_written(s.offset, durable));
+        self.pending_snapshots = waiting;
+        fx.snapshots = ready;
+        fx
+    }
+
+    /// A segment was rolled: the producer state is snapshotted there, so
+    /// the recovery replay is bounded by about one segment. Returns the
+    /// snapshot's offset; it is written once the log is durable up to it.
+    pub fn segment_rolled(&mut self) -> i64 {
+        self.take_snapshot()
+    }
+
+    /// Takes a snapshot of the producer table as of the log end (the table
+    /// reflects exactly the batches below it) and queues it until that
+    /// offset is durable. Deletions ask for one first: producer state must
+    /// outlive the segments that go (KIP-360). Returns its offset.
+    pub fn take_snapshot(&mut self) -> i64 {
+        let offset = self.log_end;
+        let bytes = encode_snapshot(&self.producers, offset);
+        // A newer snapshot supersedes an older one still waiting.
+        self.pending_snapshots.retain(|s| s.offset > offset);
+        self.pending_snapshots.push(SnapshotWrite { offset, bytes });
+        offset
+    }
+
+    /// The driver wrote the snapshot at `offset`.
+    pub fn snapshot_written(&mut self, offset: i64) {
+        self.written_snapshot = Some(self.written_snapshot.map_or(offset, |o| o.max(offset)));
+    }
+
+    /// Offset of the newest snapshot on the volume.
+    pub fn written_snapshot(&self) -> Option<i64> {
+        self.written_snapshot
+    }
+
+    /// Whether DeleteRecords may move the log start to `new_start`.
+    pub fn may_delete_before(&self, new_start: i64) -> Result<(), ErrorCode> {
+        may_delete_records_before(new_start, self.high_watermark())
+    }
+
+    /// Whether the segments below `new_start` may go without losing
+    /// producer state a restart needs.
+    pub fn deletion_is_covered(&self, new_start: i64) -> bool {
+        snapshot_covers_deletion(self.written_snapshot, new_start)
+    }
+
+    /// The log start moved (DeleteRecords, retention). Never moves back.
+    pub fn records_deleted(&mut self, new_start: i64) {
+        self.log_start = self.log_start.max(new_start.min(self.log_end));
+    }
+
+    /// Forgets producers idle for `expiration_ms`; returns how many.
+    pub fn expire_producers(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        self.producers.expire(now_ms, expiration_ms)
+    }
+
+    /// An append or fsync failed. Nothing more is appended or acknowledged
+    /// until the partition is recovered from the volume again.
+    pub fn failed(&mut self) {
+        self.failed = true;
+        self.pending_snapshots.clear();
+    }
+}
+
+/// With a single copy of the data, the high watermark is the durable end.
+pub fn high_watermark(durable_end: i64) -> i64 {
+    durable_end
+}
+
+/// read_committed consumers see up to the high watermark, or up to the
+/// first offset of the earliest open transaction if that is lower.
+pub fn last_stable_offset(high_watermark: i64, open: &BTreeSet<(i64, i64)>) -> i64 {
+    open.first()
+        .map_or(high_watermark, |&(first, _)| first.min(high_watermark))
+}
+
+/// A snapshot may be written only once the log up to its offset is
+/// durable. Written earlier, a crash can take back batches it covers;
+/// trusted at a later start, it would answer a retry of such a batch as a
+/// duplicate at offsets that by then hold other records.
+pub fn snapshot_may_be_written(snapshot_offset: i64, durable_end: i64) -> bool {
+    snapshot_offset <= durable_end
+}
+
+/// A snapshot found at startup is used only if it is not ahead of the
+/// recovered log (defence in depth: with the rule above it never is, but a
+/// snapshot from an older version or outside damage could be).
+pub fn snapshot_is_trusted(snapshot_offset: i64, log_end: i64) -> bool {
+    snapshot_offset <= log_end
+}
+
+/// DeleteRecords and retention may move the log start up to the high
+/// watermark, never past it: consumers must be able to read what they were
+/// told exists, and offsets above it are not durable.
+pub fn may_delete_records_before(new_start: i64, high_watermark: i64) -> Result<(), ErrorCode> {
+    if new_start < 0 || new_start > high_watermark {
+        return Err(ErrorCode::OffsetOutOfRange);
+    }
+    Ok(())
+}
+
+/// Producer state must outlive the log segments that held its batches
+/// (KIP-360): a restart rebuilds the table from the snapshot plus the log
+/// after it, so segments below `new_start` may be deleted only once a
+/// snapshot at or past `new_start` is on the volume.
+pub fn snapshot_covers_deletion(written_snapshot: Option<i64>, new_start: i64) -> bool {
+    written_snapshot.is_some_and(|s| s >= new_start)
+}
+
+fn open_transactions_of(table: &ProducerTable) -> BTreeSet<(i64, i64)> {
+    table
+        .entries()
+        .filter_map(|e| e.current_txn_first_offset.map(|o| (o, e.producer_id)))
+        .collect()
+}

@@ -1,0 +1,297 @@
+use super::*;
+use crate::producer::{decode_snapshot, BatchIdentity, ProducerTable};
+use proptest::prelude::*;
+
+fn plain(records: i32) -> IncomingBatch {
+    IncomingBatch {
+        identity: None,
+        last_offset_delta: records - 1,
+        max_timestamp: 0,
+    }
+}
+
+fn idempotent(pid: i64, epoch: i16, first_seq: i32, records: i32) -> IncomingBatch {
+    IncomingBatch {
+        identity: Some(BatchIdentity {
+            producer_id: pid,
+            epoch,
+            first_seq,
+            last_seq: first_seq + records - 1,
+            is_transactional: false,
+            offset_delta: records - 1,
+        }),
+        last_offset_delta: records - 1,
+        max_timestamp: 0,
+    }
+}
+
+fn fresh() -> PartitionState {
+    PartitionState::recovered(Recovered {
+        log_start_offset: 0,
+        log_end_offset: 0,
+        leader_epoch: 0,
+        producers: ProducerTable::new(),
+        snapshot_offset: None,
+    })
+}
+
+#[test]
+fn offsets_are_assigned_densely_from_the_log_end_in_decision_order() {
+    let mut p = fresh();
+    assert_eq!(
+        p.append(&plain(3), 0),
+        Ok(AppendDecision::Write {
+            base_offset: 0,
+            last_offset: 2
+        })
+    );
+    assert_eq!(
+        p.append(&plain(1), 0),
+        Ok(AppendDecision::Write {
+            base_offset: 3,
+            last_offset: 3
+        })
+    );
+    assert_eq!(p.log_end_offset(), 4);
+}
+
+#[test]
+fn the_high_watermark_is_the_durable_end() {
+    let mut p = fresh();
+    p.append(&plain(5), 0).unwrap();
+    assert_eq!(p.high_watermark(), 0, "nothing is visible before the fsync");
+    let fx = p.durable_up_to(3);
+    assert_eq!(fx.high_watermark, Some(3));
+    assert_eq!(p.high_watermark(), 3);
+    // Never past the log end, never back.
+    assert_eq!(p.durable_up_to(99).high_watermark, Some(5));
+    assert_eq!(p.durable_up_to(1).high_watermark, None);
+    assert_eq!(p.high_watermark(), 5);
+}
+
+#[test]
+fn the_last_stable_offset_stops_at_the_earliest_open_transaction() {
+    let mut open = BTreeSet::new();
+    assert_eq!(last_stable_offset(10, &open), 10);
+    open.insert((7, 1));
+    open.insert((4, 2));
+    assert_eq!(last_stable_offset(10, &open), 4);
+    assert_eq!(last_stable_offset(3, &open), 3);
+}
+
+#[test]
+fn a_retry_is_answered_with_the_original_offsets_and_writes_nothing() {
+    let mut p = fresh();
+    let first = p.append(&idempotent(9, 0, 0, 2), 0).unwrap();
+    p.append(&plain(1), 0).unwrap();
+    let again = p.append(&idempotent(9, 0, 0, 2), 0).unwrap();
+    assert_eq!(
+        again,
+        AppendDecision::Duplicate {
+            base_offset: first.base_offset(),
+            last_offset: 1
+        }
+    );
+    assert_eq!(p.log_end_offset(), 3);
+}
+
+#[test]
+fn producer_rule_violations_are_refused_with_their_code() {
+    let mut p = fresh();
+    p.append(&idempotent(9, 1, 0, 1), 0).unwrap();
+    assert_eq!(
+        p.append(&idempotent(9, 1, 5, 1), 0),
+        Err(ErrorCode::OutOfOrderSequenceNumber)
+    );
+    assert_eq!(
+        p.append(&idempotent(9, 0, 1, 1), 0),
+        Err(ErrorCode::InvalidProducerEpoch)
+    );
+    assert_eq!(
+        p.append(&idempotent(10, 0, 3, 1), 0),
+        Err(ErrorCode::UnknownProducerId)
+    );
+    assert_eq!(p.log_end_offset(), 1, "refused batches take no offsets");
+}
+
+#[test]
+fn a_snapshot_is_written_only_once_the_log_is_durable_up_to_its_offset() {
+    assert!(snapshot_may_be_written(5, 5));
+    assert!(!snapshot_may_be_written(6, 5));
+    let mut p = fresh();
+    p.append(&idempotent(9, 0, 0, 4), 0).unwrap();
+    let at = p.segment_rolled();
+    assert_eq!(at, 4);
+    assert!(p.durable_up_to(3).snapshots.is_empty());
+    let fx = p.durable_up_to(4);
+    assert_eq!(fx.snapshots.len(), 1);
+    let (table, offset) = decode_snapshot(&fx.snapshots[0].bytes).unwrap();
+    assert_eq!(offset, 4);
+    assert_eq!(table.get(9).map(|e| e.last_seq()), Some(3));
+    assert!(p.durable_up_to(4).snapshots.is_empty(), "written once");
+}
+
+#[test]
+fn a_newer_snapshot_supersedes_one_still_waiting() {
+    let mut p = fresh();
+    p.append(&plain(2), 0).unwrap();
+    p.take_snapshot();
+    p.append(&plain(2), 0).unwrap();
+    p.take_snapshot();
+    let fx = p.durable_up_to(4);
+    assert_eq!(
+        fx.snapshots.iter().map(|s| s.offset).collect::<Vec<_>>(),
+        vec![4]
+    );
+}
+
+#[test]
+fn a_snapshot_ahead_of_the_recovered_log_is_not_trusted() {
+    assert!(snapshot_is_trusted(10, 10));
+    assert!(!snapshot_is_trusted(11, 10));
+}
+
+#[test]
+fn records_may_be_deleted_up_to_the_high_watermark_only() {
+    assert_eq!(may_delete_records_before(5, 5), Ok(()));
+    assert_eq!(
+        may_delete_records_before(6, 5),
+        Err(ErrorCode::OffsetOutOfRange)
+    );
+    assert_eq!(
+        may_delete_records_before(-2, 5),
+        Err(ErrorCode::OffsetOutOfRange)
+    );
+    let mut p = fresh();
+    p.append(&plain(4), 0).unwrap();
+    p.durable_up_to(4);
+    p.records_deleted(3);
+    p.records_deleted(1);
+    assert_eq!(p.log_start_offset(), 3, "the log start never moves back");
+}
+
+#[test]
+fn segments_go_only_once_a_snapshot_past_them_is_written() {
+    assert!(!snapshot_covers_deletion(None, 0));
+    assert!(!snapshot_covers_deletion(Some(4), 5));
+    assert!(snapshot_covers_deletion(Some(5), 5));
+    let mut p = fresh();
+    p.append(&plain(6), 0).unwrap();
+    assert!(!p.deletion_is_covered(3));
+    p.snapshot_written(6);
+    p.snapshot_written(2);
+    assert!(p.deletion_is_covered(6), "the newest written snapshot counts");
+}
+
+#[test]
+fn a_failed_partition_appends_and_acknowledges_nothing() {
+    let mut p = fresh();
+    p.append(&plain(2), 0).unwrap();
+    p.segment_rolled();
+    p.failed();
+    assert_eq!(p.append(&plain(1), 0), Err(ErrorCode::KafkaStorageError));
+    assert_eq!(p.durable_up_to(2), Effects::default());
+    assert_eq!(p.high_watermark(), 0);
+}
+
+/// One step of a random history of a partition.
+#[derive(Debug, Clone)]
+enum Op {
+    /// An idempotent batch: producer (0..3), records (1..4), and whether it
+    /// is a retry of that producer's previous batch.
+    Idempotent { producer: u8, records: u8, retry: bool },
+    Plain { records: u8 },
+    /// The flusher's fsync covered the log up to this fraction (0..=8 of 8)
+    /// of what is not durable yet.
+    Durable { eighths: u8 },
+    Roll,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..3, 1u8..4, any::<bool>()).prop_map(|(producer, records, retry)| Op::Idempotent {
+            producer,
+            records,
+            retry
+        }),
+        (1u8..4).prop_map(|records| Op::Plain { records }),
+        (0u8..=8).prop_map(|eighths| Op::Durable { eighths }),
+        Just(Op::Roll),
+    ]
+}
+
+proptest! {
+    /// Against a model that keeps every decision: offsets are dense and
+    /// never reused, a retry is answered with the offsets its original got,
+    /// the high watermark never goes back nor past the log end, and every
+    /// snapshot released is durable and covers exactly the batches below
+    /// its offset.
+    #[test]
+    fn decisions_match_a_model_of_the_log(ops in proptest::collection::vec(op(), 1..200)) {
+        let mut p = fresh();
+        // Model: per producer, (next sequence, offsets of its last batch).
+        let mut next_seq = [0i32; 3];
+        let mut last_batch: [Option<(i32, i32, i64, i64)>; 3] = [None; 3];
+        let mut log_end = 0i64;
+        let mut hw = 0i64;
+        for op in ops {
+            match op {
+                Op::Idempotent { producer, records, retry } => {
+                    let i = producer as usize;
+                    let pid = 100 + i64::from(producer);
+                    match (retry, last_batch[i]) {
+                        (true, Some((first, n, base, last))) => {
+                            let d = p.append(&idempotent(pid, 0, first, n), 0).unwrap();
+                            prop_assert_eq!(d, AppendDecision::Duplicate { base_offset: base, last_offset: last });
+                        }
+                        _ => {
+                            let n = i32::from(records);
+                            let d = p.append(&idempotent(pid, 0, next_seq[i], n), 0).unwrap();
+                            let (base, last) = (log_end, log_end + i64::from(n) - 1);
+                            prop_assert_eq!(d, AppendDecision::Write { base_offset: base, last_offset: last });
+                            last_batch[i] = Some((next_seq[i], n, base, last));
+                            next_seq[i] += n;
+                            log_end = last + 1;
+                        }
+                    }
+                }
+                Op::Plain { records } => {
+                    let d = p.append(&plain(i32::from(records)), 0).unwrap();
+                    prop_assert_eq!(d.base_offset(), log_end);
+                    log_end += i64::from(records);
+                }
+                Op::Durable { eighths } => {
+                    let to = hw + (log_end - hw) * i64::from(eighths) / 8;
+                    let fx = p.durable_up_to(to);
+                    let new_hw = hw.max(to);
+                    prop_assert_eq!(fx.high_watermark, (new_hw != hw).then_some(new_hw));
+                    hw = new_hw;
+                    for s in fx.snapshots {
+                        prop_assert!(s.offset <= hw);
+                        let (table, offset) = decode_snapshot(&s.bytes).unwrap();
+                        prop_assert_eq!(offset, s.offset);
+                        for (i, b) in last_batch.iter().enumerate() {
+                            let pid = 100 + i as i64;
+                            let covered = table.get(pid).and_then(|e| e.batches.back().map(|m| m.last_offset));
+                            if let Some((_, _, _, last)) = b {
+                                if *last < offset {
+                                    prop_assert!(covered.is_some_and(|c| c <= *last && c < offset));
+                                }
+                            }
+                            if let Some(c) = covered {
+                                prop_assert!(c < offset, "snapshot at {} covers offset {}", offset, c);
+                            }
+                        }
+                    }
+                }
+                Op::Roll => {
+                    prop_assert_eq!(p.segment_rolled(), log_end);
+                }
+            }
+            prop_assert_eq!(p.log_end_offset(), log_end);
+            prop_assert_eq!(p.high_watermark(), hw);
+            prop_assert!(p.last_stable_offset() <= p.high_watermark());
+            prop_assert!(p.high_watermark() <= p.log_end_offset());
+        }
+    }
+}
