@@ -161,7 +161,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let broker = Broker::open(config, volume)
+    let broker = Broker::open(config, volume, kaas_net::env::Env::system())
         .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
     tokio::spawn(broker.clone().run_retention());
     tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), cluster_id = %broker.cluster_id, "kaas is serving");

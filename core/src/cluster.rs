@@ -88,7 +88,10 @@ pub fn next_claim(newest: Option<Claim>, broker_id: i32) -> Claim {
             broker_id,
             epoch: c.epoch.saturating_add(1),
         },
-        None => Claim { broker_id, epoch: 0 },
+        None => Claim {
+            broker_id,
+            epoch: 0,
+        },
     }
 }
 
@@ -154,16 +157,34 @@ mod tests {
 
     #[test]
     fn an_owner_keeps_its_epoch_and_a_successor_takes_the_next() {
-        assert_eq!(next_claim(None, 3), Claim { broker_id: 3, epoch: 0 });
-        let mine = Claim { broker_id: 3, epoch: 4 };
+        assert_eq!(
+            next_claim(None, 3),
+            Claim {
+                broker_id: 3,
+                epoch: 0
+            }
+        );
+        let mine = Claim {
+            broker_id: 3,
+            epoch: 4,
+        };
         assert_eq!(next_claim(Some(mine), 3), mine);
-        assert_eq!(next_claim(Some(mine), 5), Claim { broker_id: 5, epoch: 5 });
+        assert_eq!(
+            next_claim(Some(mine), 5),
+            Claim {
+                broker_id: 5,
+                epoch: 5
+            }
+        );
     }
 
     #[test]
     fn only_the_leader_serves_a_partition_at_its_current_epoch() {
         let view = ClusterView::single(1);
-        let leader = Claim { broker_id: 1, epoch: 3 };
+        let leader = Claim {
+            broker_id: 1,
+            epoch: 3,
+        };
         assert_eq!(check_partition_access(&view, leader, -1), Ok(()));
         assert_eq!(check_partition_access(&view, leader, 3), Ok(()));
         assert_eq!(
@@ -174,7 +195,10 @@ mod tests {
             check_partition_access(&view, leader, 4),
             Err(ErrorCode::UnknownLeaderEpoch)
         );
-        let other = Claim { broker_id: 2, epoch: 3 };
+        let other = Claim {
+            broker_id: 2,
+            epoch: 3,
+        };
         assert_eq!(
             check_partition_access(&view, other, 3),
             Err(ErrorCode::NotLeaderOrFollower)
@@ -184,13 +208,37 @@ mod tests {
     #[test]
     fn only_the_owner_of_a_slot_coordinates_it() {
         let view = ClusterView::single(1);
-        assert_eq!(check_slot_access(&view, 7, Claim { broker_id: 1, epoch: 2 }), Ok(2));
         assert_eq!(
-            check_slot_access(&view, 7, Claim { broker_id: 2, epoch: 2 }),
+            check_slot_access(
+                &view,
+                7,
+                Claim {
+                    broker_id: 1,
+                    epoch: 2
+                }
+            ),
+            Ok(2)
+        );
+        assert_eq!(
+            check_slot_access(
+                &view,
+                7,
+                Claim {
+                    broker_id: 2,
+                    epoch: 2
+                }
+            ),
             Err(ErrorCode::NotCoordinator)
         );
         assert_eq!(
-            check_slot_access(&view, COORDINATOR_SLOTS, Claim { broker_id: 1, epoch: 0 }),
+            check_slot_access(
+                &view,
+                COORDINATOR_SLOTS,
+                Claim {
+                    broker_id: 1,
+                    epoch: 0
+                }
+            ),
             Err(ErrorCode::NotCoordinator)
         );
     }

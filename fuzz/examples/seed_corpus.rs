@@ -235,7 +235,8 @@ fn broker_volume() -> Vec<u8> {
     rt.block_on(async {
         let dynvol: Arc<dyn Volume> = volume.clone();
         let config = BrokerConfig::new(([127, 0, 0, 1], 9092).into());
-        let broker = Broker::open(config, dynvol).expect("open an empty volume");
+        let broker = Broker::open(config, dynvol, kaas_net::env::Env::in_place())
+            .expect("open an empty volume");
         let batch = |pid: i64, seq: i32| {
             let mut b = BatchBuilder::idempotent(pid, 0, seq);
             for i in 0..10u8 {
@@ -258,20 +259,22 @@ fn broker_volume() -> Vec<u8> {
             .create_topic("u", 1, 1, BTreeMap::new())
             .await
             .expect("create u");
-        let p = broker.partition("t", 0).expect("t-0");
+        let p = broker.partition("t", 0, -1).expect("t-0");
         for i in 0..12 {
-            p.append(&batch(1 << 40, i * 10), 1).expect("append");
+            p.append(batch(1 << 40, i * 10)).await.expect("append");
         }
         let plain = BatchBuilder::new().record(3, None, Some(b"x")).build();
         broker
-            .partition("t", 1)
+            .partition("t", 1, -1)
             .expect("t-1")
-            .append(&plain, 1)
+            .append(plain.clone())
+            .await
             .expect("append");
         broker
-            .partition("u", 0)
+            .partition("u", 0, -1)
             .expect("u-0")
-            .append(&plain, 1)
+            .append(plain)
+            .await
             .expect("append");
         broker.flush_all().await;
         broker.producer_ids.next().await.expect("a pid");

@@ -333,7 +333,8 @@ const PID_FILE: &str = "__cluster/producer_ids/kaas-0.json";
 fn pid_block_file(data: &[u8]) {
     let volume = Arc::new(MemVolume::new());
     volume.put(PID_FILE, data);
-    let manager = kaas_net::broker::ProducerIdManager::new(volume.clone(), 0);
+    let manager =
+        kaas_net::broker::ProducerIdManager::new(volume.clone(), kaas_net::env::Env::in_place(), 0);
     let rt = runtime();
     let Ok(first) = rt.block_on(manager.next()) else {
         return;
@@ -347,7 +348,8 @@ fn pid_block_file(data: &[u8]) {
         .expect("the second id of a block");
     assert!(second > first, "pid {second} after {first}");
     // A restart never hands out an id again.
-    let restarted = kaas_net::broker::ProducerIdManager::new(volume, 0);
+    let restarted =
+        kaas_net::broker::ProducerIdManager::new(volume, kaas_net::env::Env::in_place(), 0);
     if let Ok(third) = rt.block_on(restarted.next()) {
         assert!(third > second, "pid {third} after restart, {second} before");
     }
@@ -390,30 +392,34 @@ fn broker_open(data: &[u8]) {
     let rt = runtime();
     rt.block_on(async {
         let dynvol: Arc<dyn Volume> = volume.clone();
-        let Ok(broker) = Broker::open(config.clone(), dynvol.clone()) else {
+        let Ok(broker) = Broker::open(
+            config.clone(),
+            dynvol.clone(),
+            kaas_net::env::Env::in_place(),
+        ) else {
             return;
         };
         for topic in broker.topics() {
             for p in &topic.partitions {
                 let start = p.log_start_offset();
                 assert!(start <= p.high_watermark());
-                if let Ok(read) = p.read(start, 1 << 20, Isolation::ReadUncommitted) {
+                if let Ok(read) = p.read(start, 1 << 20, Isolation::ReadUncommitted).await {
                     for batch in split_batches(read.records) {
                         let _ = batch.validate();
                     }
                 }
             }
         }
-        if let Some(p) = broker.partition("t", 0) {
+        if let Ok(p) = broker.partition("t", 0, -1) {
             let batch = kaas_core::record::BatchBuilder::idempotent(5, 0, 0)
                 .record(1, None, Some(b"v"))
                 .build();
-            let _ = p.append(&batch, 1);
+            let _ = p.append(batch).await;
         }
         broker.flush_all().await;
         let before = served(&broker);
         drop(broker);
-        let Ok(reopened) = Broker::open(config, dynvol) else {
+        let Ok(reopened) = Broker::open(config, dynvol, kaas_net::env::Env::in_place()) else {
             panic!("a volume the broker opened and shut down cleanly does not reopen");
         };
         assert_eq!(
@@ -499,7 +505,8 @@ pub fn broker_requests(data: &[u8]) {
         let volume: Arc<dyn Volume> = Arc::new(MemVolume::new());
         let mut config = BrokerConfig::new(([127, 0, 0, 1], 9092).into());
         config.max_frame_bytes = crate::MAX_FRAME_BYTES;
-        let broker = Broker::open(config, volume).expect("open an empty volume");
+        let broker = Broker::open(config, volume, kaas_net::env::Env::in_place())
+            .expect("open an empty volume");
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let serving = tokio::spawn(kaas_net::server::run_connection(
             broker,

@@ -86,10 +86,11 @@ fn generated_volume_seed_opens_with_its_topics_and_offsets() {
     rt.block_on(async {
         let dynvol: Arc<dyn Volume> = volume;
         let config = kaas_net::BrokerConfig::new(([127, 0, 0, 1], 9092).into());
-        let broker = kaas_net::Broker::open(config, dynvol).expect("the seed volume opens");
-        let t0 = broker.partition("t", 0).expect("t-0");
+        let broker = kaas_net::Broker::open(config, dynvol, kaas_net::env::Env::in_place())
+            .expect("the seed volume opens");
+        let t0 = broker.partition("t", 0, -1).expect("t-0");
         assert_eq!(t0.high_watermark(), 120);
-        assert!(broker.partition("u", 0).is_some());
+        assert!(broker.partition("u", 0, -1).is_ok());
         let offsets = broker
             .groups
             .fetch_offsets("g", Some(&[("t".to_string(), vec![0])]), false);

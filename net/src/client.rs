@@ -362,7 +362,8 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let volume = Arc::new(LocalVolume::new(dir.path()).unwrap());
-        let broker = Broker::open(BrokerConfig::new(addr), volume, crate::env::Env::system()).unwrap();
+        let broker =
+            Broker::open(BrokerConfig::new(addr), volume, crate::env::Env::system()).unwrap();
         tokio::spawn(crate::server::serve(
             broker,
             listener,

@@ -7,6 +7,7 @@
 //! network, at 10.0.0.1:9092 — an address inside madsim, no real traffic.
 
 use crate::checker::{History, IdempotenceStats, PartitionLog};
+use crate::env::{SimClock, SimIo};
 use crate::group_history::GroupStats;
 use crate::params::SimParams;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
@@ -14,6 +15,7 @@ use crate::workload::{self, Shared};
 use crate::{group_member, idempotent};
 use kaas_core::record::{split_batches, Tail};
 use kaas_net::config::{BrokerConfig, LogDefaults};
+use kaas_net::env::Env;
 use kaas_net::volume::Volume;
 use kaas_net::Broker;
 use madsim::rand::{thread_rng, Rng};
@@ -172,7 +174,7 @@ impl fmt::Display for SeedReport {
 type BrokerErrors = Arc<Mutex<Vec<String>>>;
 
 /// The broker node's main task, run again on every restart.
-async fn run_broker(config: BrokerConfig, volume: SimVolume, errors: BrokerErrors) {
+async fn run_broker(config: BrokerConfig, volume: SimVolume, env: Env, errors: BrokerErrors) {
     let injected_before = volume.stats().injected_faults;
     let report = |what: String| {
         // A broker that cannot start because the volume is gone (a power
@@ -186,7 +188,7 @@ async fn run_broker(config: BrokerConfig, volume: SimVolume, errors: BrokerError
         Ok(l) => l,
         Err(e) => return report(format!("cannot listen on {}: {e}", config.listen)),
     };
-    let broker = match Broker::open(config, Arc::new(volume.clone())) {
+    let broker = match Broker::open(config, Arc::new(volume.clone()), env) {
         Ok(b) => b,
         Err(e) => return report(format!("Broker::open failed: {e}")),
     };
@@ -465,17 +467,32 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let started = Instant::now();
     let params = SimParams::draw(&mut thread_rng());
     let volume = SimVolume::new();
-    volume.set_sync_latency(Some(params.sync_latency), thread_rng().gen());
     let broker_errors: BrokerErrors = Arc::default();
 
     let config = broker_config(&params);
+    let sync_latency = params.sync_latency;
+    // Up to 5 s off true wall time, up to 200 ppm drift: a broker's
+    // timestamps and deadlines must not depend on its clock being right.
+    let params_clock = (5_000i64, 200i64);
     let broker_node = {
         let (volume, errors) = (volume.clone(), broker_errors.clone());
         handle
             .create_node()
             .name("broker")
             .ip(BROKER_IP)
-            .init(move || run_broker(config.clone(), volume.clone(), errors.clone()))
+            .init(move || {
+                // Each incarnation gets its own clock (a restarted machine
+                // reads its clock afresh) and fsync latencies.
+                let mut rng = thread_rng();
+                let env = Env {
+                    clock: Arc::new(SimClock::new(
+                        rng.gen_range(-params_clock.0..=params_clock.0),
+                        rng.gen_range(-params_clock.1..=params_clock.1),
+                    )),
+                    io: Arc::new(SimIo::new(sync_latency, rng.gen())),
+                };
+                run_broker(config.clone(), volume.clone(), env, errors.clone())
+            })
             .build()
     };
     let client = handle.create_node().name("client").ip(CLIENT_IP).build();

@@ -682,7 +682,7 @@ fn encode_produce(
     timeout_ms: i32,
 ) -> Result<Bytes, kaas_core::protocol::EncodeError> {
     let mut builder = BatchBuilder::idempotent(pid, epoch, seq);
-    let now = kaas_net::clock::now_ms();
+    let now = crate::env::wall_ms();
     for value in values {
         builder.push(NewRecord::new(now, None, Some(value)));
     }

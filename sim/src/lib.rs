@@ -9,6 +9,8 @@
 //! - [`group_history`]: the same for the consumer group (commits, offset
 //!   fetches, assignments).
 //! - [`params`]: per-seed workload and fault parameters.
+//! - `env` (madsim builds only): each broker's own clock (seeded offset and
+//!   drift) and an IO runner on which an fsync takes simulated time.
 //! - `harness`, `workload`, `idempotent`, `group_member`, `pipeline`,
 //!   `runner` (madsim builds only): the simulated cluster, the client actors
 //!   (plain and idempotent producers, a tailing consumer, consumer group
@@ -19,6 +21,8 @@
 //! normal `cargo test`.
 
 pub mod checker;
+#[cfg(madsim)]
+pub mod env;
 pub mod group_history;
 pub mod params;
 pub mod volume;

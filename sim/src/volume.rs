@@ -35,10 +35,8 @@
 //!   at a random *time* rarely lands between two of them (a segment and its
 //!   index, say); a cut at a random *operation* does, and can also land
 //!   inside startup recovery.
-//! - fsync latency: [`set_sync_latency`](SimVolume::set_sync_latency) gives
-//!   fsyncs a seeded simulated duration (`SegmentFile::sync_latency`, which
-//!   the partition flusher sleeps before syncing), so appends arrive while an
-//!   fsync is in flight (group commit) and timed kills land before it.
+//! - fsync latency is not the volume's: the broker's IO runner
+//!   (`crate::env::SimIo`) lets simulated time pass for an fsync.
 //! - Faults without a crash: [`set_fault_hook`](SimVolume::set_fault_hook)
 //!   lets the harness fail chosen operations (the buggify seam). A failed
 //!   fsync has Linux's semantics ("fsyncgate"): the bytes it should have
@@ -52,12 +50,10 @@
 
 use bytes::Bytes;
 use kaas_net::volume::{SegmentFile, Volume};
-use rand::rngs::SmallRng;
-use rand::{Rng, RngCore, SeedableRng};
+use rand::{Rng, RngCore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 use tokio::sync::watch;
 
 /// An operation a fault hook may fail.
@@ -159,11 +155,6 @@ struct State {
     /// Mutations left before an armed power cut.
     cut_after: Option<u64>,
     fault_hook: Option<FaultHook>,
-    /// Range of `SegmentFile::sync_latency`, in microseconds, and the rng
-    /// it is drawn from (seeded by the harness: the volume itself knows
-    /// nothing of madsim).
-    sync_latency: Option<(u64, u64)>,
-    latency_rng: SmallRng,
     stats: VolumeStats,
 }
 
@@ -323,8 +314,6 @@ impl SimVolume {
             frozen: false,
             cut_after: None,
             fault_hook: None,
-            sync_latency: None,
-            latency_rng: SmallRng::seed_from_u64(0),
             stats: VolumeStats::default(),
         };
         SimVolume {
@@ -442,18 +431,6 @@ impl SimVolume {
     /// A receiver that changes whenever a power cut fires.
     pub fn watch_power_cuts(&self) -> watch::Receiver<u64> {
         self.inner.power_cuts.subscribe()
-    }
-
-    /// Makes every fsync take a random time in `[min, max]` (`None`: none),
-    /// drawn from an rng seeded with `seed`. Without it an fsync is instant
-    /// and group commit never groups anything in simulated time.
-    pub fn set_sync_latency(&self, range: Option<(Duration, Duration)>, seed: u64) {
-        let mut state = self.state();
-        state.sync_latency = range.map(|(min, max)| {
-            let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-            (us(min), us(max).max(us(min)))
-        });
-        state.latency_rng = SmallRng::seed_from_u64(seed);
     }
 
     /// Installs (or removes) the fault hook.
@@ -720,18 +697,6 @@ impl SegmentFile for SimSegment {
         })
     }
 
-    fn sync_latency(&self) -> Duration {
-        let mut state = self.volume.state();
-        let State {
-            sync_latency,
-            latency_rng,
-            ..
-        } = &mut *state;
-        sync_latency.map_or(Duration::ZERO, |(min, max)| {
-            Duration::from_micros(latency_rng.gen_range(min..=max))
-        })
-    }
-
     fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
         self.with_inode(FaultPoint::ReadAt, |inode, _| {
             let start = usize::try_from(pos).map_or(inode.data.len(), |p| p.min(inode.data.len()));
@@ -780,6 +745,8 @@ impl SegmentFile for SimSegment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::rngs::SmallRng;
+    use rand::SeedableRng;
 
     #[test]
     fn unsynced_appends_are_lost_on_crash_and_synced_ones_kept() {
@@ -940,23 +907,6 @@ mod tests {
         );
         assert_eq!(v.crash().bytes_poisoned, 4);
         assert_eq!(v.read("f").unwrap().unwrap(), &b"ok|\0\0\0\0|later"[..]);
-    }
-
-    #[test]
-    fn sync_latency_is_zero_unless_configured_and_then_seeded() {
-        let v = SimVolume::new();
-        let seg = v.open_segment("f", true).unwrap();
-        assert_eq!(seg.sync_latency(), Duration::ZERO);
-        let range = (Duration::from_millis(1), Duration::from_millis(5));
-        let draws = |seed| {
-            v.set_sync_latency(Some(range), seed);
-            (0..10).map(|_| seg.sync_latency()).collect::<Vec<_>>()
-        };
-        let first = draws(3);
-        assert!(first.iter().all(|d| (range.0..=range.1).contains(d)));
-        assert_eq!(first, draws(3));
-        v.set_sync_latency(None, 0);
-        assert_eq!(seg.sync_latency(), Duration::ZERO);
     }
 
     #[test]

@@ -251,7 +251,7 @@ pub async fn producer(
         shared.history().sent(&values);
         let correlation_id = batch_no as i32;
         batch_no += 1;
-        let body = produce_request(partition, &values, kaas_net::clock::now_ms());
+        let body = produce_request(partition, &values, crate::env::wall_ms());
         let frame = match encode_request(
             produce_request::API_KEY,
             PRODUCE_VERSION,

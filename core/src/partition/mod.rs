@@ -207,14 +207,12 @@ impl PartitionState {
             .ok_or(ErrorCode::KafkaStorageError)?;
         self.log_end = last_offset + 1;
         if let Some(id) = &batch.identity {
-            let opened = self.producers.record_append(
-                id,
-                base_offset,
-                batch.max_timestamp,
-                now_ms,
-            );
+            let opened = self
+                .producers
+                .record_append(id, base_offset, batch.max_timestamp, now_ms);
             if let Some(first_offset) = opened {
-                self.open_transactions.insert((first_offset, id.producer_id));
+                self.open_transactions
+                    .insert((first_offset, id.producer_id));
             }
         }
         Ok(AppendDecision::Write {

@@ -180,7 +180,10 @@ fn segments_go_only_once_a_snapshot_past_them_is_written() {
     assert!(!p.deletion_is_covered(3));
     p.snapshot_written(6);
     p.snapshot_written(2);
-    assert!(p.deletion_is_covered(6), "the newest written snapshot counts");
+    assert!(
+        p.deletion_is_covered(6),
+        "the newest written snapshot counts"
+    );
 }
 
 #[test]
@@ -199,11 +202,19 @@ fn a_failed_partition_appends_and_acknowledges_nothing() {
 enum Op {
     /// An idempotent batch: producer (0..3), records (1..4), and whether it
     /// is a retry of that producer's previous batch.
-    Idempotent { producer: u8, records: u8, retry: bool },
-    Plain { records: u8 },
+    Idempotent {
+        producer: u8,
+        records: u8,
+        retry: bool,
+    },
+    Plain {
+        records: u8,
+    },
     /// The flusher's fsync covered the log up to this fraction (0..=8 of 8)
     /// of what is not durable yet.
-    Durable { eighths: u8 },
+    Durable {
+        eighths: u8,
+    },
     Roll,
 }
 

@@ -93,7 +93,11 @@ impl Broker {
     /// Opens the broker on `volume`: reads the topic files, recovers every
     /// partition log and starts the flushers. Must run inside the runtime;
     /// blocks on the volume while it recovers (nothing is served yet).
-    pub fn open(config: BrokerConfig, volume: Arc<dyn Volume>, env: Env) -> io::Result<Arc<Broker>> {
+    pub fn open(
+        config: BrokerConfig,
+        volume: Arc<dyn Volume>,
+        env: Env,
+    ) -> io::Result<Arc<Broker>> {
         volume.create_dir_all("__cluster/topics")?;
         volume.create_dir_all("topics")?;
         let cluster_id = load_or_create_cluster_id(volume.as_ref())?;
@@ -346,7 +350,9 @@ impl Broker {
             partitions,
             configs: configs.clone(),
         };
-        let opened = self.create_partitions_on_volume(file, 0..partitions).await?;
+        let opened = self
+            .create_partitions_on_volume(file, 0..partitions)
+            .await?;
         let topic = Arc::new(Topic {
             name: name.to_string(),
             id,
@@ -451,7 +457,10 @@ impl Broker {
             configs: topic.configs.clone(),
         };
         let mut partitions = topic.partitions.clone();
-        partitions.extend(self.create_partitions_on_volume(file, current..count).await?);
+        partitions.extend(
+            self.create_partitions_on_volume(file, current..count)
+                .await?,
+        );
         let updated = Topic {
             name: name.to_string(),
             id: topic.id,

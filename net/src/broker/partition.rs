@@ -18,17 +18,13 @@
 //! producer snapshots to be written.
 
 use super::producer_state;
-pub use crate::log::partition_dir;
 use crate::env::{Env, IoKind};
-use crate::log::{
-    persist_log_start_offset, remove_segments, LogConfig, PartitionLog, ReadError,
-};
+pub use crate::log::partition_dir;
+use crate::log::{persist_log_start_offset, remove_segments, LogConfig, PartitionLog, ReadError};
 use crate::volume::Volume;
 use bytes::Bytes;
 use kaas_core::cluster::Claim;
-use kaas_core::partition::{
-    AppendDecision, Effects, IncomingBatch, PartitionState, Recovered,
-};
+use kaas_core::partition::{AppendDecision, Effects, IncomingBatch, PartitionState, Recovered};
 use kaas_core::producer::{BatchIdentity, ProducerTable};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::record::RecordBatch;
@@ -206,7 +202,9 @@ impl Partition {
         };
         let written = self
             .env
-            .blocking(IoKind::Buffered, move || lane.append_at(base_offset, &batch))
+            .blocking(IoKind::Buffered, move || {
+                lane.append_at(base_offset, &batch)
+            })
             .await;
         match written {
             Ok(info) => {
@@ -602,7 +600,13 @@ mod tests {
             append(&p, idempotent(42, 14 * 3, 3)).await.unwrap_err(),
             ErrorCode::OutOfOrderSequenceNumber
         );
-        assert_eq!(append(&p, idempotent(42, 60, 3)).await.unwrap().base_offset(), 60);
+        assert_eq!(
+            append(&p, idempotent(42, 60, 3))
+                .await
+                .unwrap()
+                .base_offset(),
+            60
+        );
     }
 
     /// Found by the simulation (without this fix, 25 of seeds 0..2000 of
@@ -619,11 +623,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
         let p = open(&volume, 1 << 20);
-        assert_eq!(append(&p, idempotent(42, 0, 3)).await.unwrap().base_offset(), 0);
+        assert_eq!(
+            append(&p, idempotent(42, 0, 3))
+                .await
+                .unwrap()
+                .base_offset(),
+            0
+        );
         // Producer 42's second batch is appended and a snapshot taken (as at
         // a roll), then the crash takes the batch back: the snapshot, at
         // offset 6, is ahead of the log, which ends at 3.
-        assert_eq!(append(&p, idempotent(42, 3, 3)).await.unwrap().base_offset(), 3);
+        assert_eq!(
+            append(&p, idempotent(42, 3, 3))
+                .await
+                .unwrap()
+                .base_offset(),
+            3
+        );
         p.shut_down().await.unwrap();
         p.close();
         drop(p);
@@ -637,7 +653,10 @@ mod tests {
             .unwrap();
         let p = open(&volume, 1 << 20);
         // Another producer's batch takes offsets 3..6.
-        assert_eq!(append(&p, idempotent(7, 0, 3)).await.unwrap().base_offset(), 3);
+        assert_eq!(
+            append(&p, idempotent(7, 0, 3)).await.unwrap().base_offset(),
+            3
+        );
         p.close();
         drop(p);
         // Restart: the log ends at 6 again, where the stale snapshot is.

@@ -44,9 +44,11 @@ pub fn recover(
     }
     let (mut table, from, found) = match volume.read(&snapshot_path(log.dir()))? {
         Some(bytes) => match decode_snapshot(&bytes) {
-            Ok((table, offset)) if snapshot_is_trusted(offset, log.end_offset()) => {
-                (table, offset.max(log.log_start_offset()), Found::Used(offset))
-            }
+            Ok((table, offset)) if snapshot_is_trusted(offset, log.end_offset()) => (
+                table,
+                offset.max(log.log_start_offset()),
+                Found::Used(offset),
+            ),
             Ok((_, offset)) => {
                 tracing::warn!(
                     dir = log.dir(),

@@ -82,7 +82,12 @@ fn committed(c: &GroupCoordinator, group: &str, partition: i32) -> i64 {
 async fn committed_offsets_survive_reopening_the_volume() {
     let dir = tempfile::tempdir().unwrap();
     let volume = flaky(dir.path());
-    let c = GroupCoordinator::open(volume.clone(), crate::env::Env::system(), GroupConfig::default()).unwrap();
+    let c = GroupCoordinator::open(
+        volume.clone(),
+        crate::env::Env::system(),
+        GroupConfig::default(),
+    )
+    .unwrap();
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 42)).await,
         Ok(vec![ErrorCode::None])
@@ -96,7 +101,8 @@ async fn committed_offsets_survive_reopening_the_volume() {
         .expect("slot file written");
     let state = SlotState::decode(&bytes, coordinator_slot("g")).unwrap();
     assert_eq!(state.groups["g"].offsets["t"][&0].offset, 42);
-    let reopened = GroupCoordinator::open(volume, crate::env::Env::system(), GroupConfig::default()).unwrap();
+    let reopened =
+        GroupCoordinator::open(volume, crate::env::Env::system(), GroupConfig::default()).unwrap();
     assert_eq!(committed(&reopened, "g", 0), 42);
     let listed = reopened.list_groups(&[], &[]);
     assert_eq!(listed.len(), 1);
@@ -107,7 +113,12 @@ async fn committed_offsets_survive_reopening_the_volume() {
 async fn concurrent_commits_to_one_slot_share_a_write() {
     let dir = tempfile::tempdir().unwrap();
     let volume = flaky(dir.path());
-    let c = GroupCoordinator::open(volume.clone(), crate::env::Env::system(), GroupConfig::default()).unwrap();
+    let c = GroupCoordinator::open(
+        volume.clone(),
+        crate::env::Env::system(),
+        GroupConfig::default(),
+    )
+    .unwrap();
     let commits: Vec<_> = (0..64)
         .map(|p| c.commit_offsets(simple_commit("g", p, p as i64 * 10)))
         .collect();
@@ -128,7 +139,12 @@ async fn concurrent_commits_to_one_slot_share_a_write() {
 async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let volume = flaky(dir.path());
-    let c = GroupCoordinator::open(volume.clone(), crate::env::Env::system(), GroupConfig::default()).unwrap();
+    let c = GroupCoordinator::open(
+        volume.clone(),
+        crate::env::Env::system(),
+        GroupConfig::default(),
+    )
+    .unwrap();
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 1)).await,
         Ok(vec![ErrorCode::None])

@@ -73,9 +73,10 @@ async fn read_all(
                 records: Some(bytes::Bytes::new()),
                 ..Default::default()
             };
-            let partition = topic.as_ref().map_err(|c| *c).and_then(|t| {
-                broker.gate(t, fp.partition, fp.current_leader_epoch)
-            });
+            let partition = topic
+                .as_ref()
+                .map_err(|c| *c)
+                .and_then(|t| broker.gate(t, fp.partition, fp.current_leader_epoch));
             let result = match partition {
                 Ok(p) => {
                     // KIP-74: the first partition with data may exceed the

@@ -32,10 +32,10 @@ mod produce;
 mod sync_group;
 
 use crate::broker::{Broker, Partition};
-use kaas_core::protocol::ErrorCode;
-use std::future::Future;
 use kaas_core::protocol::messages::*;
+use kaas_core::protocol::ErrorCode;
 use kaas_core::protocol::{RequestBody, RequestError, RequestHeader, ResponseBody};
+use std::future::Future;
 use std::sync::Arc;
 
 /// The APIs kaas serves and the versions of each: (api key, min, max).

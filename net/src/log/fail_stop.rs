@@ -15,7 +15,6 @@ use crate::volume::SegmentFile;
 use bytes::Bytes;
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 pub(crate) struct FailStop {
     inner: Arc<dyn SegmentFile>,
@@ -61,10 +60,6 @@ impl SegmentFile for FailStop {
         let result = self.inner.sync();
         *failed = result.is_err();
         result
-    }
-
-    fn sync_latency(&self) -> Duration {
-        self.inner.sync_latency()
     }
 
     fn truncate(&self, len: u64) -> io::Result<()> {

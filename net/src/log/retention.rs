@@ -3,9 +3,9 @@
 use std::io;
 
 use super::layout;
-use crate::volume::Volume;
 use super::partition_log::PartitionLog;
 use super::ReadError;
+use crate::volume::Volume;
 
 /// What a retention pass did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +62,12 @@ impl PartitionLog {
     /// semantics; only whole segments go, and only from the front, so the
     /// log stays contiguous. Returns how many, and the log start after
     /// them (what the producer state must be snapshotted past first).
-    pub fn retention_plan(&self, now_ms: i64, retention_bytes: i64, retention_ms: i64) -> (usize, i64) {
+    pub fn retention_plan(
+        &self,
+        now_ms: i64,
+        retention_bytes: i64,
+        retention_ms: i64,
+    ) -> (usize, i64) {
         let mut count = 0;
         if let Ok(limit) = u64::try_from(retention_bytes) {
             let mut size = self.size_bytes();

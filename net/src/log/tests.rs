@@ -268,7 +268,10 @@ fn a_roll_leaves_the_fsync_and_the_index_to_the_flusher() {
     assert!(!fx.index_file(0).exists());
     let plan = log.sync_plan().unwrap();
     assert_eq!(plan.end_offset, 4);
-    assert!(plan.covers_more_than(4), "the rolled segment still needs its index");
+    assert!(
+        plan.covers_more_than(4),
+        "the rolled segment still needs its index"
+    );
     let done = plan.run(fx.volume.as_ref()).unwrap();
     log.finish_sync(done);
     assert!(fx.index_file(0).exists());

@@ -32,14 +32,6 @@ pub trait SegmentFile: Send + Sync {
     fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes>;
     /// Makes every byte appended so far durable.
     fn sync(&self) -> io::Result<()>;
-    /// How long a driver should let time pass before calling `sync`. A real
-    /// file says zero (the blocking call takes the time itself); the
-    /// simulator's in-memory files, whose `sync` is instant, return a seeded
-    /// latency so that appends arrive during an fsync and crashes land
-    /// between an append and its fsync, in simulated time.
-    fn sync_latency(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
-    }
     /// Cuts the file to `len` bytes (torn-tail recovery) and makes that durable.
     fn truncate(&self, len: u64) -> io::Result<()>;
 }
