@@ -244,7 +244,7 @@ pub async fn serve_with_limits(
                         // client sees the close rather than a hung connect.
                         drop(stream);
                         let n = limits.refused.fetch_add(1, Ordering::Relaxed) + 1;
-                        if n <= 10 || n % REFUSAL_LOG_EVERY == 0 {
+                        if n <= 10 || n.is_multiple_of(REFUSAL_LOG_EVERY) {
                             tracing::warn!(%peer, %refusal, refused_so_far = n, "refusing connection");
                         } else {
                             tracing::debug!(%peer, %refusal, "refusing connection");

@@ -542,7 +542,7 @@ fn big_produce_frame(value_bytes: usize, acks: i16) -> Bytes {
     let batch = BatchBuilder::new().record(1, None, Some(&value)).build();
     let body =
         kaas_net::client::single_partition_produce("big", 0, batch.into_bytes(), acks, 5_000);
-    encode_request(produce_request::API_KEY, 9, 1, Some("hostile"), &body).unwrap()
+    encode_request(produce_request::API_KEY, 9, 1, Some("hostile"), &body).expect("encodes")
 }
 
 /// The Produce answer's partition error code.
