@@ -2,7 +2,10 @@
 
 use clap::{Parser, Subcommand};
 use kaas_core::group::GroupConfig;
-use kaas_net::config::{BrokerConfig, LogDefaults};
+use kaas_net::config::{
+    BrokerConfig, LogDefaults, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP,
+    DEFAULT_QUEUED_MAX_REQUEST_BYTES,
+};
 use kaas_net::volume::LocalVolume;
 use kaas_net::Broker;
 use std::net::SocketAddr;
@@ -52,6 +55,23 @@ struct ServeArgs {
     /// can take ~30 times their size in memory; only Produce carries bulk data).
     #[arg(long, default_value_t = kaas_core::protocol::frame::DEFAULT_MAX_NON_PRODUCE_FRAME_BYTES)]
     max_non_produce_frame_bytes: usize,
+    /// Most client connections open at once; more are accepted and closed
+    /// at once (Kafka's max.connections, there unlimited). Needs as many
+    /// file descriptors: `kaas serve` raises its soft open-file limit to the
+    /// hard limit and warns if that is too low for this.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Most connections open at once from one client address; more are
+    /// accepted and closed at once (Kafka's max.connections.per.ip, there
+    /// unlimited).
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS_PER_IP as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_ip: u32,
+    /// Bytes of requests read but not yet answered, over all connections
+    /// (Kafka's queued.max.request.bytes, there unlimited). A connection
+    /// whose next request does not fit stops reading until it does; a
+    /// request larger than this is served alone. At most 4294967295.
+    #[arg(long, default_value_t = DEFAULT_QUEUED_MAX_REQUEST_BYTES, value_parser = clap::value_parser!(u32).range(1..))]
+    queued_max_request_bytes: u32,
     /// Segment size before a roll (log.segment.bytes).
     #[arg(long, default_value_t = LogDefaults::default().segment_bytes)]
     segment_bytes: u64,
@@ -119,6 +139,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     config.default_partitions = args.default_partitions.max(1);
     config.max_frame_bytes = args.max_frame_bytes;
     config.max_non_produce_frame_bytes = args.max_non_produce_frame_bytes;
+    config.max_connections = args.max_connections as usize;
+    config.max_connections_per_ip = args.max_connections_per_ip as usize;
+    config.queued_max_request_bytes = args.queued_max_request_bytes;
+    raise_open_file_limit(config.max_connections);
     // Request capture for the fuzz corpus (scripts/fuzz-capture); off unless set.
     config.capture_dir = std::env::var_os("KAAS_CAPTURE_DIR")
         .filter(|d| !d.is_empty())
@@ -170,6 +194,60 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     broker.flush_all().await;
     Ok(())
 }
+
+/// File descriptors kept free for what is not a client connection: log
+/// segments and their indexes, state files, the listener.
+const NON_CONNECTION_FDS: u64 = 1_024;
+
+/// Raises the soft open-file limit to the hard limit: every connection and
+/// every open log segment is a file descriptor, and the usual soft default
+/// (1024) would make accept fail long before `--max-connections`. Failing to
+/// raise it is not fatal (the broker still serves, with fewer connections),
+/// so it is only a warning.
+#[cfg(unix)]
+fn raise_open_file_limit(max_connections: usize) {
+    let old = match rlimit::Resource::NOFILE.get() {
+        Ok((soft, _hard)) => soft,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-file limit (RLIMIT_NOFILE)");
+            return;
+        }
+    };
+    let new = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(new) if new > old => {
+            tracing::info!(
+                old,
+                new,
+                "open-file limit (RLIMIT_NOFILE) raised to the hard limit"
+            );
+            new
+        }
+        Ok(_) => {
+            tracing::info!(
+                limit = old,
+                "open-file limit (RLIMIT_NOFILE) already at the hard limit"
+            );
+            old
+        }
+        Err(e) => {
+            tracing::warn!(old, error = %e, "cannot raise the open-file limit (RLIMIT_NOFILE)");
+            old
+        }
+    };
+    let wanted = (max_connections as u64).saturating_add(NON_CONNECTION_FDS);
+    if new < wanted {
+        tracing::warn!(
+            limit = new,
+            max_connections,
+            "the open-file limit is below --max-connections plus {NON_CONNECTION_FDS} for logs: \
+             accepts will fail before the connection cap is reached; raise the hard limit \
+             (ulimit -Hn, LimitNOFILE=) or lower --max-connections"
+        );
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_open_file_limit(_max_connections: usize) {}
 
 async fn shutdown_signal() {
     let ctrl_c = async {

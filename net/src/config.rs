@@ -31,7 +31,35 @@ pub struct BrokerConfig {
     pub capture_dir: Option<PathBuf>,
     /// Consumer group and committed-offset settings (`group.*`, `offsets.*`).
     pub group: kaas_core::group::GroupConfig,
+    /// Most client connections open at once; a connection over the cap is
+    /// accepted and closed at once (Kafka's `max.connections`).
+    pub max_connections: usize,
+    /// Most connections open at once from one client address (Kafka's
+    /// `max.connections.per.ip`).
+    pub max_connections_per_ip: usize,
+    /// Budget of request bytes read but not yet answered, across all
+    /// connections (Kafka's `queued.max.request.bytes`). A connection waits,
+    /// without reading, until its next frame fits.
+    pub queued_max_request_bytes: u32,
 }
+
+/// Kafka leaves `max.connections` unlimited; an unlimited broker runs out of
+/// file descriptors and memory under a connection flood and then fails every
+/// client, so kaas caps it. Ten thousand is far more than a broker's real
+/// clients need (each producer or consumer holds one or a few connections)
+/// and well under the file descriptor limit of a tuned host.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// One client address may hold a tenth of the total: a leaking or hostile
+/// client (or one NAT in front of many) cannot take every slot, while
+/// hundreds of well-behaved clients behind one address still fit.
+pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 1_000;
+
+/// Kafka's `queued.max.request.bytes` defaults to unlimited; kaas bounds the
+/// request bodies it buffers to 512 MiB, room for five requests of the
+/// largest allowed size (100 MiB) or hundreds of typical 1 MiB Produce
+/// batches, so that memory stays bounded however many clients send at once.
+pub const DEFAULT_QUEUED_MAX_REQUEST_BYTES: u32 = 512 * 1024 * 1024;
 
 /// Broker-wide defaults of the per-topic log configs (Kafka's `log.*`).
 #[derive(Debug, Clone)]
@@ -73,6 +101,9 @@ impl BrokerConfig {
             producer_id_expiration_ms: kaas_core::producer::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
             capture_dir: None,
             group: kaas_core::group::GroupConfig::default(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
+            queued_max_request_bytes: DEFAULT_QUEUED_MAX_REQUEST_BYTES,
         }
     }
 }

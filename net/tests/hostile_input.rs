@@ -426,3 +426,242 @@ async fn oversized_non_produce_request_is_refused_from_its_api_key() {
     assert_closed_silently(s, "oversized metadata").await;
     assert_still_serving(&b, "oversized-non-produce").await;
 }
+
+// ---- Many connections at once: the listener's limits. ----
+
+/// Waits, boundedly, for the broker to reach a state it reaches on its own
+/// after a client goes away (a connection's slot and budget are released
+/// by its task, a moment after the client sees the close).
+async fn eventually(what: &str, mut reached: impl FnMut() -> bool) {
+    for _ in 0..1_000 {
+        if reached() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never reached: {what}");
+}
+
+/// An ApiVersions v3 request frame (two empty compact strings, no tags).
+fn api_versions_frame(correlation_id: i32) -> Vec<u8> {
+    frame(
+        &header(api_versions_request::API_KEY, 3, correlation_id),
+        &[1, 1, 0],
+    )
+}
+
+/// Opens a connection and gets an ApiVersions answer on it: proof that the
+/// broker admitted it (a TCP connect alone completes in the kernel).
+async fn admitted_connection(addr: SocketAddr, correlation_id: i32) -> TcpStream {
+    let mut s = send(addr, &api_versions_frame(correlation_id)).await;
+    let response = read_response(&mut s).await;
+    assert!(matches!(
+        decode_response(api_versions_request::API_KEY, 3, correlation_id, response),
+        Ok(ResponseBody::ApiVersions(r)) if r.error_code == 0
+    ));
+    s
+}
+
+/// Sends a request on a new connection and expects the broker to close it
+/// unanswered. The write itself may already fail if the close came first.
+async fn assert_refused(addr: SocketAddr, case: &str) {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let _ = s.write_all(&api_versions_frame(1)).await;
+    assert_closed_silently(s, case).await;
+}
+
+#[tokio::test]
+async fn connections_over_the_total_cap_are_closed_until_others_go_away() {
+    const CAP: usize = 8;
+    let b = support::start_broker(|config| {
+        config.max_frame_bytes = MAX_FRAME;
+        config.max_connections = CAP;
+    })
+    .await;
+    let mut held = Vec::new();
+    for i in 0..CAP {
+        held.push(admitted_connection(b.addr, i as i32).await);
+    }
+    assert_eq!(b.limits.open_connections(), CAP);
+    // Twice as many again, all at once: every one is closed unanswered.
+    let mut excess = tokio::task::JoinSet::new();
+    for i in 0..2 * CAP {
+        let addr = b.addr;
+        excess.spawn(async move { assert_refused(addr, &format!("excess {i}")).await });
+    }
+    while let Some(done) = excess.join_next().await {
+        done.expect("an excess connection was refused");
+    }
+    assert_eq!(b.limits.refused_connections(), 2 * CAP as u64);
+    assert_eq!(b.limits.open_connections(), CAP);
+    // The connections already open were not disturbed.
+    for (i, s) in held.iter_mut().enumerate() {
+        s.write_all(&api_versions_frame(100 + i as i32))
+            .await
+            .unwrap();
+        let response = read_response(s).await;
+        assert!(
+            decode_response(api_versions_request::API_KEY, 3, 100 + i as i32, response).is_ok()
+        );
+    }
+    drop(held);
+    eventually("every slot released", || b.limits.open_connections() == 0).await;
+    assert_still_serving(&b, "over-max-connections").await;
+}
+
+#[tokio::test]
+async fn connections_over_the_per_address_cap_are_closed_and_a_freed_slot_is_reused() {
+    const PER_IP: usize = 4;
+    let b = support::start_broker(|config| {
+        config.max_frame_bytes = MAX_FRAME;
+        config.max_connections_per_ip = PER_IP;
+    })
+    .await;
+    let mut held = Vec::new();
+    for i in 0..PER_IP {
+        held.push(admitted_connection(b.addr, i as i32).await);
+    }
+    // Well under the total cap: this refusal is the per-address one. (That
+    // other addresses are not held back is a unit test of ServerLimits; this
+    // test stays on 127.0.0.1.)
+    assert_refused(b.addr, "one more from 127.0.0.1").await;
+    assert_eq!(b.limits.refused_connections(), 1);
+    held.pop();
+    eventually("the closed connection's slot released", || {
+        b.limits.open_connections() == PER_IP - 1
+    })
+    .await;
+    // The well-behaved client takes the freed slot.
+    assert_still_serving(&b, "over-max-connections-per-ip").await;
+    drop(held);
+}
+
+/// A Produce frame whose batch carries one `value_bytes` value.
+fn big_produce_frame(value_bytes: usize, acks: i16) -> Bytes {
+    let value = vec![0x5a; value_bytes];
+    let batch = BatchBuilder::new().record(1, None, Some(&value)).build();
+    let body =
+        kaas_net::client::single_partition_produce("big", 0, batch.into_bytes(), acks, 5_000);
+    encode_request(produce_request::API_KEY, 9, 1, Some("hostile"), &body).expect("encodes")
+}
+
+/// The Produce answer's partition error code.
+fn produce_error_code(response: Bytes) -> i16 {
+    match decode_response(produce_request::API_KEY, 9, 1, response).expect("a Produce answer") {
+        ResponseBody::Produce(r) => r.responses[0].partition_responses[0].error_code,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Many clients each announce a 4 MiB Produce and trickle its body. The
+/// broker buffers only as many as fit the request budget at a time; the
+/// rest wait unread. Every client is answered in the end, the bytes held
+/// never exceed the budget, and the broker serves others once it frees.
+#[tokio::test]
+async fn many_large_trickled_requests_stay_within_the_request_budget() {
+    const CLIENTS: usize = 64;
+    const VALUE: usize = 4 << 20;
+    const BUDGET: u32 = 16 << 20;
+    const CHUNK: usize = 64 << 10;
+    let b = support::start_broker(|config| {
+        config.max_frame_bytes = 8 << 20;
+        config.queued_max_request_bytes = BUDGET;
+    })
+    .await;
+    // Above the default message.max.bytes (1 MiB): each is answered
+    // MESSAGE_TOO_LARGE after its whole body was read, so the test
+    // exercises the budget without writing 256 MiB to the log.
+    let request = big_produce_frame(VALUE, -1);
+    let frame_len = request.len() - 4;
+    assert!(
+        CLIENTS * frame_len > 10 * BUDGET as usize,
+        "the budget must bind"
+    );
+
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let limits = b.limits.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut largest = 0;
+            let mut samples = 0u32;
+            // Bounded: stops when the clients are done, or after ~10 min.
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && samples < 600_000 {
+                largest = largest.max(limits.queued_request_bytes());
+                samples += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            (largest, samples)
+        })
+    };
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..CLIENTS {
+        let addr = b.addr;
+        let request = request.clone();
+        clients.spawn(async move {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            for chunk in request.chunks(CHUNK) {
+                s.write_all(chunk).await.expect("the broker reads on");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            read_response(&mut s).await
+        });
+    }
+    // A hang guard, not a timing assertion: every client is answered or the
+    // test fails rather than waits forever.
+    let answered = tokio::time::timeout(Duration::from_secs(300), async {
+        let mut answered = 0;
+        while let Some(response) = clients.join_next().await {
+            let response = response.expect("a client was answered");
+            assert_eq!(
+                produce_error_code(response),
+                ErrorCode::MessageTooLarge.code()
+            );
+            answered += 1;
+        }
+        answered
+    })
+    .await
+    .expect("every trickling client answered in time");
+    assert_eq!(answered, CLIENTS);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (largest_sample, samples) = sampler.await.unwrap();
+
+    let budget = BUDGET as usize;
+    assert!(
+        largest_sample <= budget,
+        "sampled {largest_sample} > {budget}"
+    );
+    let peak = b.limits.peak_queued_request_bytes();
+    assert!(peak <= budget, "peak {peak} > budget {budget}");
+    assert!(peak >= frame_len, "no frame was ever admitted");
+    assert!(samples > 0);
+    eventually("the budget is free again", || {
+        b.limits.queued_request_bytes() == 0
+    })
+    .await;
+    drop(admitted_connection(b.addr, 7).await);
+    assert_still_serving(&b, "request-budget").await;
+}
+
+/// A frame larger than the whole budget cannot ever fit; it is admitted
+/// alone, taking the whole budget, rather than waiting forever.
+#[tokio::test]
+async fn a_request_larger_than_the_whole_budget_is_still_served() {
+    const BUDGET: u32 = 1 << 20;
+    let b = support::start_broker(|config| {
+        config.max_frame_bytes = 8 << 20;
+        config.log.max_message_bytes = 4 << 20;
+        config.queued_max_request_bytes = BUDGET;
+    })
+    .await;
+    let request = big_produce_frame(2 << 20, -1);
+    let frame_len = request.len() - 4;
+    assert!(frame_len > BUDGET as usize);
+    let mut s = send(b.addr, &request).await;
+    let response = read_response(&mut s).await;
+    assert_eq!(produce_error_code(response), 0);
+    // While it was queued it was the only thing queued.
+    assert_eq!(b.limits.peak_queued_request_bytes(), frame_len);
+    assert_still_serving(&b, "larger-than-budget").await;
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generates kaas's Kafka message codec from Kafka's JSON message schemas.
 
-    scripts/codegen/generate.py [SCHEMA_DIR]
+    scripts/codegen/generate.py [--out-dir DIR] [SCHEMA_DIR]
 
 SCHEMA_DIR defaults to ../shared/kafka-messages (beside the repository). The
 schemas are the protocol spec; they are read here and never committed. The
@@ -9,19 +9,24 @@ output is Rust source under core/src/protocol/messages/, committed, so a build
 never needs the schemas. Re-run after changing API_NAMES below and commit the
 result together with this script.
 
+--out-dir writes the same files elsewhere instead: scripts/codegen/check
+generates into a scratch directory and compares, so that a hand edit of the
+generated code, or a generator change committed without its output, fails
+the test suite.
+
 Every generated struct has `decode(reader, version)`, `encode(writer,
 version)` and, for tests and fuzzing, `sample(gen, version)` which fills every
 field that exists in that version with a random value.
 """
 
+import argparse
 import json
 import os
 import re
 import subprocess
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT_DIR = os.path.join(ROOT, "core", "src", "protocol", "messages")
+DEFAULT_OUT_DIR = os.path.join(ROOT, "core", "src", "protocol", "messages")
 
 # The APIs kaas decodes. Adding one here and re-running adds its codec; the
 # broker advertises only the ones it also has a handler for.
@@ -499,8 +504,16 @@ def gen_message(spec, source_name):
 
 
 def main():
-    schema_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "kafka-messages")
-    os.makedirs(OUT_DIR, exist_ok=True)
+    parser = argparse.ArgumentParser(description="Generate kaas's Kafka message codec.")
+    parser.add_argument("schema_dir", nargs="?",
+                        default=os.path.join(ROOT, "..", "shared", "kafka-messages"),
+                        help="Kafka's JSON message schemas (default: ../shared/kafka-messages)")
+    parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR,
+                        help="where to write the Rust modules (default: core/src/protocol/messages)")
+    args = parser.parse_args()
+    schema_dir = args.schema_dir
+    out_dir = os.path.abspath(args.out_dir)
+    os.makedirs(out_dir, exist_ok=True)
     apis = []
     modules = []
     for name in API_NAMES:
@@ -509,7 +522,7 @@ def main():
             fname = f"{name}{kind}.json"
             spec = load(os.path.join(schema_dir, fname))
             mod = snake(spec["name"])
-            with open(os.path.join(OUT_DIR, f"{mod}.rs"), "w") as f:
+            with open(os.path.join(out_dir, f"{mod}.rs"), "w") as f:
                 f.write(gen_message(spec, fname))
             modules.append(mod)
             pair.append(spec)
@@ -521,7 +534,7 @@ def main():
         fname = f"{name}.json"
         spec = load(os.path.join(schema_dir, fname))
         mod = snake(spec["name"])
-        with open(os.path.join(OUT_DIR, f"{mod}.rs"), "w") as f:
+        with open(os.path.join(out_dir, f"{mod}.rs"), "w") as f:
             f.write(gen_message(spec, fname))
         modules.append(mod)
 
@@ -595,11 +608,11 @@ def main():
         out.append("    }")
         out.append("}")
         out.append("")
-    with open(os.path.join(OUT_DIR, "mod.rs"), "w") as f:
+    with open(os.path.join(out_dir, "mod.rs"), "w") as f:
         f.write("\n".join(out))
-    files = [os.path.join(OUT_DIR, f) for f in os.listdir(OUT_DIR) if f.endswith(".rs")]
+    files = [os.path.join(out_dir, f) for f in os.listdir(out_dir) if f.endswith(".rs")]
     subprocess.run(["rustfmt", "--edition", "2021"] + sorted(files), check=True)
-    print(f"generated {len(modules)} messages into {os.path.relpath(OUT_DIR, ROOT)}")
+    print(f"generated {len(modules)} messages into {os.path.relpath(out_dir, os.getcwd())}")
 
 
 if __name__ == "__main__":

@@ -40,11 +40,11 @@ use crate::workload::{
 };
 use bytes::Bytes;
 use kaas_core::protocol::messages::{
-    init_producer_id_request, produce_request, InitProducerIdRequest, ProduceRequest,
+    init_producer_id_request, produce_request, InitProducerIdRequest,
 };
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{BatchBuilder, NewRecord};
-use kaas_net::client::{decode_response, encode_request};
+use kaas_net::client::{decode_response, encode_request, single_partition_produce};
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, sleep_until, timeout, Instant};
 use std::collections::VecDeque;
@@ -686,20 +686,13 @@ fn encode_produce(
     for value in values {
         builder.push(NewRecord::new(now, None, Some(value)));
     }
-    let body = RequestBody::Produce(ProduceRequest {
-        acks: -1,
+    let body = single_partition_produce(
+        TOPIC,
+        partition,
+        builder.build().into_bytes(),
+        -1,
         timeout_ms,
-        topic_data: vec![produce_request::TopicProduceData {
-            name: TOPIC.into(),
-            partition_data: vec![produce_request::PartitionProduceData {
-                index: partition,
-                records: Some(builder.build().into_bytes()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    );
     encode_request(
         produce_request::API_KEY,
         PRODUCE_VERSION,

@@ -10,10 +10,12 @@ use crate::checker::{History, PartitionLog};
 use crate::group_history::GroupHistory;
 use crate::params::SimParams;
 use bytes::Bytes;
-use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest, ProduceRequest};
+use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest};
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{split_batches, BatchBuilder, NewRecord};
-use kaas_net::client::{decode_response, encode_request, ClientError, Connection};
+use kaas_net::client::{
+    decode_response, encode_request, single_partition_produce, ClientError, Connection,
+};
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, timeout, Instant};
 use std::collections::BTreeMap;
@@ -160,20 +162,13 @@ fn produce_request(partition: i32, values: &[Bytes], now_ms: i64) -> RequestBody
     for value in values {
         builder.push(NewRecord::new(now_ms, None, Some(value)));
     }
-    RequestBody::Produce(ProduceRequest {
-        acks: -1,
-        timeout_ms: PRODUCE_TIMEOUT_MS,
-        topic_data: vec![produce_request::TopicProduceData {
-            name: TOPIC.into(),
-            partition_data: vec![produce_request::PartitionProduceData {
-                index: partition,
-                records: Some(builder.build().into_bytes()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    })
+    single_partition_produce(
+        TOPIC,
+        partition,
+        builder.build().into_bytes(),
+        -1,
+        PRODUCE_TIMEOUT_MS,
+    )
 }
 
 /// True for errors that mean the broker sent something malformed (as

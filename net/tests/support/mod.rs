@@ -1,6 +1,7 @@
 //! Shared set-up of the integration tests: a real broker on an ephemeral
 //! 127.0.0.1 port over a temporary directory.
 
+use kaas_net::server::ServerLimits;
 use kaas_net::volume::LocalVolume;
 use kaas_net::{Broker, BrokerConfig};
 use std::net::SocketAddr;
@@ -11,6 +12,9 @@ pub struct TestBroker {
     pub _dir: tempfile::TempDir,
     pub addr: SocketAddr,
     pub broker: Arc<Broker>,
+    /// The listener's connection and request-budget limits, with their gauges.
+    #[allow(dead_code)] // not every test binary reads them
+    pub limits: Arc<ServerLimits>,
 }
 
 /// Starts a broker; `configure` adjusts its configuration first.
@@ -24,14 +28,17 @@ pub async fn start_broker(configure: impl FnOnce(&mut BrokerConfig)) -> TestBrok
     configure(&mut config);
     let volume = Arc::new(LocalVolume::new(dir.path()).expect("volume"));
     let broker = Broker::open(config, volume, kaas_net::env::Env::system()).expect("broker");
-    tokio::spawn(kaas_net::server::serve(
+    let limits = ServerLimits::new(&broker.config);
+    tokio::spawn(kaas_net::server::serve_with_limits(
         broker.clone(),
         listener,
+        limits.clone(),
         std::future::pending(),
     ));
     TestBroker {
         _dir: dir,
         addr,
         broker,
+        limits,
     }
 }
