@@ -382,6 +382,31 @@ async fn read_frame<'a, R: AsyncRead + Unpin>(
     // connection reads nothing more, so a client sending faster than the
     // broker answers is held back by TCP flow control (backpressure).
     let queued = limits.reserve(len).await?;
+    // A body that holds budget must keep arriving: a client that announces
+    // a large frame and then stalls would otherwise pin its share of the
+    // budget for as long as it keeps the connection open.
+    let body = read_body(rd, key, len);
+    match tokio::time::timeout(body_deadline(len), body).await {
+        Ok(body) => Ok(Some((body?, queued))),
+        Err(_) => Err(format!(
+            "request body of {len} bytes not received within {:?}",
+            body_deadline(len)
+        )),
+    }
+}
+
+/// How long the body of a `len`-byte frame may take to arrive: 30 s plus
+/// one second per MiB (a client slower than 1 MiB/s on a large frame is
+/// indistinguishable from one holding the budget hostage).
+fn body_deadline(len: usize) -> std::time::Duration {
+    std::time::Duration::from_secs(30 + (len >> 20) as u64)
+}
+
+async fn read_body<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    key: [u8; 2],
+    len: usize,
+) -> Result<bytes::Bytes, String> {
     let mut buf = BytesMut::with_capacity(len.min(READ_CHUNK));
     buf.extend_from_slice(&key);
     while buf.len() < len {
@@ -399,7 +424,7 @@ async fn read_frame<'a, R: AsyncRead + Unpin>(
             ));
         }
     }
-    Ok(Some((buf.freeze(), queued)))
+    Ok(buf.freeze())
 }
 
 /// Capture mode for the fuzz corpus (scripts/fuzz-capture): when the broker
