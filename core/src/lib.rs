@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod group;
+pub mod layout;
 pub mod produce;
 pub mod producer;
 pub mod protocol;

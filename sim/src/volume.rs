@@ -992,7 +992,8 @@ mod tests {
                 ..LogConfig::default()
             };
             let batch = |i: u8| BatchBuilder::new().record(1, None, Some(&[i; 20])).build();
-            let mut log = PartitionLog::open(arc.clone(), "topics/t-0".into(), config).unwrap();
+            let dir = kaas_core::layout::partition_dir("t", 0);
+            let mut log = PartitionLog::open(arc.clone(), dir.clone(), config).unwrap();
             for i in 0..10 {
                 log.append_batch(&batch(i)).unwrap();
             }
@@ -1002,7 +1003,7 @@ mod tests {
             }
             drop(log);
             v.crash_torn(&mut SmallRng::seed_from_u64(seed));
-            let log = PartitionLog::open(arc, "topics/t-0".into(), config).unwrap();
+            let log = PartitionLog::open(arc, dir, config).unwrap();
             let end = log.end_offset();
             assert!((10..=15).contains(&end), "seed {seed}: end offset {end}");
             // Reads stop at segment boundaries: read on until the end.

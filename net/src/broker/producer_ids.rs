@@ -1,4 +1,5 @@
-//! The producer id allocator: `__cluster/producer_ids/kaas-<broker>.json`.
+//! The producer id allocator and its file
+//! (`kaas_core::layout::producer_id_block_file`).
 //!
 //! The file records where the next block starts; everything below it may
 //! have been handed out. A block's end is persisted (tmp + fsync + rename)
@@ -6,12 +7,11 @@
 //! forward. The broker is the file's only writer.
 
 use crate::volume::Volume;
+use kaas_core::layout::{producer_id_block_file, PRODUCER_IDS_DIR};
 use kaas_core::producer::{local_pid_range, pid_for, PidBlock};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::sync::Arc;
-
-const DIR: &str = "__cluster/producer_ids";
 
 #[derive(Serialize, Deserialize)]
 struct BlockFile {
@@ -34,7 +34,7 @@ impl ProducerIdManager {
     }
 
     fn path(&self) -> String {
-        format!("{DIR}/kaas-{}.json", self.broker_id)
+        producer_id_block_file(self.broker_id)
     }
 
     /// A producer id no one has had before.
@@ -61,7 +61,7 @@ impl ProducerIdManager {
             )));
         }
         // Persist the block's end before handing out any id of it.
-        self.volume.create_dir_all(DIR)?;
+        self.volume.create_dir_all(PRODUCER_IDS_DIR)?;
         let json = serde_json::to_vec(&BlockFile {
             next_block_start: fresh.end,
         })
