@@ -32,6 +32,9 @@ impl Volume for Flaky {
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.write_atomic(path, data)
     }
+    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        self.inner.create_exclusive(path, data)
+    }
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
         self.inner.list(dir)
     }

@@ -3,20 +3,25 @@
 use bytes::Bytes;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::{SegmentFile, Volume};
 
-/// Marks in-flight `write_atomic` temporaries; `list` hides them so a crash
-/// mid-write never shows callers a half-written name.
+/// Marks in-flight temporaries of `write_atomic` and `create_exclusive`;
+/// `list` hides them so a crash mid-write never shows callers a
+/// half-written name.
 const TMP_MARKER: &str = ".kaas-tmp-";
 
 /// The volume on a local (or NFS-mounted) directory.
 pub struct LocalVolume {
     root: PathBuf,
+    /// Random per volume instance: makes temporary names unique across
+    /// brokers sharing the volume (process ids are not: every broker in a
+    /// container may be pid 1).
+    tmp_tag: u64,
     /// Makes temporary names unique when two tasks replace files in the
     /// same directory at once.
     tmp_counter: AtomicU64,
@@ -29,6 +34,7 @@ impl LocalVolume {
         fs::create_dir_all(&root)?;
         Ok(LocalVolume {
             root,
+            tmp_tag: crate::clock::random_uuid().as_u128() as u64,
             tmp_counter: AtomicU64::new(0),
         })
     }
@@ -54,6 +60,26 @@ impl LocalVolume {
         }
         Ok(self.root.join(relative))
     }
+
+    /// A fresh temporary name beside `target` (hidden from `list`), and the
+    /// directory both are in.
+    fn temporary_for<'a>(&self, target: &'a Path) -> io::Result<(PathBuf, &'a Path)> {
+        let dir = parent_of(target)?;
+        let name = target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!("{TMP_MARKER}{name}-{:016x}-{n}", self.tmp_tag));
+        Ok((tmp, dir))
+    }
+}
+
+/// Writes a new file `path` (which must not exist) and fsyncs it.
+fn write_new_durably(path: &Path, data: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    file.write_all(data)?;
+    file.sync_all()
 }
 
 /// Makes directory entries (creates, renames, removals) durable.
@@ -88,24 +114,45 @@ impl Volume for LocalVolume {
 
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
         let target = self.resolve(path)?;
-        let dir = parent_of(&target)?;
-        let name = target
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!("{TMP_MARKER}{name}-{}-{n}", std::process::id()));
-        let written = (|| {
-            let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            file.write_all(data)?;
-            file.sync_all()?;
-            fs::rename(&tmp, &target)
-        })();
+        let (tmp, dir) = self.temporary_for(&target)?;
+        let written = write_new_durably(&tmp, data).and_then(|()| fs::rename(&tmp, &target));
         if let Err(e) = written {
             // Best effort: a leftover temporary is hidden by `list` anyway.
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
+        sync_dir(dir)
+    }
+
+    /// The whole content goes into a hidden temporary first, fsynced, and
+    /// is then published under `path` by `link(2)`, which fails with EEXIST
+    /// if the name exists, atomically on the NFS server too (unlike
+    /// `O_EXCL` on old NFS clients, and unlike `rename`, which would
+    /// replace). A reader therefore sees no file or the whole file.
+    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        let target = self.resolve(path)?;
+        let (tmp, dir) = self.temporary_for(&target)?;
+        if let Err(e) = write_new_durably(&tmp, data) {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        let linked = match fs::hard_link(&tmp, &target) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                // Over NFS a LINK whose reply was lost is retried, and the
+                // retry finds the name taken by our own first attempt. The
+                // temporary's link count tells: 2 means the name is ours
+                // (the recipe of open(2)'s O_EXCL notes).
+                match fs::metadata(&tmp) {
+                    Ok(meta) if meta.nlink() == 2 => Ok(()),
+                    _ => Err(e),
+                }
+            }
+            other => other,
+        };
+        // The winner's name stays linked to the same inode; the temporary
+        // name goes either way (best effort: `list` hides leftovers).
+        let _ = fs::remove_file(&tmp);
+        linked?;
         sync_dir(dir)
     }
 
@@ -242,6 +289,7 @@ impl SegmentFile for LocalSegment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::volume::contract::{self, Fresh};
 
     fn volume() -> (tempfile::TempDir, LocalVolume) {
         let dir = tempfile::tempdir().unwrap();
@@ -250,65 +298,35 @@ mod tests {
     }
 
     #[test]
-    fn write_atomic_replaces_and_read_returns_content() {
-        let (_dir, v) = volume();
-        v.create_dir_all("a/b").unwrap();
-        assert_eq!(v.read("a/b/f.json").unwrap(), None);
-        v.write_atomic("a/b/f.json", b"one").unwrap();
-        v.write_atomic("a/b/f.json", b"two").unwrap();
-        assert_eq!(v.read("a/b/f.json").unwrap().unwrap(), &b"two"[..]);
-        assert_eq!(v.list("a/b").unwrap(), vec!["f.json".to_string()]);
+    fn meets_the_volume_contract() {
+        contract::run_all(&|| {
+            let (dir, volume) = volume();
+            Fresh::keeping(Arc::new(volume), dir)
+        });
     }
 
     #[test]
-    fn list_is_sorted_hides_temporaries_and_tolerates_missing_dirs() {
+    fn leftover_temporaries_of_a_crash_are_not_listed() {
         let (dir, v) = volume();
-        assert!(v.list("nope").unwrap().is_empty());
         v.create_dir_all("d").unwrap();
-        for name in ["c", "a", "b"] {
-            v.write_atomic(&format!("d/{name}"), b"").unwrap();
-        }
-        fs::write(dir.path().join("d").join(format!("{TMP_MARKER}x")), b"").unwrap();
-        assert_eq!(v.list("d").unwrap(), vec!["a", "b", "c"]);
+        v.write_atomic("d/a", b"").unwrap();
+        fs::write(dir.path().join("d").join(format!("{TMP_MARKER}a-0-0")), b"").unwrap();
+        assert_eq!(v.list("d").unwrap(), vec!["a"]);
     }
 
     #[test]
-    fn paths_cannot_escape_the_root() {
-        let (_dir, v) = volume();
-        assert!(v.read("../etc/passwd").is_err());
-        assert!(v.read("/etc/passwd").is_err());
-        assert!(v.write_atomic("a/../../x", b"").is_err());
-    }
-
-    #[test]
-    fn remove_is_idempotent() {
-        let (_dir, v) = volume();
-        v.create_dir_all("t/p").unwrap();
-        v.write_atomic("t/p/f", b"x").unwrap();
-        v.remove("t/p/f").unwrap();
-        v.remove("t/p/f").unwrap();
-        v.remove_dir_all("t").unwrap();
-        v.remove_dir_all("t").unwrap();
-        assert!(v.list("t").unwrap().is_empty());
-    }
-
-    #[test]
-    fn segment_appends_reads_truncates_and_reopens() {
-        let (_dir, v) = volume();
-        v.create_dir_all("s").unwrap();
-        assert!(v.open_segment("s/0.log", false).is_err());
-        let seg = v.open_segment("s/0.log", true).unwrap();
-        assert_eq!(seg.append(b"hello").unwrap(), 0);
-        assert_eq!(seg.append(b" world").unwrap(), 5);
-        assert_eq!(seg.len(), 11);
-        seg.sync().unwrap();
-        assert_eq!(seg.read_at(6, 100).unwrap(), &b"world"[..]);
-        assert_eq!(seg.read_at(50, 10).unwrap(), &b""[..]);
-        seg.truncate(5).unwrap();
-        assert_eq!(seg.len(), 5);
-        assert_eq!(seg.append(b"!").unwrap(), 5);
-        drop(seg);
-        let seg = v.open_segment("s/0.log", true).unwrap();
-        assert_eq!(seg.read_at(0, usize::MAX).unwrap(), &b"hello!"[..]);
+    fn create_exclusive_leaves_no_temporary_on_disk() {
+        let (dir, v) = volume();
+        v.create_dir_all("e").unwrap();
+        v.create_exclusive("e/1", b"won").unwrap();
+        let lost = v.create_exclusive("e/1", b"lost").unwrap_err();
+        assert_eq!(lost.kind(), io::ErrorKind::AlreadyExists);
+        let on_disk: Vec<_> = fs::read_dir(dir.path().join("e"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(on_disk, ["1"], "not even hidden ones");
+        let meta = fs::metadata(dir.path().join("e/1")).unwrap();
+        assert_eq!(meta.nlink(), 1, "the temporary link is gone");
     }
 }
