@@ -1,14 +1,40 @@
 //! `Volume` on the OS file system, rooted at one directory.
+//!
+//! Segment handles do not own a file descriptor each: they share a bounded
+//! cache of them (see `fd_cache`), so the number of partitions is not
+//! limited by the process's open-file limit.
 
 use bytes::Bytes;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use super::fd_cache::FdCache;
 use super::{SegmentFile, Volume};
+
+/// Bounds of the default open-file cache size: at least enough for a small
+/// broker to run without reopening, at most what any real limit allows.
+const MIN_DEFAULT_OPEN_FILES: usize = 64;
+const MAX_DEFAULT_OPEN_FILES: usize = 1 << 20;
+
+/// The default number of segment files a `LocalVolume` keeps open: half the
+/// process's soft `RLIMIT_NOFILE` as it is when the volume is created
+/// (the other half is left for sockets, state files being written and
+/// everything else), at least 64. Raising the limit before starting the
+/// broker (`ulimit -n`) raises the cache with it.
+pub fn default_open_file_limit() -> usize {
+    match rlimit::getrlimit(rlimit::Resource::NOFILE) {
+        Ok((soft, _hard)) => usize::try_from(soft / 2)
+            .unwrap_or(MAX_DEFAULT_OPEN_FILES)
+            .clamp(MIN_DEFAULT_OPEN_FILES, MAX_DEFAULT_OPEN_FILES),
+        // No limit to read (not expected on Unix): the common default
+        // soft limit is 1024.
+        Err(_) => 512,
+    }
+}
 
 /// Marks in-flight temporaries of `write_atomic` and `create_exclusive`;
 /// `list` hides them so a crash mid-write never shows callers a
@@ -25,18 +51,41 @@ pub struct LocalVolume {
     /// Makes temporary names unique when two tasks replace files in the
     /// same directory at once.
     tmp_counter: AtomicU64,
+    /// The descriptors of every segment handle opened through this volume.
+    files: Arc<FdCache>,
 }
 
 impl LocalVolume {
-    /// A volume rooted at `root`, created if missing.
+    /// A volume rooted at `root`, created if missing, keeping at most
+    /// [`default_open_file_limit`] segment files open.
     pub fn new(root: impl Into<PathBuf>) -> io::Result<Self> {
+        Self::with_open_file_limit(root, default_open_file_limit())
+    }
+
+    /// A volume that keeps at most `limit` (at least 1) idle segment files
+    /// open; handles beyond that reopen their file when next used. Files
+    /// with unsynced appends, and files the volume removed while a handle
+    /// had them open, are never closed, so they may take the count past
+    /// `limit` (see `fd_cache`).
+    pub fn with_open_file_limit(root: impl Into<PathBuf>, limit: usize) -> io::Result<Self> {
         let root = root.into();
         fs::create_dir_all(&root)?;
         Ok(LocalVolume {
             root,
             tmp_tag: crate::clock::random_uuid().as_u128() as u64,
             tmp_counter: AtomicU64::new(0),
+            files: FdCache::new(limit),
         })
+    }
+
+    /// How many idle segment files this volume keeps open at most.
+    pub fn open_file_limit(&self) -> usize {
+        self.files.capacity()
+    }
+
+    /// Segment files open right now (for tests and diagnostics).
+    pub fn open_files(&self) -> usize {
+        self.files.open_files()
     }
 
     pub fn root(&self) -> &Path {
@@ -115,7 +164,13 @@ impl Volume for LocalVolume {
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
         let target = self.resolve(path)?;
         let (tmp, dir) = self.temporary_for(&target)?;
-        let written = write_new_durably(&tmp, data).and_then(|()| fs::rename(&tmp, &target));
+        let written = write_new_durably(&tmp, data).and_then(|()| {
+            // Handles open on the old file must keep reading it.
+            self.files.unlinking(&target, false);
+            fs::rename(&tmp, &target)?;
+            self.files.unlinked(&target, false);
+            Ok(())
+        });
         if let Err(e) = written {
             // Best effort: a leftover temporary is hidden by `list` anyway.
             let _ = fs::remove_file(&tmp);
@@ -187,13 +242,19 @@ impl Volume for LocalVolume {
 
     fn remove(&self, path: &str) -> io::Result<()> {
         let path = self.resolve(path)?;
+        self.files.unlinking(&path, false);
         ignore_not_found(fs::remove_file(&path))?;
+        self.files.unlinked(&path, false);
         ignore_not_found(sync_dir(parent_of(&path)?))
     }
 
     fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
         let path = self.resolve(dir)?;
-        ignore_not_found(fs::remove_dir_all(&path))?;
+        self.files.unlinking(&path, true);
+        let removed = ignore_not_found(fs::remove_dir_all(&path));
+        // Even a partial removal may have unlinked some files.
+        self.files.unlinked(&path, true);
+        removed?;
         ignore_not_found(sync_dir(parent_of(&path)?))
     }
 
@@ -201,88 +262,20 @@ impl Volume for LocalVolume {
         let path = self.resolve(path)?;
         let mut options = OpenOptions::new();
         options.read(true).write(true);
+        let open = |options: &OpenOptions| self.files.open_with_relief(|| options.open(&path));
         let (file, created) = if create {
-            match options.clone().create_new(true).open(&path) {
+            match open(options.clone().create_new(true)) {
                 Ok(file) => (file, true),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (options.open(&path)?, false),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (open(&options)?, false),
                 Err(e) => return Err(e),
             }
         } else {
-            (options.open(&path)?, false)
+            (open(&options)?, false)
         };
         if created {
             sync_dir(parent_of(&path)?)?;
         }
-        let len = file.metadata()?.len();
-        Ok(Arc::new(LocalSegment {
-            file,
-            len: AtomicU64::new(len),
-            writer: Mutex::new(()),
-        }))
-    }
-}
-
-/// A segment (or index) file. Writes are positional at the tracked length,
-/// so a failed partial append is simply overwritten by the next one and
-/// readers never see past the last complete append.
-struct LocalSegment {
-    file: File,
-    /// Bytes completely appended; published after each write.
-    len: AtomicU64,
-    /// Serialises appends and truncation; readers do not take it.
-    writer: Mutex<()>,
-}
-
-impl LocalSegment {
-    fn lock_writer(&self) -> std::sync::MutexGuard<'_, ()> {
-        // The guarded state is `()`: a panic elsewhere cannot leave it
-        // inconsistent, so a poisoned lock is safe to reuse.
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl SegmentFile for LocalSegment {
-    fn len(&self) -> u64 {
-        self.len.load(Ordering::Acquire)
-    }
-
-    fn append(&self, data: &[u8]) -> io::Result<u64> {
-        let _guard = self.lock_writer();
-        let pos = self.len.load(Ordering::Acquire);
-        self.file.write_all_at(data, pos)?;
-        self.len.store(pos + data.len() as u64, Ordering::Release);
-        Ok(pos)
-    }
-
-    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        let available = self.len().saturating_sub(pos);
-        // Bound the allocation by what exists, not by what was asked for.
-        let want = usize::try_from(available).map_or(len, |a| a.min(len));
-        let mut buf = vec![0u8; want];
-        let mut filled = 0;
-        while filled < want {
-            match self.file.read_at(&mut buf[filled..], pos + filled as u64) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        buf.truncate(filled);
-        Ok(Bytes::from(buf))
-    }
-
-    fn sync(&self) -> io::Result<()> {
-        // fdatasync covers the file size too, which is all an append changes.
-        self.file.sync_data()
-    }
-
-    fn truncate(&self, len: u64) -> io::Result<()> {
-        let _guard = self.lock_writer();
-        self.file.set_len(len)?;
-        self.file.sync_all()?;
-        self.len.store(len, Ordering::Release);
-        Ok(())
+        Ok(Arc::new(self.files.register(path, file)?))
     }
 }
 
@@ -291,23 +284,32 @@ mod tests {
     use super::*;
     use crate::volume::contract::{self, Fresh};
 
-    fn volume() -> (tempfile::TempDir, LocalVolume) {
+    fn volume_with_limit(limit: usize) -> (tempfile::TempDir, LocalVolume) {
         let dir = tempfile::tempdir().unwrap();
-        let volume = LocalVolume::new(dir.path()).unwrap();
+        let volume = LocalVolume::with_open_file_limit(dir.path(), limit).unwrap();
         (dir, volume)
+    }
+
+    fn fresh_with_limit(limit: usize) -> Fresh {
+        let (dir, volume) = volume_with_limit(limit);
+        Fresh::keeping(Arc::new(volume), dir)
     }
 
     #[test]
     fn meets_the_volume_contract() {
-        contract::run_all(&|| {
-            let (dir, volume) = volume();
-            Fresh::keeping(Arc::new(volume), dir)
-        });
+        contract::run_all(&|| fresh_with_limit(default_open_file_limit()));
+    }
+
+    /// With room for one idle descriptor, handles keep losing theirs and
+    /// reopening: no caller may be able to tell.
+    #[test]
+    fn meets_the_volume_contract_with_one_open_file() {
+        contract::run_all(&|| fresh_with_limit(1));
     }
 
     #[test]
     fn leftover_temporaries_of_a_crash_are_not_listed() {
-        let (dir, v) = volume();
+        let (dir, v) = volume_with_limit(8);
         v.create_dir_all("d").unwrap();
         v.write_atomic("d/a", b"").unwrap();
         fs::write(dir.path().join("d").join(format!("{TMP_MARKER}a-0-0")), b"").unwrap();
@@ -316,7 +318,7 @@ mod tests {
 
     #[test]
     fn create_exclusive_leaves_no_temporary_on_disk() {
-        let (dir, v) = volume();
+        let (dir, v) = volume_with_limit(8);
         v.create_dir_all("e").unwrap();
         v.create_exclusive("e/1", b"won").unwrap();
         let lost = v.create_exclusive("e/1", b"lost").unwrap_err();

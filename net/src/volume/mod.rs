@@ -9,9 +9,11 @@
 //! that every implementation's tests run.
 
 pub mod contract;
+mod fd_cache;
 mod local;
 
-pub use local::LocalVolume;
+pub use fd_cache::StaleHandle;
+pub use local::{default_open_file_limit, LocalVolume};
 
 use bytes::Bytes;
 use std::io;
