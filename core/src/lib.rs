@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod group;
+pub mod layout;
 pub mod partition;
 pub mod produce;
 pub mod producer;

@@ -18,6 +18,7 @@
 //! File names are content hashes, so re-running never duplicates a seed.
 
 use bytes::{Bytes, BytesMut};
+use kaas_core::layout;
 use kaas_core::producer::{encode_snapshot, BatchIdentity, ProducerTable};
 use kaas_core::protocol::messages::{Gen, RequestBody, APIS};
 use kaas_core::protocol::{decode_request, RequestHeader, Writer};
@@ -282,19 +283,19 @@ fn broker_volume() -> Vec<u8> {
     let slot = kaas_core::cluster::coordinator_slot("g");
     assert_eq!(slot, 24, "archive::PATHS names slot 24 for group g");
     volume.put(
-        &kaas_core::group::slot::slot_file_path(slot),
+        &kaas_core::layout::group_slot_file(slot),
         &group_slot(slot, "g"),
     );
     let files = volume.files();
     let entries = files
         .iter()
-        .filter(|(path, _)| archive::PATHS.contains(&path.as_str()))
+        .filter(|(path, _)| archive::PATHS.iter().any(|p| p == *path))
         .map(|(p, c)| (p.as_str(), c.as_slice()));
     let encoded = archive::encode(entries).expect("volume fits the archive format");
     assert!(
         files
             .keys()
-            .any(|p| p == "topics/t-0/00000000000000000100.log"),
+            .any(|p| *p == layout::segment_path(&layout::partition_dir("t", 0), 100)),
         "t-0 did not roll at offset 100: {:?}",
         files.keys().collect::<Vec<_>>()
     );

@@ -1,6 +1,8 @@
 //! An in-memory `Volume` for the state-file targets: the broker's real
 //! recovery code reads fuzzed files through it. No crash or NFS semantics
-//! (that is the simulator's job); just files, directories and segments.
+//! (that is the simulator's job); just files, directories and segments,
+//! with the path rules and results of the `Volume` contract
+//! (`kaas_net::volume::contract`, run against it in tests/volume_contract.rs).
 
 use bytes::Bytes;
 use kaas_net::volume::{SegmentFile, Volume};
@@ -32,6 +34,54 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn parent(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(dir, _)| dir)
+}
+
+fn invalid(path: &str, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("volume path {path:?} {why}"),
+    )
+}
+
+/// The canonical form of a volume path, refusing what `LocalVolume` refuses
+/// (absolute paths, `..`): the broker's code must not pass here with a path
+/// the real volume would reject.
+fn normalize(path: &str) -> io::Result<String> {
+    if path.starts_with('/') {
+        return Err(invalid(path, "must be relative"));
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(invalid(path, "must stay below the root")),
+            p => parts.push(p),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// Children of a directory are found by this prefix of their paths.
+fn child_prefix(dir: &str) -> String {
+    if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    }
+}
+
+impl Inner {
+    fn require_parent(&self, path: &str) -> io::Result<()> {
+        let dir = parent(path);
+        if dir.is_empty() || self.dirs.contains(dir) {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{path}: no directory {dir:?}"),
+            ))
+        }
+    }
 }
 
 impl MemVolume {
@@ -97,20 +147,38 @@ fn add_dirs(dirs: &mut BTreeSet<String>, dir: &str) {
 
 impl Volume for MemVolume {
     fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
-        let file = lock(&self.inner).files.get(path).cloned();
+        let path = normalize(path)?;
+        let file = lock(&self.inner).files.get(&path).cloned();
         Ok(file.map(|f| Bytes::from(lock(&f.data).clone())))
     }
 
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        let path = normalize(path)?;
         let mut inner = lock(&self.inner);
-        if !parent(path).is_empty() && !inner.dirs.contains(parent(path)) {
+        inner.require_parent(&path)?;
+        // A new file, not new content in the old one: handles opened before
+        // keep reading what they opened.
+        inner.files.insert(
+            path,
+            Arc::new(MemFile {
+                data: Mutex::new(data.to_vec()),
+            }),
+        );
+        Ok(())
+    }
+
+    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        let path = normalize(path)?;
+        let mut inner = lock(&self.inner);
+        inner.require_parent(&path)?;
+        if path.is_empty() || inner.files.contains_key(&path) || inner.dirs.contains(&path) {
             return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                "no parent directory",
+                io::ErrorKind::AlreadyExists,
+                format!("{path} already exists"),
             ));
         }
         inner.files.insert(
-            path.to_string(),
+            path,
             Arc::new(MemFile {
                 data: Mutex::new(data.to_vec()),
             }),
@@ -119,8 +187,9 @@ impl Volume for MemVolume {
     }
 
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        let dir = normalize(dir)?;
         let inner = lock(&self.inner);
-        let prefix = format!("{dir}/");
+        let prefix = child_prefix(&dir);
         let children = under(&inner.files, &prefix)
             .chain(under(&inner.dirs, &prefix))
             .filter_map(|p| p.strip_prefix(&prefix))
@@ -131,17 +200,23 @@ impl Volume for MemVolume {
     }
 
     fn create_dir_all(&self, dir: &str) -> io::Result<()> {
-        add_dirs(&mut lock(&self.inner).dirs, dir);
+        let dir = normalize(dir)?;
+        add_dirs(&mut lock(&self.inner).dirs, &dir);
         Ok(())
     }
 
     fn remove(&self, path: &str) -> io::Result<()> {
-        lock(&self.inner).files.remove(path);
+        let path = normalize(path)?;
+        lock(&self.inner).files.remove(&path);
         Ok(())
     }
 
     fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
-        let prefix = format!("{dir}/");
+        let dir = normalize(dir)?;
+        if dir.is_empty() {
+            return Err(invalid(&dir, "is the root; refusing to remove it"));
+        }
+        let prefix = child_prefix(&dir);
         let mut inner = lock(&self.inner);
         let files: Vec<String> = under(&inner.files, &prefix).cloned().collect();
         for f in files {
@@ -151,21 +226,22 @@ impl Volume for MemVolume {
         for d in dirs {
             inner.dirs.remove(&d);
         }
-        inner.dirs.remove(dir);
+        inner.dirs.remove(&dir);
         Ok(())
     }
 
     fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>> {
+        let path = normalize(path)?;
         let mut inner = lock(&self.inner);
-        if let Some(f) = inner.files.get(path) {
+        if let Some(f) = inner.files.get(&path) {
             return Ok(f.clone());
         }
         if !create {
-            return Err(io::Error::new(io::ErrorKind::NotFound, path.to_string()));
+            return Err(io::Error::new(io::ErrorKind::NotFound, path));
         }
-        add_dirs(&mut inner.dirs, parent(path));
+        inner.require_parent(&path)?;
         let f = Arc::new(MemFile::default());
-        inner.files.insert(path.to_string(), f.clone());
+        inner.files.insert(path, f.clone());
         Ok(f)
     }
 }

@@ -328,11 +328,9 @@ fn producer_snapshot(data: &[u8]) {
     table.expire(i64::MIN, i64::MAX);
 }
 
-const PID_FILE: &str = "__cluster/producer_ids/kaas-0.json";
-
 fn pid_block_file(data: &[u8]) {
     let volume = Arc::new(MemVolume::new());
-    volume.put(PID_FILE, data);
+    volume.put(&kaas_core::layout::producer_id_block_file(0), data);
     let manager =
         kaas_net::broker::ProducerIdManager::new(volume.clone(), kaas_net::env::Env::in_place(), 0);
     let rt = runtime();
@@ -588,8 +586,8 @@ mod tests {
     #[test]
     fn archive_round_trips() {
         let entries = [
-            (archive::PATHS[1], &b"{}"[..]),
-            (archive::PATHS[3], &[1u8, 2][..]),
+            (archive::PATHS[1].as_str(), &b"{}"[..]),
+            (archive::PATHS[3].as_str(), &[1u8, 2][..]),
         ];
         let bytes = archive::encode(entries).unwrap();
         assert_eq!(archive::decode(&bytes), entries.to_vec());

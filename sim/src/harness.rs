@@ -13,6 +13,7 @@ use crate::params::SimParams;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
 use crate::workload::{self, Shared};
 use crate::{group_member, idempotent};
+use kaas_core::layout;
 use kaas_core::record::{split_batches, Tail};
 use kaas_net::config::{BrokerConfig, LogDefaults};
 use kaas_net::env::Env;
@@ -248,7 +249,7 @@ fn arm_fsync_failure(
     volume.set_fault_hook(Some(Box::new(move |c| {
         let aimed = c.point == FaultPoint::Sync
             && c.unsynced > 0
-            && c.path.ends_with(".log")
+            && matches!(layout::classify_path(c.path), layout::Entry::Segment(_))
             && nearly_full.is_none_or(|segment| c.len * 4 >= segment * 3);
         if !aimed || *fired.borrow() {
             return None;
@@ -422,13 +423,13 @@ fn first_hole(logs: &BTreeMap<i32, PartitionLog>) -> Option<(i32, i64)> {
 /// The batches stored around `offset` in a partition's segment files, read
 /// straight from the volume: what recovery and fetches had to work with.
 fn dump_batches(volume: &SimVolume, partition: i32, offset: i64) -> String {
-    let dir = format!("topics/{}-{partition}", workload::TOPIC);
+    let dir = layout::partition_dir(workload::TOPIC, partition);
     let mut out = format!("batches of partition {partition} near offset {offset}:\n");
     for name in volume
         .list(&dir)
         .unwrap_or_default()
         .into_iter()
-        .filter(|n| n.ends_with(".log"))
+        .filter(|n| matches!(layout::classify(n), layout::Entry::Segment(_)))
     {
         let Ok(Some(data)) = volume.read(&format!("{dir}/{name}")) else {
             continue;

@@ -14,7 +14,10 @@
 //!   apart from truncation, so "a durable prefix plus a tail" is exact, not
 //!   an approximation.
 //! - `write_atomic` replaces a file durably and atomically: either the old
-//!   or the new content survives a crash, never a mix.
+//!   or the new content survives a crash, never a mix. `create_exclusive`
+//!   is the same without the replacing: it fails if the name exists, and
+//!   its check and its creation are one step under the volume's lock, so
+//!   of concurrent creators exactly one wins.
 //! - Simplification: directory operations (create, remove, the rename inside
 //!   `write_atomic`, creating a segment) are durable the moment they return.
 //!   `LocalVolume` fsyncs the directory for each of them, so this matches
@@ -61,6 +64,7 @@ use tokio::sync::watch;
 pub enum FaultPoint {
     Read,
     WriteAtomic,
+    CreateExclusive,
     List,
     CreateDir,
     Remove,
@@ -504,6 +508,25 @@ impl Volume for SimVolume {
         Ok(())
     }
 
+    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        let path = normalize(path)?;
+        let mut state = self.state();
+        self.mutation(&mut state, FaultPoint::CreateExclusive, &path)?;
+        state.require_dir(parent(&path), &path)?;
+        if path.is_empty() || state.dirs.contains(&path) || state.files.contains_key(&path) {
+            return Err(err(
+                io::ErrorKind::AlreadyExists,
+                format!("{path:?} already exists"),
+            ));
+        }
+        // Born synced: like `write_atomic`, the content is durable before
+        // the name appears.
+        let id = state.new_inode(data.to_vec());
+        state.files.insert(path, id);
+        state.stats.atomic_writes += 1;
+        Ok(())
+    }
+
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
         let dir = normalize(dir)?;
         let mut state = self.state();
@@ -822,47 +845,42 @@ mod tests {
         assert_eq!(v.read("g").unwrap().unwrap(), &b"two"[..]);
     }
 
+    /// Path rules, listing, segments, POSIX handle semantics and
+    /// exclusive create, as `LocalVolume` has them.
     #[test]
-    fn replaced_and_removed_files_stay_readable_through_open_handles() {
-        let v = SimVolume::new();
-        v.write_atomic("idx", b"old").unwrap();
-        let old = v.open_segment("idx", false).unwrap();
-        v.write_atomic("idx", b"new!").unwrap();
-        assert_eq!(old.read_at(0, 10).unwrap(), &b"old"[..]);
-        let new = v.open_segment("idx", false).unwrap();
-        v.remove("idx").unwrap();
-        assert_eq!(new.read_at(0, 10).unwrap(), &b"new!"[..]);
-        assert_eq!(v.read("idx").unwrap(), None);
+    fn meets_the_volume_contract() {
+        kaas_net::volume::contract::run_all(&|| {
+            kaas_net::volume::contract::Fresh::new(Arc::new(SimVolume::new()))
+        });
     }
 
     #[test]
-    fn directories_behave_like_local_volume() {
+    fn an_exclusive_create_is_durable_at_once_and_can_be_failed_by_the_hook() {
         let v = SimVolume::new();
-        assert!(v.list("nope").unwrap().is_empty());
-        assert!(v.write_atomic("a/b/f", b"").is_err(), "parent must exist");
+        v.create_dir_all("e").unwrap();
+        v.create_exclusive("e/1", b"claimed").unwrap();
+        assert_eq!(v.crash().bytes_dropped, 0);
+        assert_eq!(v.read("e/1").unwrap().unwrap(), &b"claimed"[..]);
+        v.set_fault_hook(Some(Box::new(|c| {
+            (c.point == FaultPoint::CreateExclusive).then(|| io::Error::other("EIO"))
+        })));
         assert_eq!(
-            v.open_segment("a/b/s", true).err().map(|e| e.kind()),
-            Some(io::ErrorKind::NotFound)
+            v.create_exclusive("e/2", b"x").unwrap_err().kind(),
+            io::ErrorKind::Other
         );
-        v.create_dir_all("a/b").unwrap();
-        v.create_dir_all("a/c").unwrap();
-        for name in ["z", "x", "y"] {
-            v.write_atomic(&format!("a/b/{name}"), b"").unwrap();
-        }
-        assert_eq!(v.list("a").unwrap(), vec!["b", "c"]);
-        assert_eq!(v.list("a/b").unwrap(), vec!["x", "y", "z"]);
-        assert_eq!(v.list("").unwrap(), vec!["a"]);
-        v.remove("a/b/x").unwrap();
-        v.remove("a/b/x").unwrap();
-        v.remove_dir_all("a/b").unwrap();
-        v.remove_dir_all("a/b").unwrap();
-        assert_eq!(v.list("a").unwrap(), vec!["c"]);
-        assert_eq!(v.read("a/b/y").unwrap(), None);
-        assert!(v.read("../x").is_err());
-        assert!(v.read("/x").is_err());
+        v.set_fault_hook(None);
         assert_eq!(
-            v.open_segment("a/c/s", false).err().map(|e| e.kind()),
-            Some(io::ErrorKind::NotFound)
+            v.read("e/2").unwrap(),
+            None,
+            "a failed create leaves nothing"
+        );
+        v.power_cut_after(0);
+        assert!(v.create_exclusive("e/2", b"x").is_err());
+        v.crash();
+        assert_eq!(
+            v.read("e/2").unwrap(),
+            None,
+            "nor does one a power cut stopped"
         );
     }
 
@@ -942,7 +960,8 @@ mod tests {
                 ..LogConfig::default()
             };
             let batch = |i: u8| BatchBuilder::new().record(1, None, Some(&[i; 20])).build();
-            let mut log = PartitionLog::open(arc.clone(), "topics/t-0".into(), config).unwrap();
+            let dir = kaas_core::layout::partition_dir("t", 0);
+            let mut log = PartitionLog::open(arc.clone(), dir.clone(), config).unwrap();
             for i in 0..10 {
                 log.append_batch(&batch(i)).unwrap();
             }
@@ -952,7 +971,7 @@ mod tests {
             }
             drop(log);
             v.crash_torn(&mut SmallRng::seed_from_u64(seed));
-            let log = PartitionLog::open(arc, "topics/t-0".into(), config).unwrap();
+            let log = PartitionLog::open(arc, dir, config).unwrap();
             let end = log.end_offset();
             assert!((10..=15).contains(&end), "seed {seed}: end offset {end}");
             // Reads stop at segment boundaries: read on until the end.

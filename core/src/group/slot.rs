@@ -1,6 +1,6 @@
 //! The durable state of one coordinator slot and the operations on it.
 //!
-//! A slot file (`__cluster/group_state/slot-<N>.json`) holds every group of
+//! A slot file (`crate::layout::group_slot_file`) holds every group of
 //! the slot that has offsets. It is replaced whole (tmp + fsync + rename) by
 //! its single writer, the slot's coordinator. Changes are expressed as
 //! [`SlotOp`]s so many of them (say, commits from many consumers) can be
@@ -14,14 +14,6 @@ use std::fmt;
 
 /// Version of the slot file layout.
 pub const SLOT_FILE_FORMAT: u32 = 1;
-
-/// Directory of the group slot files on the volume.
-pub const GROUP_STATE_DIR: &str = "__cluster/group_state";
-
-/// Path of slot `slot`'s file on the volume.
-pub fn slot_file_path(slot: u32) -> String {
-    format!("{GROUP_STATE_DIR}/slot-{slot}.json")
-}
 
 /// Group metadata written along with offsets (what a restart needs to
 /// apply retention correctly and keep generations increasing).

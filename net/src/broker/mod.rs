@@ -67,7 +67,7 @@ struct ClusterFile {
     cluster_id: String,
 }
 
-const CLUSTER_FILE: &str = "__cluster/cluster.json";
+const CLUSTER_FILE: &str = kaas_core::layout::CLUSTER_FILE;
 
 pub struct Broker {
     pub config: BrokerConfig,

@@ -1,4 +1,5 @@
-//! The producer id allocator: `__cluster/producer_ids/kaas-<broker>.json`.
+//! The producer id allocator and its file
+//! (`kaas_core::layout::producer_id_block_file`).
 //!
 //! The file records where the next block starts; everything below it may
 //! have been handed out. A block's end is persisted (tmp + fsync + rename)
@@ -7,12 +8,11 @@
 
 use crate::env::{Env, IoKind};
 use crate::volume::Volume;
+use kaas_core::layout::{producer_id_block_file, PRODUCER_IDS_DIR};
 use kaas_core::producer::{local_pid_range, pid_for, PidBlock};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::sync::Arc;
-
-const DIR: &str = "__cluster/producer_ids";
 
 #[derive(Serialize, Deserialize)]
 struct BlockFile {
@@ -37,7 +37,7 @@ impl ProducerIdManager {
     }
 
     fn path(&self) -> String {
-        format!("{DIR}/kaas-{}.json", self.broker_id)
+        producer_id_block_file(self.broker_id)
     }
 
     /// A producer id no one has had before. Requests wait here while a new
@@ -82,7 +82,7 @@ fn reserve_next_block(volume: &dyn Volume, path: &str, broker_id: i32) -> io::Re
             "producer id space of broker {broker_id} is exhausted"
         )));
     }
-    volume.create_dir_all(DIR)?;
+    volume.create_dir_all(PRODUCER_IDS_DIR)?;
     let json = serde_json::to_vec(&BlockFile {
         next_block_start: fresh.end,
     })

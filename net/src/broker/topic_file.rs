@@ -1,16 +1,15 @@
-//! Topic metadata files: `__cluster/topics/<topic>.json`.
+//! Topic metadata files (`kaas_core::layout::topic_file`).
 //!
 //! One file per topic, written atomically (tmp + fsync + rename) by the broker
 //! that administers it. The topic id is minted at creation, so a deleted and
 //! re-created topic is a different topic to every client that cached the id.
 
 use crate::volume::Volume;
+use kaas_core::layout::{self, TOPIC_FILES_DIR};
 use kaas_core::protocol::Uuid;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
-
-pub const TOPICS_DIR: &str = "__cluster/topics";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopicFile {
@@ -31,11 +30,11 @@ impl TopicFile {
 }
 
 pub fn path(name: &str) -> String {
-    format!("{TOPICS_DIR}/{name}.json")
+    layout::topic_file(name)
 }
 
 pub fn write(volume: &dyn Volume, file: &TopicFile) -> io::Result<()> {
-    volume.create_dir_all(TOPICS_DIR)?;
+    volume.create_dir_all(TOPIC_FILES_DIR)?;
     let json = serde_json::to_vec_pretty(file).map_err(io::Error::other)?;
     volume.write_atomic(&path(&file.name), &json)
 }
@@ -45,8 +44,8 @@ pub fn write(volume: &dyn Volume, file: &TopicFile) -> io::Result<()> {
 /// disk untouched for an operator to inspect.
 pub fn read_all(volume: &dyn Volume) -> io::Result<Vec<TopicFile>> {
     let mut out = Vec::new();
-    for entry in volume.list(TOPICS_DIR)? {
-        let Some(name) = entry.strip_suffix(".json") else {
+    for entry in volume.list(TOPIC_FILES_DIR)? {
+        let Some(name) = layout::topic_of_file(&entry) else {
             continue;
         };
         let Some(bytes) = volume.read(&path(name))? else {

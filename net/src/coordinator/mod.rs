@@ -26,11 +26,11 @@ use kaas_core::cluster::{coordinator_slot, COORDINATOR_SLOTS};
 use kaas_core::group::coordinator::{
     CommitRequest, FetchedOffset, GroupDescription, ListedGroup, Output,
 };
-use kaas_core::group::slot::{slot_file_path, GROUP_STATE_DIR};
 use kaas_core::group::{
     Coordinator, Effect, GroupConfig, JoinRequest, JoinResult, SlotOp, SlotState, SyncRequest,
     SyncResult, Waiter,
 };
+use kaas_core::layout::{group_slot_file, GROUP_STATE_DIR};
 use kaas_core::protocol::ErrorCode;
 use std::collections::HashMap;
 use std::io;
@@ -86,7 +86,7 @@ impl GroupCoordinator {
         let now = env.now_ms();
         let mut groups = 0;
         for slot in 0..COORDINATOR_SLOTS {
-            let path = slot_file_path(slot);
+            let path = group_slot_file(slot);
             if let Some(bytes) = volume.read(&path)? {
                 let state = SlotState::decode(&bytes, slot).map_err(|e| {
                     io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}"))

@@ -6,8 +6,9 @@ use crate::volume::{LocalVolume, SegmentFile, Volume};
 use bytes::Bytes;
 use kaas_core::cluster::coordinator_slot;
 use kaas_core::group::coordinator::{CommitOffset, CommitRequest};
-use kaas_core::group::slot::{slot_file_path, SlotState};
+use kaas_core::group::slot::SlotState;
 use kaas_core::group::{GroupConfig, JoinRequest, Protocol, SyncRequest};
+use kaas_core::layout::group_slot_file;
 use kaas_core::protocol::ErrorCode;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -30,6 +31,9 @@ impl Volume for Flaky {
         }
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.write_atomic(path, data)
+    }
+    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        self.inner.create_exclusive(path, data)
     }
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
         self.inner.list(dir)
@@ -96,7 +100,7 @@ async fn committed_offsets_survive_reopening_the_volume() {
     drop(c);
     // What a restart (or kill -9 after the answer) finds on the volume.
     let bytes = volume
-        .read(&slot_file_path(coordinator_slot("g")))
+        .read(&group_slot_file(coordinator_slot("g")))
         .unwrap()
         .expect("slot file written");
     let state = SlotState::decode(&bytes, coordinator_slot("g")).unwrap();

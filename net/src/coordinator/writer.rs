@@ -2,7 +2,7 @@
 
 use super::GroupCoordinator;
 use crate::env::IoKind;
-use kaas_core::group::slot::slot_file_path;
+use kaas_core::layout::group_slot_file;
 use kaas_core::protocol::ErrorCode;
 use std::io;
 use std::sync::Arc;
@@ -70,7 +70,7 @@ impl GroupCoordinator {
     async fn write(&self, slot: u32, state: &kaas_core::group::SlotState) -> io::Result<()> {
         let bytes = state.encode().map_err(io::Error::other)?;
         let volume = self.volume.clone();
-        let path = slot_file_path(slot);
+        let path = group_slot_file(slot);
         // The write fsyncs: it runs on the IO runner, off the async workers.
         self.env
             .blocking(IoKind::Fsync, move || volume.write_atomic(&path, &bytes))

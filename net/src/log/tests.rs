@@ -759,6 +759,9 @@ impl Volume for FlakySyncVolume {
     fn write_atomic(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
         self.inner.write_atomic(path, data)
     }
+    fn create_exclusive(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
+        self.inner.create_exclusive(path, data)
+    }
     fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
         self.inner.list(dir)
     }

@@ -1,36 +1,91 @@
 //! `Volume` on the OS file system, rooted at one directory.
+//!
+//! Segment handles do not own a file descriptor each: they share a bounded
+//! cache of them (see `fd_cache`), so the number of partitions is not
+//! limited by the process's open-file limit.
 
 use bytes::Bytes;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use super::fd_cache::FdCache;
 use super::{SegmentFile, Volume};
 
-/// Marks in-flight `write_atomic` temporaries; `list` hides them so a crash
-/// mid-write never shows callers a half-written name.
+/// Bounds of the default open-file cache size: at least enough for a small
+/// broker to run without reopening, at most what any real limit allows.
+const MIN_DEFAULT_OPEN_FILES: usize = 64;
+const MAX_DEFAULT_OPEN_FILES: usize = 1 << 20;
+
+/// The default number of segment files a `LocalVolume` keeps open: half the
+/// process's soft `RLIMIT_NOFILE` as it is when the volume is created
+/// (the other half is left for sockets, state files being written and
+/// everything else), at least 64. Raising the limit before starting the
+/// broker (`ulimit -n`) raises the cache with it.
+pub fn default_open_file_limit() -> usize {
+    match rlimit::getrlimit(rlimit::Resource::NOFILE) {
+        Ok((soft, _hard)) => usize::try_from(soft / 2)
+            .unwrap_or(MAX_DEFAULT_OPEN_FILES)
+            .clamp(MIN_DEFAULT_OPEN_FILES, MAX_DEFAULT_OPEN_FILES),
+        // No limit to read (not expected on Unix): the common default
+        // soft limit is 1024.
+        Err(_) => 512,
+    }
+}
+
+/// Marks in-flight temporaries of `write_atomic` and `create_exclusive`;
+/// `list` hides them so a crash mid-write never shows callers a
+/// half-written name.
 const TMP_MARKER: &str = ".kaas-tmp-";
 
 /// The volume on a local (or NFS-mounted) directory.
 pub struct LocalVolume {
     root: PathBuf,
+    /// Random per volume instance: makes temporary names unique across
+    /// brokers sharing the volume (process ids are not: every broker in a
+    /// container may be pid 1).
+    tmp_tag: u64,
     /// Makes temporary names unique when two tasks replace files in the
     /// same directory at once.
     tmp_counter: AtomicU64,
+    /// The descriptors of every segment handle opened through this volume.
+    files: Arc<FdCache>,
 }
 
 impl LocalVolume {
-    /// A volume rooted at `root`, created if missing.
+    /// A volume rooted at `root`, created if missing, keeping at most
+    /// [`default_open_file_limit`] segment files open.
     pub fn new(root: impl Into<PathBuf>) -> io::Result<Self> {
+        Self::with_open_file_limit(root, default_open_file_limit())
+    }
+
+    /// A volume that keeps at most `limit` (at least 1) idle segment files
+    /// open; handles beyond that reopen their file when next used. Files
+    /// with unsynced appends, and files the volume removed while a handle
+    /// had them open, are never closed, so they may take the count past
+    /// `limit` (see `fd_cache`).
+    pub fn with_open_file_limit(root: impl Into<PathBuf>, limit: usize) -> io::Result<Self> {
         let root = root.into();
         fs::create_dir_all(&root)?;
         Ok(LocalVolume {
             root,
+            tmp_tag: crate::entropy::random_uuid().as_u128() as u64,
             tmp_counter: AtomicU64::new(0),
+            files: FdCache::new(limit),
         })
+    }
+
+    /// How many idle segment files this volume keeps open at most.
+    pub fn open_file_limit(&self) -> usize {
+        self.files.capacity()
+    }
+
+    /// Segment files open right now (for tests and diagnostics).
+    pub fn open_files(&self) -> usize {
+        self.files.open_files()
     }
 
     pub fn root(&self) -> &Path {
@@ -54,6 +109,26 @@ impl LocalVolume {
         }
         Ok(self.root.join(relative))
     }
+
+    /// A fresh temporary name beside `target` (hidden from `list`), and the
+    /// directory both are in.
+    fn temporary_for<'a>(&self, target: &'a Path) -> io::Result<(PathBuf, &'a Path)> {
+        let dir = parent_of(target)?;
+        let name = target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!("{TMP_MARKER}{name}-{:016x}-{n}", self.tmp_tag));
+        Ok((tmp, dir))
+    }
+}
+
+/// Writes a new file `path` (which must not exist) and fsyncs it.
+fn write_new_durably(path: &Path, data: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    file.write_all(data)?;
+    file.sync_all()
 }
 
 /// Makes directory entries (creates, renames, removals) durable.
@@ -88,24 +163,51 @@ impl Volume for LocalVolume {
 
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
         let target = self.resolve(path)?;
-        let dir = parent_of(&target)?;
-        let name = target
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!("{TMP_MARKER}{name}-{}-{n}", std::process::id()));
-        let written = (|| {
-            let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            file.write_all(data)?;
-            file.sync_all()?;
-            fs::rename(&tmp, &target)
-        })();
+        let (tmp, dir) = self.temporary_for(&target)?;
+        let written = write_new_durably(&tmp, data).and_then(|()| {
+            // Handles open on the old file must keep reading it.
+            self.files.unlinking(&target, false);
+            fs::rename(&tmp, &target)?;
+            self.files.unlinked(&target, false);
+            Ok(())
+        });
         if let Err(e) = written {
             // Best effort: a leftover temporary is hidden by `list` anyway.
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
+        sync_dir(dir)
+    }
+
+    /// The whole content goes into a hidden temporary first, fsynced, and
+    /// is then published under `path` by `link(2)`, which fails with EEXIST
+    /// if the name exists, atomically on the NFS server too (unlike
+    /// `O_EXCL` on old NFS clients, and unlike `rename`, which would
+    /// replace). A reader therefore sees no file or the whole file.
+    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        let target = self.resolve(path)?;
+        let (tmp, dir) = self.temporary_for(&target)?;
+        if let Err(e) = write_new_durably(&tmp, data) {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        let linked = match fs::hard_link(&tmp, &target) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                // Over NFS a LINK whose reply was lost is retried, and the
+                // retry finds the name taken by our own first attempt. The
+                // temporary's link count tells: 2 means the name is ours
+                // (the recipe of open(2)'s O_EXCL notes).
+                match fs::metadata(&tmp) {
+                    Ok(meta) if meta.nlink() == 2 => Ok(()),
+                    _ => Err(e),
+                }
+            }
+            other => other,
+        };
+        // The winner's name stays linked to the same inode; the temporary
+        // name goes either way (best effort: `list` hides leftovers).
+        let _ = fs::remove_file(&tmp);
+        linked?;
         sync_dir(dir)
     }
 
@@ -140,13 +242,19 @@ impl Volume for LocalVolume {
 
     fn remove(&self, path: &str) -> io::Result<()> {
         let path = self.resolve(path)?;
+        self.files.unlinking(&path, false);
         ignore_not_found(fs::remove_file(&path))?;
+        self.files.unlinked(&path, false);
         ignore_not_found(sync_dir(parent_of(&path)?))
     }
 
     fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
         let path = self.resolve(dir)?;
-        ignore_not_found(fs::remove_dir_all(&path))?;
+        self.files.unlinking(&path, true);
+        let removed = ignore_not_found(fs::remove_dir_all(&path));
+        // Even a partial removal may have unlinked some files.
+        self.files.unlinked(&path, true);
+        removed?;
         ignore_not_found(sync_dir(parent_of(&path)?))
     }
 
@@ -154,161 +262,73 @@ impl Volume for LocalVolume {
         let path = self.resolve(path)?;
         let mut options = OpenOptions::new();
         options.read(true).write(true);
+        let open = |options: &OpenOptions| self.files.open_with_relief(|| options.open(&path));
         let (file, created) = if create {
-            match options.clone().create_new(true).open(&path) {
+            match open(options.clone().create_new(true)) {
                 Ok(file) => (file, true),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (options.open(&path)?, false),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (open(&options)?, false),
                 Err(e) => return Err(e),
             }
         } else {
-            (options.open(&path)?, false)
+            (open(&options)?, false)
         };
         if created {
             sync_dir(parent_of(&path)?)?;
         }
-        let len = file.metadata()?.len();
-        Ok(Arc::new(LocalSegment {
-            file,
-            len: AtomicU64::new(len),
-            writer: Mutex::new(()),
-        }))
-    }
-}
-
-/// A segment (or index) file. Writes are positional at the tracked length,
-/// so a failed partial append is simply overwritten by the next one and
-/// readers never see past the last complete append.
-struct LocalSegment {
-    file: File,
-    /// Bytes completely appended; published after each write.
-    len: AtomicU64,
-    /// Serialises appends and truncation; readers do not take it.
-    writer: Mutex<()>,
-}
-
-impl LocalSegment {
-    fn lock_writer(&self) -> std::sync::MutexGuard<'_, ()> {
-        // The guarded state is `()`: a panic elsewhere cannot leave it
-        // inconsistent, so a poisoned lock is safe to reuse.
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl SegmentFile for LocalSegment {
-    fn len(&self) -> u64 {
-        self.len.load(Ordering::Acquire)
-    }
-
-    fn append(&self, data: &[u8]) -> io::Result<u64> {
-        let _guard = self.lock_writer();
-        let pos = self.len.load(Ordering::Acquire);
-        self.file.write_all_at(data, pos)?;
-        self.len.store(pos + data.len() as u64, Ordering::Release);
-        Ok(pos)
-    }
-
-    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        let available = self.len().saturating_sub(pos);
-        // Bound the allocation by what exists, not by what was asked for.
-        let want = usize::try_from(available).map_or(len, |a| a.min(len));
-        let mut buf = vec![0u8; want];
-        let mut filled = 0;
-        while filled < want {
-            match self.file.read_at(&mut buf[filled..], pos + filled as u64) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        buf.truncate(filled);
-        Ok(Bytes::from(buf))
-    }
-
-    fn sync(&self) -> io::Result<()> {
-        // fdatasync covers the file size too, which is all an append changes.
-        self.file.sync_data()
-    }
-
-    fn truncate(&self, len: u64) -> io::Result<()> {
-        let _guard = self.lock_writer();
-        self.file.set_len(len)?;
-        self.file.sync_all()?;
-        self.len.store(len, Ordering::Release);
-        Ok(())
+        Ok(Arc::new(self.files.register(path, file)?))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::volume::contract::{self, Fresh};
 
-    fn volume() -> (tempfile::TempDir, LocalVolume) {
+    fn volume_with_limit(limit: usize) -> (tempfile::TempDir, LocalVolume) {
         let dir = tempfile::tempdir().unwrap();
-        let volume = LocalVolume::new(dir.path()).unwrap();
+        let volume = LocalVolume::with_open_file_limit(dir.path(), limit).unwrap();
         (dir, volume)
     }
 
-    #[test]
-    fn write_atomic_replaces_and_read_returns_content() {
-        let (_dir, v) = volume();
-        v.create_dir_all("a/b").unwrap();
-        assert_eq!(v.read("a/b/f.json").unwrap(), None);
-        v.write_atomic("a/b/f.json", b"one").unwrap();
-        v.write_atomic("a/b/f.json", b"two").unwrap();
-        assert_eq!(v.read("a/b/f.json").unwrap().unwrap(), &b"two"[..]);
-        assert_eq!(v.list("a/b").unwrap(), vec!["f.json".to_string()]);
+    fn fresh_with_limit(limit: usize) -> Fresh {
+        let (dir, volume) = volume_with_limit(limit);
+        Fresh::keeping(Arc::new(volume), dir)
     }
 
     #[test]
-    fn list_is_sorted_hides_temporaries_and_tolerates_missing_dirs() {
-        let (dir, v) = volume();
-        assert!(v.list("nope").unwrap().is_empty());
+    fn meets_the_volume_contract() {
+        contract::run_all(&|| fresh_with_limit(default_open_file_limit()));
+    }
+
+    /// With room for one idle descriptor, handles keep losing theirs and
+    /// reopening: no caller may be able to tell.
+    #[test]
+    fn meets_the_volume_contract_with_one_open_file() {
+        contract::run_all(&|| fresh_with_limit(1));
+    }
+
+    #[test]
+    fn leftover_temporaries_of_a_crash_are_not_listed() {
+        let (dir, v) = volume_with_limit(8);
         v.create_dir_all("d").unwrap();
-        for name in ["c", "a", "b"] {
-            v.write_atomic(&format!("d/{name}"), b"").unwrap();
-        }
-        fs::write(dir.path().join("d").join(format!("{TMP_MARKER}x")), b"").unwrap();
-        assert_eq!(v.list("d").unwrap(), vec!["a", "b", "c"]);
+        v.write_atomic("d/a", b"").unwrap();
+        fs::write(dir.path().join("d").join(format!("{TMP_MARKER}a-0-0")), b"").unwrap();
+        assert_eq!(v.list("d").unwrap(), vec!["a"]);
     }
 
     #[test]
-    fn paths_cannot_escape_the_root() {
-        let (_dir, v) = volume();
-        assert!(v.read("../etc/passwd").is_err());
-        assert!(v.read("/etc/passwd").is_err());
-        assert!(v.write_atomic("a/../../x", b"").is_err());
-    }
-
-    #[test]
-    fn remove_is_idempotent() {
-        let (_dir, v) = volume();
-        v.create_dir_all("t/p").unwrap();
-        v.write_atomic("t/p/f", b"x").unwrap();
-        v.remove("t/p/f").unwrap();
-        v.remove("t/p/f").unwrap();
-        v.remove_dir_all("t").unwrap();
-        v.remove_dir_all("t").unwrap();
-        assert!(v.list("t").unwrap().is_empty());
-    }
-
-    #[test]
-    fn segment_appends_reads_truncates_and_reopens() {
-        let (_dir, v) = volume();
-        v.create_dir_all("s").unwrap();
-        assert!(v.open_segment("s/0.log", false).is_err());
-        let seg = v.open_segment("s/0.log", true).unwrap();
-        assert_eq!(seg.append(b"hello").unwrap(), 0);
-        assert_eq!(seg.append(b" world").unwrap(), 5);
-        assert_eq!(seg.len(), 11);
-        seg.sync().unwrap();
-        assert_eq!(seg.read_at(6, 100).unwrap(), &b"world"[..]);
-        assert_eq!(seg.read_at(50, 10).unwrap(), &b""[..]);
-        seg.truncate(5).unwrap();
-        assert_eq!(seg.len(), 5);
-        assert_eq!(seg.append(b"!").unwrap(), 5);
-        drop(seg);
-        let seg = v.open_segment("s/0.log", true).unwrap();
-        assert_eq!(seg.read_at(0, usize::MAX).unwrap(), &b"hello!"[..]);
+    fn create_exclusive_leaves_no_temporary_on_disk() {
+        let (dir, v) = volume_with_limit(8);
+        v.create_dir_all("e").unwrap();
+        v.create_exclusive("e/1", b"won").unwrap();
+        let lost = v.create_exclusive("e/1", b"lost").unwrap_err();
+        assert_eq!(lost.kind(), io::ErrorKind::AlreadyExists);
+        let on_disk: Vec<_> = fs::read_dir(dir.path().join("e"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(on_disk, ["1"], "not even hidden ones");
+        let meta = fs::metadata(dir.path().join("e/1")).unwrap();
+        assert_eq!(meta.nlink(), 1, "the temporary link is gone");
     }
 }

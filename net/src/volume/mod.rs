@@ -5,11 +5,15 @@
 //! listing, removal, and append-only segment handles. `LocalVolume` implements
 //! it on the OS file system; the simulator implements it in memory with
 //! crash and NFS-staleness semantics. Paths are relative to the volume root
-//! and always use `/`.
+//! and always use `/`. [`contract`] states the trait's promises as checks
+//! that every implementation's tests run.
 
+pub mod contract;
+mod fd_cache;
 mod local;
 
-pub use local::LocalVolume;
+pub use fd_cache::StaleHandle;
+pub use local::{default_open_file_limit, LocalVolume};
 
 use bytes::Bytes;
 use std::io;
@@ -44,6 +48,16 @@ pub trait Volume: Send + Sync + 'static {
     /// it, rename it over `path`, fsync the directory. The parent directory
     /// must exist. In-flight temporaries never appear in `list`.
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()>;
+    /// Creates `path` holding `data`, durably, only if nothing of that name
+    /// exists; otherwise fails with `ErrorKind::AlreadyExists` and leaves the
+    /// existing file untouched. Atomic against every other creator of the
+    /// same name, in this process or on another machine sharing the volume
+    /// (NFS included): of concurrent callers exactly one succeeds. The
+    /// content appears whole or not at all: a reader never sees the winner's
+    /// file partly written. This is how an owner claims the next ownership
+    /// epoch (`kaas_core::layout::*_epoch_file`). The parent directory must
+    /// exist. In-flight temporaries never appear in `list`.
+    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()>;
     /// Names of the entries directly under `dir` (empty if it does not exist),
     /// sorted so callers never depend on file-system order.
     fn list(&self, dir: &str) -> io::Result<Vec<String>>;

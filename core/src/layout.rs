@@ -1,0 +1,400 @@
+//! Every path kaas uses on the volume, and the parsers back from file names.
+//!
+//! One module names them all so that the layout in docs/architecture.md is
+//! this file, two writers can never disagree about a name, and the
+//! simulator, the fuzz targets and the broker build the same strings. Pure
+//! string functions: no IO.
+//!
+//! ```text
+//! topics/<topic>-<partition>/<base offset, 20 digits>.log       segment
+//! topics/<topic>-<partition>/<base offset, 20 digits>.index     sparse index of a sealed segment
+//! topics/<topic>-<partition>/<base offset, 20 digits>.txnindex  aborted-transactions index
+//! topics/<topic>-<partition>/log-start-offset                   DeleteRecords low watermark
+//! topics/<topic>-<partition>/producer-state.snapshot            producer table as of an offset
+//! __cluster/cluster.json                                        cluster id
+//! __cluster/topics/<topic>.json                                 topic metadata
+//! __cluster/producer_ids/kaas-<broker>.json                     PID block end (writer: that broker)
+//! __cluster/producer_fences/from-<broker>.json                  fence log (writer: that broker)
+//! __cluster/txn_state/slot-<N>.json                             transaction slot (writer: slot owner)
+//! __cluster/group_state/slot-<N>.json                           group slot (writer: slot owner)
+//! __cluster/marker_queue/to-<broker>/<pid>-<epoch>.json         markers another broker must write
+//! __cluster/brokers/kaas-<broker>.json                          liveness / registration
+//! __cluster/epochs/partitions/<topic>-<partition>/<epoch>       partition ownership epochs
+//! __cluster/epochs/txn_slots/<slot>/<epoch>                     transaction coordinator epochs
+//! __cluster/epochs/group_slots/<slot>/<epoch>                   group coordinator epochs
+//! ```
+//!
+//! Topic names are restricted to `[a-zA-Z0-9._-]` (see `topic_name`), so
+//! `<topic>-<partition>` never contains a `/` and never escapes its parent.
+
+/// Digits of the zero-padded base offset in segment file names, so that
+/// name order is offset order. 20 digits hold every non-negative `i64`.
+const OFFSET_DIGITS: usize = 20;
+const LOG_SUFFIX: &str = ".log";
+const INDEX_SUFFIX: &str = ".index";
+const TXN_INDEX_SUFFIX: &str = ".txnindex";
+const LOG_START_OFFSET_FILE: &str = "log-start-offset";
+const PRODUCER_SNAPSHOT_FILE: &str = "producer-state.snapshot";
+
+/// Digits of the zero-padded epoch in ownership-epoch file names, so that
+/// name order is epoch order. 10 digits hold every non-negative `i32`,
+/// which is what Kafka's partition leader and coordinator epochs are.
+const EPOCH_DIGITS: usize = 10;
+
+// ------------------------------------------------------------------ partitions
+
+/// Parent of every partition directory.
+pub const PARTITIONS_DIR: &str = "topics";
+
+/// The directory of a partition.
+pub fn partition_dir(topic: &str, partition: i32) -> String {
+    format!("{PARTITIONS_DIR}/{topic}-{partition}")
+}
+
+/// The directory of a partition, given the name of its entry under
+/// [`PARTITIONS_DIR`] (as `Volume::list` returns it).
+pub fn partition_dir_of_entry(entry: &str) -> String {
+    format!("{PARTITIONS_DIR}/{entry}")
+}
+
+/// The segment file starting at `base_offset` in partition directory `dir`.
+pub fn segment_path(dir: &str, base_offset: i64) -> String {
+    format!("{dir}/{base_offset:0OFFSET_DIGITS$}{LOG_SUFFIX}")
+}
+
+/// The sparse index of the segment starting at `base_offset`.
+pub fn index_path(dir: &str, base_offset: i64) -> String {
+    format!("{dir}/{base_offset:0OFFSET_DIGITS$}{INDEX_SUFFIX}")
+}
+
+/// The aborted-transactions index of the segment starting at `base_offset`.
+pub fn txn_index_path(dir: &str, base_offset: i64) -> String {
+    format!("{dir}/{base_offset:0OFFSET_DIGITS$}{TXN_INDEX_SUFFIX}")
+}
+
+/// The persisted log start offset of a partition (DeleteRecords).
+pub fn log_start_offset_path(dir: &str) -> String {
+    format!("{dir}/{LOG_START_OFFSET_FILE}")
+}
+
+/// The producer-state snapshot of a partition.
+pub fn producer_snapshot_path(dir: &str) -> String {
+    format!("{dir}/{PRODUCER_SNAPSHOT_FILE}")
+}
+
+/// What an entry of a partition directory is, judged by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Segment(i64),
+    Index(i64),
+    Other,
+}
+
+/// Classifies a file name (not a path) found in a partition directory.
+pub fn classify(name: &str) -> Entry {
+    if let Some(base) = name.strip_suffix(LOG_SUFFIX).and_then(parse_base) {
+        Entry::Segment(base)
+    } else if let Some(base) = name.strip_suffix(INDEX_SUFFIX).and_then(parse_base) {
+        Entry::Index(base)
+    } else {
+        Entry::Other
+    }
+}
+
+/// Classifies the last component of a volume path.
+pub fn classify_path(path: &str) -> Entry {
+    classify(path.rsplit('/').next().unwrap_or(path))
+}
+
+/// The base offset spelled by exactly [`OFFSET_DIGITS`] decimal digits.
+pub fn parse_base(digits: &str) -> Option<i64> {
+    if digits.len() != OFFSET_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The content of the log start offset file: one decimal number.
+pub fn encode_log_start_offset(offset: i64) -> Vec<u8> {
+    format!("{offset}\n").into_bytes()
+}
+
+/// The log start offset in a file's content; `None` for anything that is
+/// not one non-negative decimal number.
+pub fn decode_log_start_offset(data: &[u8]) -> Option<i64> {
+    std::str::from_utf8(data)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|o: &i64| *o >= 0)
+}
+
+// --------------------------------------------------------------- cluster files
+
+/// Parent of every file that is not partition data.
+pub const CLUSTER_DIR: &str = "__cluster";
+
+/// The cluster id.
+pub const CLUSTER_FILE: &str = "__cluster/cluster.json";
+
+/// Topic metadata files.
+pub const TOPIC_FILES_DIR: &str = "__cluster/topics";
+
+/// The metadata file of topic `name`.
+pub fn topic_file(name: &str) -> String {
+    format!("{TOPIC_FILES_DIR}/{name}.json")
+}
+
+/// The topic named by an entry of [`TOPIC_FILES_DIR`], if it is a topic file.
+pub fn topic_of_file(entry: &str) -> Option<&str> {
+    entry.strip_suffix(".json").filter(|name| !name.is_empty())
+}
+
+/// Producer id block files.
+pub const PRODUCER_IDS_DIR: &str = "__cluster/producer_ids";
+
+/// Where broker `broker`'s next producer id block starts.
+pub fn producer_id_block_file(broker: i32) -> String {
+    format!("{PRODUCER_IDS_DIR}/kaas-{broker}.json")
+}
+
+/// Producer fence logs.
+pub const PRODUCER_FENCES_DIR: &str = "__cluster/producer_fences";
+
+/// The fences broker `broker` has issued.
+pub fn producer_fence_file(broker: i32) -> String {
+    format!("{PRODUCER_FENCES_DIR}/from-{broker}.json")
+}
+
+/// Transaction coordinator slot files.
+pub const TXN_STATE_DIR: &str = "__cluster/txn_state";
+
+/// The state of transaction coordinator slot `slot`.
+pub fn txn_slot_file(slot: u32) -> String {
+    format!("{TXN_STATE_DIR}/slot-{slot}.json")
+}
+
+/// Group coordinator slot files.
+pub const GROUP_STATE_DIR: &str = "__cluster/group_state";
+
+/// The state (offsets and their pending layer) of group slot `slot`.
+pub fn group_slot_file(slot: u32) -> String {
+    format!("{GROUP_STATE_DIR}/slot-{slot}.json")
+}
+
+/// Transaction markers queued for other brokers.
+pub const MARKER_QUEUE_DIR: &str = "__cluster/marker_queue";
+
+/// The markers queued for broker `broker` to write.
+pub fn marker_queue_dir(broker: i32) -> String {
+    format!("{MARKER_QUEUE_DIR}/to-{broker}")
+}
+
+/// A queued marker ending the transaction of `producer_id` at `epoch`.
+pub fn marker_file(broker: i32, producer_id: i64, epoch: i16) -> String {
+    format!("{}/{producer_id}-{epoch}.json", marker_queue_dir(broker))
+}
+
+/// Broker registrations.
+pub const BROKERS_DIR: &str = "__cluster/brokers";
+
+/// Broker `broker`'s registration and liveness file.
+pub fn broker_file(broker: i32) -> String {
+    format!("{BROKERS_DIR}/kaas-{broker}.json")
+}
+
+// ---------------------------------------------------------- ownership epochs
+
+/// Ownership epochs: one directory per owned item, one file per epoch,
+/// created exclusively (`Volume::create_exclusive`), so only one broker can
+/// take epoch E+1 and the newest file names the current owner.
+pub const EPOCHS_DIR: &str = "__cluster/epochs";
+
+/// The epoch files of a partition.
+pub fn partition_epochs_dir(topic: &str, partition: i32) -> String {
+    format!("{EPOCHS_DIR}/partitions/{topic}-{partition}")
+}
+
+/// The file that claims `epoch` of a partition.
+pub fn partition_epoch_file(topic: &str, partition: i32, epoch: i32) -> String {
+    epoch_file(&partition_epochs_dir(topic, partition), epoch)
+}
+
+/// The epoch files of transaction coordinator slot `slot`.
+pub fn txn_slot_epochs_dir(slot: u32) -> String {
+    format!("{EPOCHS_DIR}/txn_slots/{slot}")
+}
+
+/// The file that claims `epoch` of transaction coordinator slot `slot`.
+pub fn txn_slot_epoch_file(slot: u32, epoch: i32) -> String {
+    epoch_file(&txn_slot_epochs_dir(slot), epoch)
+}
+
+/// The epoch files of group coordinator slot `slot`.
+pub fn group_slot_epochs_dir(slot: u32) -> String {
+    format!("{EPOCHS_DIR}/group_slots/{slot}")
+}
+
+/// The file that claims `epoch` of group coordinator slot `slot`.
+pub fn group_slot_epoch_file(slot: u32, epoch: i32) -> String {
+    epoch_file(&group_slot_epochs_dir(slot), epoch)
+}
+
+fn epoch_file(dir: &str, epoch: i32) -> String {
+    format!("{dir}/{epoch:0EPOCH_DIGITS$}")
+}
+
+/// The epoch an entry of an epochs directory claims; `None` for anything
+/// that is not exactly [`EPOCH_DIGITS`] digits naming a non-negative `i32`
+/// (a temporary of an exclusive create in flight, say).
+pub fn parse_epoch_file(name: &str) -> Option<i32> {
+    if name.len() != EPOCH_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// The newest epoch among the entries of an epochs directory.
+pub fn latest_epoch<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<i32> {
+    names.into_iter().filter_map(parse_epoch_file).max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_sort_in_offset_order_and_parse_back() {
+        let a = segment_path("d", 9);
+        let b = segment_path("d", 10);
+        assert!(a < b);
+        assert_eq!(a, "d/00000000000000000009.log");
+        assert_eq!(index_path("d", 10), "d/00000000000000000010.index");
+        assert_eq!(txn_index_path("d", 0), "d/00000000000000000000.txnindex");
+        assert_eq!(classify("00000000000000000010.log"), Entry::Segment(10));
+        assert_eq!(classify("00000000000000000010.index"), Entry::Index(10));
+        assert_eq!(classify("0010.log"), Entry::Other);
+        assert_eq!(classify("99999999999999999999.log"), Entry::Other);
+        assert_eq!(classify("log-start-offset"), Entry::Other);
+        assert_eq!(classify("00000000000000000010.txnindex"), Entry::Other);
+        assert_eq!(
+            classify_path(&segment_path("topics/t-0", 7)),
+            Entry::Segment(7)
+        );
+        assert_eq!(classify_path("00000000000000000007.log"), Entry::Segment(7));
+        assert_eq!(
+            classify_path("topics/t-0/00000000000000000007.log.x"),
+            Entry::Other
+        );
+        assert_eq!(
+            parse_base(&format!("{:020}", i64::MAX)),
+            Some(i64::MAX),
+            "every offset fits the name"
+        );
+        assert_eq!(parse_base("0000000000000000000+"), None);
+    }
+
+    #[test]
+    fn log_start_offset_round_trips_and_rejects_garbage() {
+        assert_eq!(
+            decode_log_start_offset(&encode_log_start_offset(42)),
+            Some(42)
+        );
+        assert_eq!(decode_log_start_offset(b"-1"), None);
+        assert_eq!(decode_log_start_offset(b"x"), None);
+        assert_eq!(decode_log_start_offset(&[0xff]), None);
+    }
+
+    /// The names existing volumes already hold: changing one strands data.
+    #[test]
+    fn paths_match_the_documented_layout() {
+        let dir = partition_dir("orders", 3);
+        assert_eq!(dir, "topics/orders-3");
+        assert_eq!(partition_dir_of_entry("orders-3"), dir);
+        assert_eq!(
+            log_start_offset_path(&dir),
+            "topics/orders-3/log-start-offset"
+        );
+        assert_eq!(
+            producer_snapshot_path(&dir),
+            "topics/orders-3/producer-state.snapshot"
+        );
+        assert_eq!(CLUSTER_FILE, format!("{CLUSTER_DIR}/cluster.json"));
+        assert_eq!(topic_file("orders"), "__cluster/topics/orders.json");
+        assert_eq!(
+            producer_id_block_file(2),
+            "__cluster/producer_ids/kaas-2.json"
+        );
+        assert_eq!(group_slot_file(7), "__cluster/group_state/slot-7.json");
+        assert_eq!(txn_slot_file(49), "__cluster/txn_state/slot-49.json");
+        assert_eq!(
+            producer_fence_file(1),
+            "__cluster/producer_fences/from-1.json"
+        );
+        assert_eq!(
+            marker_file(4, 1 << 40, 3),
+            "__cluster/marker_queue/to-4/1099511627776-3.json"
+        );
+        assert_eq!(broker_file(0), "__cluster/brokers/kaas-0.json");
+        for path in [
+            topic_file("t"),
+            producer_id_block_file(0),
+            producer_fence_file(0),
+            txn_slot_file(0),
+            group_slot_file(0),
+            marker_file(0, 0, 0),
+            broker_file(0),
+            partition_epoch_file("t", 0, 0),
+            txn_slot_epoch_file(0, 0),
+            group_slot_epoch_file(0, 0),
+        ] {
+            assert!(path.starts_with("__cluster/"), "{path}");
+        }
+    }
+
+    #[test]
+    fn topic_files_parse_back_to_their_topic() {
+        let path = topic_file("a.b_c-d");
+        let entry = path.rsplit('/').next().unwrap();
+        assert_eq!(topic_of_file(entry), Some("a.b_c-d"));
+        assert_eq!(topic_of_file("t.json.tmp"), None);
+        assert_eq!(topic_of_file(".json"), None);
+    }
+
+    #[test]
+    fn epoch_files_sort_in_epoch_order_and_parse_back() {
+        assert_eq!(
+            partition_epoch_file("t", 2, 7),
+            "__cluster/epochs/partitions/t-2/0000000007"
+        );
+        assert_eq!(
+            group_slot_epoch_file(24, 1),
+            "__cluster/epochs/group_slots/24/0000000001"
+        );
+        assert_eq!(
+            txn_slot_epoch_file(3, 0),
+            "__cluster/epochs/txn_slots/3/0000000000"
+        );
+        let mut names: Vec<String> = [10, 9, i32::MAX, 0, 100]
+            .into_iter()
+            .map(|e| group_slot_epoch_file(0, e))
+            .collect();
+        names.sort();
+        let epochs: Vec<i32> = names
+            .iter()
+            .map(|p| parse_epoch_file(p.rsplit('/').next().unwrap()).unwrap())
+            .collect();
+        assert_eq!(epochs, vec![0, 9, 10, 100, i32::MAX]);
+        assert_eq!(parse_epoch_file("9999999999"), None, "beyond i32");
+        assert_eq!(parse_epoch_file("000000001"), None, "too short");
+        assert_eq!(parse_epoch_file("00000000001"), None, "too long");
+        assert_eq!(parse_epoch_file("+000000001"), None);
+        assert_eq!(parse_epoch_file(".kaas-tmp-0000000001"), None);
+        assert_eq!(
+            latest_epoch(["0000000002", "junk", "0000000010", "0000000003"]),
+            Some(10)
+        );
+        assert_eq!(latest_epoch([]), None);
+    }
+}
