@@ -47,6 +47,7 @@ pub fn run_all(fresh: Factory<'_>) {
     list_is_sorted_and_a_missing_directory_is_empty(fresh);
     create_dir_all_is_idempotent(fresh);
     remove_and_remove_dir_all_are_idempotent(fresh);
+    remove_dir_all_refuses_the_root(fresh);
     paths_escaping_the_root_are_refused(fresh);
     open_segment_without_create_on_a_missing_file_is_not_found(fresh);
     segment_appends_reads_and_truncates(fresh);
@@ -187,6 +188,23 @@ pub fn remove_and_remove_dir_all_are_idempotent(fresh: Factory<'_>) {
     assert!(names(v, "t/p").is_empty());
     assert_eq!(names(v, ""), ["u"], "siblings are untouched");
     assert_eq!(content(v, "u/f").as_deref(), Some(&b"z"[..]));
+}
+
+/// A path that names the root itself is refused: removing it would take
+/// every topic and cluster file with it.
+pub fn remove_dir_all_refuses_the_root(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    ok(v.create_dir_all("keep"), "create keep");
+    ok(v.write_atomic("keep/f", b"x"), "write");
+    for root in ["", ".", "./", "./."] {
+        assert_eq!(
+            v.remove_dir_all(root).err().map(|e| e.kind()),
+            Some(io::ErrorKind::InvalidInput),
+            "remove_dir_all({root:?})"
+        );
+    }
+    assert_eq!(content(v, "keep/f").as_deref(), Some(&b"x"[..]));
 }
 
 /// Parts of paths come from topic names: nothing may reach outside.

@@ -250,6 +250,13 @@ impl Volume for LocalVolume {
 
     fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
         let path = self.resolve(dir)?;
+        if path.components().eq(self.root.components()) {
+            // "" or "." would take every topic and cluster file with it.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "refusing to remove the volume root",
+            ));
+        }
         self.files.unlinking(&path, true);
         let removed = ignore_not_found(fs::remove_dir_all(&path));
         // Even a partial removal may have unlinked some files.
