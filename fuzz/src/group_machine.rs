@@ -322,7 +322,7 @@ impl Machine {
             }
             GroupOp::Delete { group } => {
                 let g = GROUPS[usize::from(*group) % GROUPS.len()];
-                if self.coord.delete_group(g, self.now_ms, &mut out) == ErrorCode::None {
+                if self.coord.delete_group(g, self.now_ms, &mut out).is_ok() {
                     self.committed.retain(|(group, _), _| group != g);
                 }
             }

@@ -1128,34 +1128,33 @@ impl Group {
     // -------------------------------------------------------------- Heartbeat
 
     /// Handles a Heartbeat: keeps the member's session alive and tells it
-    /// whether it must rejoin (REBALANCE_IN_PROGRESS).
+    /// whether it must rejoin. `Err(REBALANCE_IN_PROGRESS)` is that signal:
+    /// the session was kept alive all the same.
     pub fn heartbeat(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
         now_ms: i64,
-    ) -> ErrorCode {
+    ) -> Result<(), ErrorCode> {
         if self.state == GroupState::Dead {
-            return ErrorCode::CoordinatorNotAvailable;
+            return Err(ErrorCode::CoordinatorNotAvailable);
         }
-        if let Err(e) = self.validate_member(member_id, instance_id) {
-            return e;
-        }
+        self.validate_member(member_id, instance_id)?;
         if generation != self.generation {
-            return ErrorCode::IllegalGeneration;
+            return Err(ErrorCode::IllegalGeneration);
         }
         match self.state {
-            GroupState::Empty => ErrorCode::UnknownMemberId,
+            GroupState::Empty => Err(ErrorCode::UnknownMemberId),
             GroupState::PreparingRebalance => {
                 self.keep_alive(member_id, now_ms);
-                ErrorCode::RebalanceInProgress
+                Err(ErrorCode::RebalanceInProgress)
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
                 self.keep_alive(member_id, now_ms);
-                ErrorCode::None
+                Ok(())
             }
-            GroupState::Dead => ErrorCode::CoordinatorNotAvailable,
+            GroupState::Dead => Err(ErrorCode::CoordinatorNotAvailable),
         }
     }
 

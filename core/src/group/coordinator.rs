@@ -251,14 +251,14 @@ impl Coordinator {
         generation: i32,
         now_ms: i64,
         out: &mut Output,
-    ) -> ErrorCode {
+    ) -> Result<(), ErrorCode> {
         if group_id.is_empty() {
-            return ErrorCode::InvalidGroupId;
+            return Err(ErrorCode::InvalidGroupId);
         }
         self.with_group(group_id, out, |g, _, _| {
             g.heartbeat(member_id, instance_id, generation, now_ms)
         })
-        .unwrap_or(ErrorCode::UnknownMemberId)
+        .unwrap_or(Err(ErrorCode::UnknownMemberId))
     }
 
     /// LeaveGroup: one error per leaving member, or a group-level error.
@@ -474,12 +474,17 @@ impl Coordinator {
 
     /// DeleteGroups of one group: only an Empty group can be deleted, with
     /// all its offsets.
-    pub fn delete_group(&mut self, group_id: &str, now_ms: i64, out: &mut Output) -> ErrorCode {
+    pub fn delete_group(
+        &mut self,
+        group_id: &str,
+        now_ms: i64,
+        out: &mut Output,
+    ) -> Result<(), ErrorCode> {
         let Some(g) = self.groups.get_mut(group_id) else {
-            return ErrorCode::GroupIdNotFound;
+            return Err(ErrorCode::GroupIdNotFound);
         };
         match g.state() {
-            GroupState::Dead => ErrorCode::GroupIdNotFound,
+            GroupState::Dead => Err(ErrorCode::GroupIdNotFound),
             GroupState::Empty => {
                 g.mark_dead(now_ms);
                 self.groups.remove(group_id);
@@ -489,9 +494,9 @@ impl Coordinator {
                         group: group_id.to_string(),
                     },
                 ));
-                ErrorCode::None
+                Ok(())
             }
-            _ => ErrorCode::NonEmptyGroup,
+            _ => Err(ErrorCode::NonEmptyGroup),
         }
     }
 

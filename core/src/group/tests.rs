@@ -210,7 +210,12 @@ impl H {
         })
     }
 
-    fn heartbeat(&mut self, member: &str, instance: Option<&str>, generation: i32) -> ErrorCode {
+    fn heartbeat(
+        &mut self,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> Result<(), ErrorCode> {
         let mut out = Output::default();
         let e = self
             .c
@@ -529,7 +534,7 @@ fn join_response_is_held_until_every_known_member_rejoins() {
     assert!(h.join_answer(wl).is_none());
     assert_eq!(
         h.heartbeat(&ids[1], None, gen1),
-        ErrorCode::RebalanceInProgress
+        Err(ErrorCode::RebalanceInProgress)
     );
     let wf = h
         .join(&ids[1], None, &["t"])
@@ -555,7 +560,10 @@ fn members_that_do_not_rejoin_within_the_rebalance_timeout_are_removed() {
         .expect("completed at the rebalance timeout");
     assert_eq!(r.members.len(), 1);
     assert!(h.c.group(G).expect("group").member(&ids[1]).is_none());
-    assert_eq!(h.heartbeat(&ids[1], None, gen1), ErrorCode::UnknownMemberId);
+    assert_eq!(
+        h.heartbeat(&ids[1], None, gen1),
+        Err(ErrorCode::UnknownMemberId)
+    );
 }
 
 #[test]
@@ -646,11 +654,11 @@ fn join_with_a_protocol_nobody_supports_is_inconsistent_group_protocol() {
 fn heartbeat_during_rebalance_is_rebalance_in_progress() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(2, &["t"]);
-    assert_eq!(h.heartbeat(&ids[1], None, generation), ErrorCode::None);
+    assert_eq!(h.heartbeat(&ids[1], None, generation), Ok(()));
     let _ = h.join(&ids[0], None, &["t"]).expect_err("parked");
     assert_eq!(
         h.heartbeat(&ids[1], None, generation),
-        ErrorCode::RebalanceInProgress
+        Err(ErrorCode::RebalanceInProgress)
     );
 }
 
@@ -660,18 +668,18 @@ fn heartbeat_with_stale_generation_is_illegal_generation() {
     let (ids, generation) = h.stable_group(1, &["t"]);
     assert_eq!(
         h.heartbeat(&ids[0], None, generation - 1),
-        ErrorCode::IllegalGeneration
+        Err(ErrorCode::IllegalGeneration)
     );
 }
 
 #[test]
 fn heartbeat_from_unknown_member_is_unknown_member_id() {
     let mut h = H::new();
-    assert_eq!(h.heartbeat("x", None, 1), ErrorCode::UnknownMemberId);
+    assert_eq!(h.heartbeat("x", None, 1), Err(ErrorCode::UnknownMemberId));
     let (_, generation) = h.stable_group(1, &["t"]);
     assert_eq!(
         h.heartbeat("x", None, generation),
-        ErrorCode::UnknownMemberId
+        Err(ErrorCode::UnknownMemberId)
     );
 }
 
@@ -680,13 +688,13 @@ fn session_timeout_expiry_removes_the_member_and_rebalances() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(2, &["t"]);
     h.advance(SESSION as i64 / 2);
-    assert_eq!(h.heartbeat(&ids[0], None, generation), ErrorCode::None);
+    assert_eq!(h.heartbeat(&ids[0], None, generation), Ok(()));
     h.advance(SESSION as i64 / 2);
     // ids[1] never heartbeated: gone, and the group rebalances.
     assert!(h.c.group(G).expect("group").member(&ids[1]).is_none());
     assert_eq!(
         h.heartbeat(&ids[0], None, generation),
-        ErrorCode::RebalanceInProgress
+        Err(ErrorCode::RebalanceInProgress)
     );
     let w = h.join(&ids[0], None, &["t"]).expect_err("parked");
     let r = h
@@ -765,11 +773,11 @@ fn static_member_rejoin_replaces_old_member_without_rebalance() {
     assert_eq!(s.expect("stable").assignment, Bytes::from_static(b"A"));
     assert_eq!(
         h.heartbeat(&old_id, Some("inst-a"), generation),
-        ErrorCode::FencedInstanceId
+        Err(ErrorCode::FencedInstanceId)
     );
     assert_eq!(
         h.heartbeat(&r.member_id, Some("inst-a"), generation),
-        ErrorCode::None
+        Ok(())
     );
 }
 
@@ -1055,7 +1063,7 @@ fn offsets_of_an_empty_group_expire_retention_after_it_became_empty() {
     // Long after the commit, but the group is still active: kept.
     for _ in 0..20 {
         h.advance(SESSION as i64 / 2);
-        assert_eq!(h.heartbeat(&ids[0], None, generation), ErrorCode::None);
+        assert_eq!(h.heartbeat(&ids[0], None, generation), Ok(()));
     }
     h.expire();
     assert_eq!(h.committed("t", 0), 5);
@@ -1152,11 +1160,11 @@ fn delete_groups_refuses_a_group_with_members() {
     let mut out = Output::default();
     assert_eq!(
         h.c.delete_group(G, h.now, &mut out),
-        ErrorCode::NonEmptyGroup
+        Err(ErrorCode::NonEmptyGroup)
     );
     assert_eq!(
         h.c.delete_group("nope", h.now, &mut out),
-        ErrorCode::GroupIdNotFound
+        Err(ErrorCode::GroupIdNotFound)
     );
 }
 
@@ -1165,7 +1173,7 @@ fn delete_groups_removes_an_empty_group_and_its_offsets() {
     let mut h = H::new();
     h.commit("", -1, &[("t", 0, 1)]).expect("committed");
     let mut out = Output::default();
-    assert_eq!(h.c.delete_group(G, h.now, &mut out), ErrorCode::None);
+    assert_eq!(h.c.delete_group(G, h.now, &mut out), Ok(()));
     h.finish(out);
     assert!(h.c.group(G).is_none());
     assert!(h.c.record(G).is_none());
@@ -1562,12 +1570,12 @@ mod model {
                 }
                 Step::Heartbeat(c) if !self.clients[c].member_id.is_empty() => {
                     let client = self.clients[c].clone();
-                    let e = self.h.heartbeat(
+                    let outcome = self.h.heartbeat(
                         &client.member_id,
                         client.instance.as_deref(),
                         client.generation,
                     );
-                    if e == ErrorCode::UnknownMemberId || e == ErrorCode::FencedInstanceId {
+                    if let Err(ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId) = outcome {
                         self.clients[c].member_id.clear();
                     }
                 }

@@ -231,10 +231,10 @@ impl GroupCoordinator {
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
-    ) -> ErrorCode {
+    ) -> Result<(), ErrorCode> {
         let mut inner = self.lock();
         let mut out = Output::default();
-        let error = inner.core.heartbeat(
+        let outcome = inner.core.heartbeat(
             group_id,
             member_id,
             instance_id,
@@ -243,7 +243,7 @@ impl GroupCoordinator {
             &mut out,
         );
         self.finish(&mut inner, out, None, false);
-        error
+        outcome
     }
 
     /// LeaveGroup: one error per member, or a group-level error.
@@ -315,15 +315,18 @@ impl GroupCoordinator {
         self.lock().core.list_groups(states_filter, types_filter)
     }
 
-    /// DeleteGroups: one error per group, answered once the deletions are
+    /// DeleteGroups: one outcome per group, answered once the deletions are
     /// durable.
-    pub async fn delete_groups(self: &Arc<Self>, group_ids: &[String]) -> Vec<ErrorCode> {
+    pub async fn delete_groups(
+        self: &Arc<Self>,
+        group_ids: &[String],
+    ) -> Vec<Result<(), ErrorCode>> {
         let mut pending = Vec::with_capacity(group_ids.len());
         {
             let mut inner = self.lock();
             for id in group_ids {
                 let mut out = Output::default();
-                let error = inner.core.delete_group(id, clock::now_ms(), &mut out);
+                let outcome = inner.core.delete_group(id, clock::now_ms(), &mut out);
                 let rx = if out.ops.is_empty() {
                     self.finish(&mut inner, out, None, false);
                     None
@@ -332,17 +335,19 @@ impl GroupCoordinator {
                     self.finish(&mut inner, out, Some((coordinator_slot(id), tx)), false);
                     Some(rx)
                 };
-                pending.push((error, rx));
+                pending.push((outcome, rx));
             }
         }
-        let mut errors = Vec::with_capacity(pending.len());
-        for (error, rx) in pending {
-            errors.push(match rx {
-                Some(rx) => wait_written(rx).await.err().unwrap_or(error),
-                None => error,
+        let mut outcomes = Vec::with_capacity(pending.len());
+        for (outcome, rx) in pending {
+            outcomes.push(match rx {
+                // A deletion counts only once written: a failed write is
+                // the answer instead.
+                Some(rx) => wait_written(rx).await.and(outcome),
+                None => outcome,
             });
         }
-        errors
+        outcomes
     }
 
     /// OffsetDelete: one error per partition or a group-level error,
