@@ -276,8 +276,8 @@ impl Machine {
             GroupOp::Leave { client, group } => {
                 let (_, g, m) = self.membership(*client, *group);
                 let leaving = [(m.member_id.clone(), None)];
-                if let Ok(errors) = self.coord.leave(GROUPS[g], &leaving, self.now_ms, &mut out) {
-                    assert_eq!(errors.len(), 1, "one error per leaving member");
+                if let Ok(outcomes) = self.coord.leave(GROUPS[g], &leaving, self.now_ms, &mut out) {
+                    assert_eq!(outcomes.len(), 1, "one outcome per leaving member");
                 }
             }
             GroupOp::Commit {
@@ -310,9 +310,9 @@ impl Machine {
                 };
                 let result = self.coord.commit_offsets(&req, self.now_ms, &mut out);
                 self.finish(out);
-                if let Ok(errors) = result {
-                    assert_eq!(errors.len(), 1, "one error per committed offset");
-                    if errors[0] == ErrorCode::None {
+                if let Ok(outcomes) = result {
+                    assert_eq!(outcomes.len(), 1, "one outcome per committed offset");
+                    if outcomes[0].is_ok() {
                         self.committed
                             .insert((GROUPS[g].to_string(), partition), i64::from(*offset));
                     }
@@ -330,8 +330,8 @@ impl Machine {
                 let g = GROUPS[usize::from(*group) % GROUPS.len()];
                 let p = i32::from(*partition % 4);
                 let req = [(TOPIC.to_string(), p)];
-                if let Ok(errors) = self.coord.delete_offsets(g, &req, &mut out) {
-                    if errors == [ErrorCode::None] {
+                if let Ok(outcomes) = self.coord.delete_offsets(g, &req, &mut out) {
+                    if outcomes == [Ok(())] {
                         self.committed.remove(&(g.to_string(), p));
                     }
                 }

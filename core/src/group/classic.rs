@@ -1181,21 +1181,21 @@ impl Group {
 
     /// Handles a LeaveGroup of one or more members (v3+ batches them; an
     /// admin may remove a static member by instance id alone). Returns one
-    /// error per member, or a group-level error.
+    /// outcome per member, or a group-level error.
     pub fn leave(
         &mut self,
         leaving: &[(String, Option<String>)],
         cfg: &GroupConfig,
         now_ms: i64,
         fx: &mut Vec<Effect>,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         if self.state == GroupState::Dead {
             return Err(ErrorCode::CoordinatorNotAvailable);
         }
-        let mut errors = Vec::with_capacity(leaving.len());
+        let mut outcomes = Vec::with_capacity(leaving.len());
         let mut removed_any = false;
         for (member_id, instance_id) in leaving {
-            let error = if member_id.is_empty() {
+            let outcome = if member_id.is_empty() {
                 match instance_id
                     .as_deref()
                     .and_then(|i| self.static_members.get(i))
@@ -1203,23 +1203,21 @@ impl Group {
                 {
                     Some(current) => {
                         self.remove_member(&current, fx);
-                        ErrorCode::None
+                        Ok(())
                     }
-                    None => ErrorCode::UnknownMemberId,
+                    None => Err(ErrorCode::UnknownMemberId),
                 }
             } else if self.pending_members.remove(member_id).is_some() {
-                ErrorCode::None
+                Ok(())
             } else {
-                match self.validate_member(member_id, instance_id.as_deref()) {
-                    Ok(()) => {
-                        self.remove_member(member_id, fx);
-                        ErrorCode::None
-                    }
-                    Err(e) => e,
+                let outcome = self.validate_member(member_id, instance_id.as_deref());
+                if outcome.is_ok() {
+                    self.remove_member(member_id, fx);
                 }
+                outcome
             };
-            removed_any |= error.is_ok();
-            errors.push(error);
+            removed_any |= outcome.is_ok();
+            outcomes.push(outcome);
         }
         if removed_any {
             match self.state {
@@ -1230,7 +1228,7 @@ impl Group {
                 _ => {}
             }
         }
-        Ok(errors)
+        Ok(outcomes)
     }
 
     // ------------------------------------------------------------------ time

@@ -261,32 +261,32 @@ impl Coordinator {
         .unwrap_or(Err(ErrorCode::UnknownMemberId))
     }
 
-    /// LeaveGroup: one error per leaving member, or a group-level error.
+    /// LeaveGroup: one outcome per leaving member, or a group-level error.
     pub fn leave(
         &mut self,
         group_id: &str,
         leaving: &[(String, Option<String>)],
         now_ms: i64,
         out: &mut Output,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         if group_id.is_empty() {
             return Err(ErrorCode::InvalidGroupId);
         }
         self.with_group(group_id, out, |g, cfg, fx| {
             g.leave(leaving, cfg, now_ms, fx)
         })
-        .unwrap_or_else(|| Ok(vec![ErrorCode::UnknownMemberId; leaving.len()]))
+        .unwrap_or_else(|| Ok(vec![Err(ErrorCode::UnknownMemberId); leaving.len()]))
     }
 
-    /// OffsetCommit: validates against the group and returns one error per
-    /// offset; accepted offsets are in one `Commit` op in `out`, and are
-    /// committed once that op is written.
+    /// OffsetCommit: validates against the group and returns one outcome
+    /// per offset (or a group-level error); accepted offsets are in one
+    /// `Commit` op in `out`, and are committed once that op is written.
     pub fn commit_offsets(
         &mut self,
         req: &CommitRequest,
         now_ms: i64,
         out: &mut Output,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         if !self.groups.contains_key(&req.group_id) {
             if req.generation >= 0 {
                 return Err(if req.missing_group_is_not_found {
@@ -312,14 +312,14 @@ impl Coordinator {
         )?;
         g.commit_keeps_alive(&req.member_id, now_ms);
         let expire_timestamp_ms = offsets::expire_timestamp_for(req.retention_time_ms, now_ms);
-        let mut errors = Vec::with_capacity(req.offsets.len());
+        let mut outcomes = Vec::with_capacity(req.offsets.len());
         let mut accepted = Vec::new();
         for o in &req.offsets {
             if offsets::offset_metadata_too_large(o.metadata.as_deref(), max_metadata) {
-                errors.push(ErrorCode::OffsetMetadataTooLarge);
+                outcomes.push(Err(ErrorCode::OffsetMetadataTooLarge));
                 continue;
             }
-            errors.push(ErrorCode::None);
+            outcomes.push(Ok(()));
             accepted.push((
                 o.topic.clone(),
                 o.partition,
@@ -340,7 +340,7 @@ impl Coordinator {
             };
             out.ops.push((coordinator_slot(&req.group_id), op));
         }
-        Ok(errors)
+        Ok(outcomes)
     }
 
     /// OffsetFetch of one group. `topics`: `None` for every committed
@@ -501,13 +501,13 @@ impl Coordinator {
     }
 
     /// OffsetDelete: removes offsets of topics the group does not consume.
-    /// Returns one error per partition, or a group-level error.
+    /// Returns one outcome per partition, or a group-level error.
     pub fn delete_offsets(
         &mut self,
         group_id: &str,
         partitions: &[(String, i32)],
         out: &mut Output,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let g = self
             .groups
             .get(group_id)
@@ -523,16 +523,16 @@ impl Coordinator {
             _ => {}
         }
         let record = self.record(group_id);
-        let mut errors = Vec::with_capacity(partitions.len());
+        let mut outcomes = Vec::with_capacity(partitions.len());
         let mut delete = Vec::new();
         for (topic, partition) in partitions {
             if g.is_subscribed_to_topic(topic) {
-                errors.push(ErrorCode::GroupSubscribedToTopic);
+                outcomes.push(Err(ErrorCode::GroupSubscribedToTopic));
             } else {
                 if record.is_some_and(|r| r.offset(topic, *partition).is_some()) {
                     delete.push((topic.clone(), *partition));
                 }
-                errors.push(ErrorCode::None);
+                outcomes.push(Ok(()));
             }
         }
         if !delete.is_empty() {
@@ -544,7 +544,7 @@ impl Coordinator {
                 },
             ));
         }
-        Ok(errors)
+        Ok(outcomes)
     }
 
     /// The earliest time `tick` has something to do.

@@ -224,7 +224,10 @@ impl H {
         e
     }
 
-    fn leave(&mut self, members: &[(&str, Option<&str>)]) -> Result<Vec<ErrorCode>, ErrorCode> {
+    fn leave(
+        &mut self,
+        members: &[(&str, Option<&str>)],
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let leaving: Vec<(String, Option<String>)> = members
             .iter()
             .map(|(m, i)| (m.to_string(), i.map(str::to_string)))
@@ -299,7 +302,7 @@ impl H {
         member: &str,
         generation: i32,
         offsets: &[(&str, i32, i64)],
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         self.commit_req(CommitRequest {
             group_id: G.into(),
             member_id: member.into(),
@@ -320,7 +323,7 @@ impl H {
         })
     }
 
-    fn commit_req(&mut self, req: CommitRequest) -> Result<Vec<ErrorCode>, ErrorCode> {
+    fn commit_req(&mut self, req: CommitRequest) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let mut out = Output::default();
         let r = self.c.commit_offsets(&req, self.now, &mut out);
         self.finish(out);
@@ -708,7 +711,7 @@ fn session_timeout_expiry_removes_the_member_and_rebalances() {
 fn last_member_leaving_makes_the_group_empty_with_a_new_generation() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(1, &["t"]);
-    assert_eq!(h.leave(&[(&ids[0], None)]), Ok(vec![ErrorCode::None]));
+    assert_eq!(h.leave(&[(&ids[0], None)]), Ok(vec![Ok(())]));
     assert_eq!(h.state(), GroupState::Empty);
     assert_eq!(h.generation(), generation + 1);
 }
@@ -720,14 +723,11 @@ fn leave_group_removes_a_batch_of_members_and_reports_each() {
     let r = h
         .leave(&[(&ids[1], None), ("ghost", None), (&ids[2], None)])
         .expect("group exists");
-    assert_eq!(
-        r,
-        vec![ErrorCode::None, ErrorCode::UnknownMemberId, ErrorCode::None]
-    );
+    assert_eq!(r, vec![Ok(()), Err(ErrorCode::UnknownMemberId), Ok(())]);
     assert_eq!(h.state(), GroupState::PreparingRebalance);
     assert_eq!(
         h.leave(&[("x", None)]).expect("answered"),
-        vec![ErrorCode::UnknownMemberId]
+        vec![Err(ErrorCode::UnknownMemberId)]
     );
 }
 
@@ -843,10 +843,10 @@ fn leave_by_instance_id_alone_removes_the_static_member() {
     let w = h.join_with(req).expect_err("parked");
     h.advance_until_answered(w, REBALANCE as i64);
     h.join_answer(w).expect("joined");
-    assert_eq!(h.leave(&[("", Some("inst-a"))]), Ok(vec![ErrorCode::None]));
+    assert_eq!(h.leave(&[("", Some("inst-a"))]), Ok(vec![Ok(())]));
     assert_eq!(
         h.leave(&[("", Some("inst-a"))]),
-        Ok(vec![ErrorCode::UnknownMemberId])
+        Ok(vec![Err(ErrorCode::UnknownMemberId)])
     );
     assert_eq!(h.c.group(G).expect("group").members().count(), 0);
 }
@@ -916,7 +916,7 @@ fn offset_commit_with_stale_generation_is_illegal_generation() {
     );
     assert_eq!(
         h.commit(&ids[0], generation, &[("t", 0, 5)]),
-        Ok(vec![ErrorCode::None])
+        Ok(vec![Ok(())])
     );
     assert_eq!(h.committed("t", 0), 5);
 }
@@ -935,7 +935,7 @@ fn offset_commit_from_unknown_member_is_unknown_member_id() {
 fn simple_commit_is_allowed_only_while_the_group_is_empty() {
     let mut h = H::new();
     // No group yet: generation -1 creates an offsets-only group.
-    assert_eq!(h.commit("", -1, &[("t", 0, 7)]), Ok(vec![ErrorCode::None]));
+    assert_eq!(h.commit("", -1, &[("t", 0, 7)]), Ok(vec![Ok(())]));
     assert_eq!(h.committed("t", 0), 7);
     assert_eq!(h.state(), GroupState::Empty);
     assert_eq!(h.c.group(G).expect("group").protocol_type(), None);
@@ -1010,10 +1010,7 @@ fn offset_commit_with_oversized_metadata_is_offset_metadata_too_large() {
             },
         ],
     });
-    assert_eq!(
-        r,
-        Ok(vec![ErrorCode::OffsetMetadataTooLarge, ErrorCode::None])
-    );
+    assert_eq!(r, Ok(vec![Err(ErrorCode::OffsetMetadataTooLarge), Ok(())]));
     assert_eq!(h.committed("t", 0), -1);
     let f = h.c.fetch_offsets(G, None, false);
     assert_eq!(f.len(), 1);
@@ -1026,7 +1023,7 @@ fn offset_commit_with_oversized_metadata_is_offset_metadata_too_large() {
 fn committed_offsets_are_visible_only_once_written() {
     let mut h = H::new();
     h.hold_writes = true;
-    assert_eq!(h.commit("", -1, &[("t", 0, 9)]), Ok(vec![ErrorCode::None]));
+    assert_eq!(h.commit("", -1, &[("t", 0, 9)]), Ok(vec![Ok(())]));
     assert_eq!(h.committed("t", 0), -1, "not durable yet");
     h.write();
     assert_eq!(h.committed("t", 0), 9);
@@ -1058,7 +1055,7 @@ fn offsets_of_an_empty_group_expire_retention_after_it_became_empty() {
     let (ids, generation) = h.stable_group(1, &["t"]);
     assert_eq!(
         h.commit(&ids[0], generation, &[("t", 0, 5)]),
-        Ok(vec![ErrorCode::None])
+        Ok(vec![Ok(())])
     );
     // Long after the commit, but the group is still active: kept.
     for _ in 0..20 {
@@ -1132,7 +1129,7 @@ fn explicit_retention_time_overrides_the_broker_retention() {
             metadata: None,
         }],
     });
-    assert_eq!(r, Ok(vec![ErrorCode::None]));
+    assert_eq!(r, Ok(vec![Ok(())]));
     h.advance(100);
     h.expire();
     assert_eq!(h.committed("t", 0), -1);
@@ -1190,10 +1187,7 @@ fn offset_delete_of_a_subscribed_topic_is_group_subscribed_to_topic() {
     let mut out = Output::default();
     let r = h.c.delete_offsets(G, &parts, &mut out);
     h.finish(out);
-    assert_eq!(
-        r,
-        Ok(vec![ErrorCode::GroupSubscribedToTopic, ErrorCode::None])
-    );
+    assert_eq!(r, Ok(vec![Err(ErrorCode::GroupSubscribedToTopic), Ok(())]));
     assert_eq!((h.committed("t", 0), h.committed("u", 0)), (1, -1));
     let mut out = Output::default();
     assert_eq!(

@@ -246,12 +246,12 @@ impl GroupCoordinator {
         outcome
     }
 
-    /// LeaveGroup: one error per member, or a group-level error.
+    /// LeaveGroup: one outcome per member, or a group-level error.
     pub fn leave(
         self: &Arc<Self>,
         group_id: &str,
         members: &[(String, Option<String>)],
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let mut inner = self.lock();
         let mut out = Output::default();
         let result = inner
@@ -261,18 +261,19 @@ impl GroupCoordinator {
         result
     }
 
-    /// OffsetCommit: answers once the accepted offsets are durable.
+    /// OffsetCommit: one outcome per offset (or a group-level error),
+    /// answered once the accepted offsets are durable.
     pub async fn commit_offsets(
         self: &Arc<Self>,
         req: CommitRequest,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let slot = coordinator_slot(&req.group_id);
-        let (errors, rx) = {
+        let (outcomes, rx) = {
             let mut inner = self.lock();
             let mut out = Output::default();
             let result = inner.core.commit_offsets(&req, clock::now_ms(), &mut out);
-            let errors = match result {
-                Ok(errors) if !out.ops.is_empty() => errors,
+            let outcomes = match result {
+                Ok(outcomes) if !out.ops.is_empty() => outcomes,
                 other => {
                     self.finish(&mut inner, out, None, false);
                     return other;
@@ -280,15 +281,12 @@ impl GroupCoordinator {
             };
             let (tx, rx) = oneshot::channel();
             self.finish(&mut inner, out, Some((slot, tx)), false);
-            (errors, rx)
+            (outcomes, rx)
         };
-        match wait_written(rx).await {
-            Ok(()) => Ok(errors),
-            Err(e) => Ok(errors
-                .into_iter()
-                .map(|x| if x.is_ok() { e } else { x })
-                .collect()),
-        }
+        // An accepted offset counts only once written: a failed write is
+        // its answer instead.
+        let written = wait_written(rx).await;
+        Ok(outcomes.into_iter().map(|o| o.and(written)).collect())
     }
 
     /// OffsetFetch of one group (`topics`: `None` for all).
@@ -350,18 +348,18 @@ impl GroupCoordinator {
         outcomes
     }
 
-    /// OffsetDelete: one error per partition or a group-level error,
+    /// OffsetDelete: one outcome per partition or a group-level error,
     /// answered once the deletion is durable.
     pub async fn delete_offsets(
         self: &Arc<Self>,
         group_id: &str,
         partitions: &[(String, i32)],
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
-        let (errors, rx) = {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
+        let (outcomes, rx) = {
             let mut inner = self.lock();
             let mut out = Output::default();
-            let errors = match inner.core.delete_offsets(group_id, partitions, &mut out) {
-                Ok(errors) if !out.ops.is_empty() => errors,
+            let outcomes = match inner.core.delete_offsets(group_id, partitions, &mut out) {
+                Ok(outcomes) if !out.ops.is_empty() => outcomes,
                 other => {
                     self.finish(&mut inner, out, None, false);
                     return other;
@@ -374,10 +372,10 @@ impl GroupCoordinator {
                 Some((coordinator_slot(group_id), tx)),
                 false,
             );
-            (errors, rx)
+            (outcomes, rx)
         };
         wait_written(rx).await?;
-        Ok(errors)
+        Ok(outcomes)
     }
 
     /// Applies due timeouts (and retention when it is time); returns when

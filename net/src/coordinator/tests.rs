@@ -85,7 +85,7 @@ async fn committed_offsets_survive_reopening_the_volume() {
     let c = GroupCoordinator::open(volume.clone(), GroupConfig::default()).unwrap();
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 42)).await,
-        Ok(vec![ErrorCode::None])
+        Ok(vec![Ok(())])
     );
     assert_eq!(committed(&c, "g", 0), 42);
     drop(c);
@@ -112,7 +112,7 @@ async fn concurrent_commits_to_one_slot_share_a_write() {
         .map(|p| c.commit_offsets(simple_commit("g", p, p as i64 * 10)))
         .collect();
     for result in futures_join_all(commits).await {
-        assert_eq!(result, Ok(vec![ErrorCode::None]));
+        assert_eq!(result, Ok(vec![Ok(())]));
     }
     for p in 0..64 {
         assert_eq!(committed(&c, "g", p), p as i64 * 10);
@@ -131,12 +131,12 @@ async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
     let c = GroupCoordinator::open(volume.clone(), GroupConfig::default()).unwrap();
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 1)).await,
-        Ok(vec![ErrorCode::None])
+        Ok(vec![Ok(())])
     );
     volume.fail.store(true, Ordering::SeqCst);
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 2)).await,
-        Ok(vec![ErrorCode::NotCoordinator])
+        Ok(vec![Err(ErrorCode::NotCoordinator)])
     );
     assert_eq!(committed(&c, "g", 0), 1);
     // A deletion that cannot be written leaves the group in place.
@@ -149,7 +149,7 @@ async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
     volume.fail.store(false, Ordering::SeqCst);
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 3)).await,
-        Ok(vec![ErrorCode::None])
+        Ok(vec![Ok(())])
     );
     assert_eq!(committed(&c, "g", 0), 3);
 }
