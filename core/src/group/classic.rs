@@ -94,25 +94,18 @@ pub struct SyncRequest {
     pub assignments: Vec<(String, Bytes)>,
 }
 
-/// The answer to a SyncGroup.
+/// A SyncGroup's success: the member's share of the leader's assignment,
+/// in the group's protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncResult {
-    pub error: ErrorCode,
+pub struct SyncedGroup {
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Bytes,
 }
 
-impl SyncResult {
-    pub fn error(error: ErrorCode) -> SyncResult {
-        SyncResult {
-            error,
-            protocol_type: None,
-            protocol_name: None,
-            assignment: Bytes::new(),
-        }
-    }
-}
+/// The answer to a SyncGroup. A refusal carries nothing but its error
+/// (Kafka answers it with no protocol and an empty assignment).
+pub type SyncResult = Result<SyncedGroup, ErrorCode>;
 
 /// An answer to a parked request, produced by a later call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -806,7 +799,7 @@ impl Group {
         if let Some(w) = m.sync_waiter.take() {
             fx.push(Effect::Sync {
                 waiter: w,
-                result: SyncResult::error(ErrorCode::FencedInstanceId),
+                result: Err(ErrorCode::FencedInstanceId),
             });
         }
         m.id = new_id.to_string();
@@ -977,7 +970,7 @@ impl Group {
         if let Some(w) = m.sync_waiter {
             fx.push(Effect::Sync {
                 waiter: w,
-                result: SyncResult::error(ErrorCode::UnknownMemberId),
+                result: Err(ErrorCode::UnknownMemberId),
             });
         }
         if let Some(instance) = &m.instance_id {
@@ -1024,30 +1017,28 @@ impl Group {
         fx: &mut Vec<Effect>,
     ) -> Option<SyncResult> {
         if self.state == GroupState::Dead {
-            return Some(SyncResult::error(ErrorCode::CoordinatorNotAvailable));
+            return Some(Err(ErrorCode::CoordinatorNotAvailable));
         }
         if let Err(e) = self.validate_member(&req.member_id, req.instance_id.as_deref()) {
-            return Some(SyncResult::error(e));
+            return Some(Err(e));
         }
         if req.generation != self.generation {
-            return Some(SyncResult::error(ErrorCode::IllegalGeneration));
+            return Some(Err(ErrorCode::IllegalGeneration));
         }
         if protocol_inconsistent(req.protocol_type.as_deref(), self.protocol_type.as_deref())
             || protocol_inconsistent(req.protocol_name.as_deref(), self.protocol_name.as_deref())
         {
-            return Some(SyncResult::error(ErrorCode::InconsistentGroupProtocol));
+            return Some(Err(ErrorCode::InconsistentGroupProtocol));
         }
         match self.state {
-            GroupState::Empty => Some(SyncResult::error(ErrorCode::UnknownMemberId)),
-            GroupState::PreparingRebalance => {
-                Some(SyncResult::error(ErrorCode::RebalanceInProgress))
-            }
+            GroupState::Empty => Some(Err(ErrorCode::UnknownMemberId)),
+            GroupState::PreparingRebalance => Some(Err(ErrorCode::RebalanceInProgress)),
             GroupState::CompletingRebalance => {
                 if let Some(m) = self.members.get_mut(&req.member_id) {
                     if let Some(old) = m.sync_waiter.replace(waiter) {
                         fx.push(Effect::Sync {
                             waiter: old,
-                            result: SyncResult::error(ErrorCode::RebalanceInProgress),
+                            result: Err(ErrorCode::RebalanceInProgress),
                         });
                     }
                 }
@@ -1058,7 +1049,7 @@ impl Group {
                     for m in self.members.values_mut() {
                         m.assignment = assignments.get(&m.id).cloned().unwrap_or_default();
                     }
-                    self.propagate_assignment(ErrorCode::None, now_ms, fx);
+                    self.propagate_assignment(Ok(()), now_ms, fx);
                     self.transition(GroupState::Stable, now_ms);
                 }
                 None
@@ -1070,14 +1061,13 @@ impl Group {
                     .get(&req.member_id)
                     .map(|m| m.assignment.clone())
                     .unwrap_or_default();
-                Some(SyncResult {
-                    error: ErrorCode::None,
+                Some(Ok(SyncedGroup {
                     protocol_type: self.protocol_type.clone(),
                     protocol_name: self.protocol_name.clone(),
                     assignment,
-                })
+                }))
             }
-            GroupState::Dead => Some(SyncResult::error(ErrorCode::CoordinatorNotAvailable)),
+            GroupState::Dead => Some(Err(ErrorCode::CoordinatorNotAvailable)),
         }
     }
 
@@ -1097,28 +1087,28 @@ impl Group {
         for m in self.members.values_mut() {
             m.assignment = Bytes::new();
         }
-        self.propagate_assignment(error, now_ms, fx);
+        self.propagate_assignment(Err(error), now_ms, fx);
     }
 
-    /// Answers every parked SyncGroup with its member's assignment (or the
-    /// error), and restarts those members' session timers: they could not
-    /// heartbeat meaningfully while they waited.
-    fn propagate_assignment(&mut self, error: ErrorCode, now_ms: i64, fx: &mut Vec<Effect>) {
-        let (protocol_type, protocol_name) = if error.is_ok() {
-            (self.protocol_type.clone(), self.protocol_name.clone())
-        } else {
-            (None, None)
-        };
+    /// Answers every parked SyncGroup: with its member's assignment if
+    /// `outcome` is `Ok`, else with the error; and restarts those members'
+    /// session timers: they could not heartbeat meaningfully while they
+    /// waited.
+    fn propagate_assignment(
+        &mut self,
+        outcome: Result<(), ErrorCode>,
+        now_ms: i64,
+        fx: &mut Vec<Effect>,
+    ) {
         for m in self.members.values_mut() {
             if let Some(w) = m.sync_waiter.take() {
                 fx.push(Effect::Sync {
                     waiter: w,
-                    result: SyncResult {
-                        error,
-                        protocol_type: protocol_type.clone(),
-                        protocol_name: protocol_name.clone(),
+                    result: outcome.map(|()| SyncedGroup {
+                        protocol_type: self.protocol_type.clone(),
+                        protocol_name: self.protocol_name.clone(),
                         assignment: m.assignment.clone(),
-                    },
+                    }),
                 });
                 m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms as i64;
             }

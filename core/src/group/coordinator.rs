@@ -235,11 +235,11 @@ impl Coordinator {
         out: &mut Output,
     ) -> Option<SyncResult> {
         if group_id.is_empty() {
-            return Some(SyncResult::error(ErrorCode::InvalidGroupId));
+            return Some(Err(ErrorCode::InvalidGroupId));
         }
         match self.with_group(group_id, out, |g, _, fx| g.sync(req, waiter, now_ms, fx)) {
             Some(r) => r,
-            None => Some(SyncResult::error(ErrorCode::UnknownMemberId)),
+            None => Some(Err(ErrorCode::UnknownMemberId)),
         }
     }
 

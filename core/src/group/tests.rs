@@ -376,15 +376,13 @@ impl H {
             .map(|id| self.sync(id, generation, &[]).expect_err("parked"))
             .collect();
         let mine = self.sync(&ids[0], generation, &refs).expect_err("parked");
-        assert_eq!(
-            self.sync_answer(mine).expect("leader synced").error,
-            ErrorCode::None
-        );
+        self.sync_answer(mine)
+            .expect("leader answered")
+            .expect("leader synced");
         for w in followers {
-            assert_eq!(
-                self.sync_answer(w).expect("follower synced").error,
-                ErrorCode::None
-            );
+            self.sync_answer(w)
+                .expect("follower answered")
+                .expect("follower synced");
         }
         assert_eq!(self.state(), GroupState::Stable);
         (ids, generation)
@@ -587,10 +585,13 @@ fn sync_group_distributes_the_leaders_assignment() {
         .sync(&leader, generation, &[(&leader, b"L"), (&follower, b"F")])
         .expect_err("answered by effect");
     assert_eq!(
-        h.sync_answer(wl).expect("leader").assignment,
+        h.sync_answer(wl)
+            .expect("leader")
+            .expect("synced")
+            .assignment,
         Bytes::from_static(b"L")
     );
-    let sf = h.sync_answer(wf).expect("follower");
+    let sf = h.sync_answer(wf).expect("follower").expect("synced");
     assert_eq!(sf.assignment, Bytes::from_static(b"F"));
     assert_eq!(sf.protocol_name.as_deref(), Some("range"));
     assert_eq!(h.state(), GroupState::Stable);
@@ -598,6 +599,7 @@ fn sync_group_distributes_the_leaders_assignment() {
     assert_eq!(
         h.sync(&follower, generation, &[])
             .expect("immediate")
+            .expect("synced")
             .assignment,
         Bytes::from_static(b"F")
     );
@@ -617,7 +619,7 @@ fn sync_with_another_protocol_is_inconsistent_group_protocol() {
             assignments: vec![],
         })
         .expect("answered");
-    assert_eq!(r.error, ErrorCode::InconsistentGroupProtocol);
+    assert_eq!(r, Err(ErrorCode::InconsistentGroupProtocol));
 }
 
 #[test]
@@ -625,10 +627,8 @@ fn sync_with_stale_generation_is_illegal_generation() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(1, &["t"]);
     assert_eq!(
-        h.sync(&ids[0], generation - 1, &[])
-            .expect("answered")
-            .error,
-        ErrorCode::IllegalGeneration
+        h.sync(&ids[0], generation - 1, &[]).expect("answered"),
+        Err(ErrorCode::IllegalGeneration)
     );
 }
 
@@ -747,7 +747,10 @@ fn static_member_rejoin_replaces_old_member_without_rebalance() {
         .sync(&old_id, generation, &[(&old_id, b"A")])
         .expect_err("parked");
     assert_eq!(
-        h.sync_answer(ws).expect("synced").assignment,
+        h.sync_answer(ws)
+            .expect("answered")
+            .expect("synced")
+            .assignment,
         Bytes::from_static(b"A")
     );
     // The instance restarts and rejoins without its member id.
@@ -770,7 +773,10 @@ fn static_member_rejoin_replaces_old_member_without_rebalance() {
         protocol_name: None,
         assignments: vec![],
     });
-    assert_eq!(s.expect("stable").assignment, Bytes::from_static(b"A"));
+    assert_eq!(
+        s.expect("stable").expect("synced").assignment,
+        Bytes::from_static(b"A")
+    );
     assert_eq!(
         h.heartbeat(&old_id, Some("inst-a"), generation),
         Err(ErrorCode::FencedInstanceId)
@@ -804,7 +810,7 @@ fn static_leader_rejoin_from_v9_learns_it_leads_but_skips_assignment() {
     let s = h
         .sync(&r.member_id, r.generation, &[(&r.member_id, b"A")])
         .expect_err("parked");
-    h.sync_answer(s).expect("synced");
+    h.sync_answer(s).expect("answered").expect("synced");
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 9);
     let again = h.join_with(req).expect("no rebalance");
     assert_eq!(again.leader, again.member_id);
@@ -821,7 +827,7 @@ fn static_member_rejoin_with_a_different_protocol_rebalances() {
     h.advance_until_answered(w, REBALANCE as i64);
     let r = h.join_answer(w).expect("joined");
     let s = h.sync(&r.member_id, r.generation, &[]).expect_err("parked");
-    h.sync_answer(s).expect("synced");
+    h.sync_answer(s).expect("answered").expect("synced");
     // It now prefers another assignor (still supporting the current one,
     // or the group would refuse it as inconsistent).
     let mut other = vec![Protocol {
@@ -873,7 +879,7 @@ fn members_that_never_sync_are_removed_after_the_rebalance_timeout() {
     h.join_answer(wb).expect("b");
     let (leader, follower) = if ra.leader == a { (a, b) } else { (b, a) };
     let ws = h.sync(&leader, ra.generation, &[]).expect_err("parked");
-    h.sync_answer(ws).expect("stable");
+    h.sync_answer(ws).expect("answered").expect("stable");
     // The follower never syncs (nor heartbeats beyond its session, but the
     // sync deadline is what fires first here).
     for _ in 0..(REBALANCE / 5_000) {
@@ -1436,10 +1442,10 @@ mod model {
 
     impl World {
         fn check_sync(&mut self, c: usize, r: SyncResult) {
-            if r.error != ErrorCode::None {
+            let Ok(synced) = r else {
                 self.clients[c].generation = -1;
                 return;
-            }
+            };
             let client = &self.clients[c];
             let g = self.h.c.group(G).expect("group");
             assert_eq!(
@@ -1460,7 +1466,7 @@ mod model {
                 .clone()
                 .unwrap_or_else(|| client.member_id.clone());
             let owners = self.handed_out.entry(client.generation).or_default();
-            for p in decode_assignment(&r.assignment) {
+            for p in decode_assignment(&synced.assignment) {
                 let prev = owners.insert(p, owner.clone());
                 assert!(
                     prev.is_none() || prev.as_deref() == Some(owner.as_str()),

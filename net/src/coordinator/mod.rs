@@ -221,8 +221,7 @@ impl GroupCoordinator {
                 None => rx,
             }
         };
-        rx.await
-            .unwrap_or_else(|_| SyncResult::error(ErrorCode::RebalanceInProgress))
+        rx.await.unwrap_or(Err(ErrorCode::RebalanceInProgress))
     }
 
     pub fn heartbeat(

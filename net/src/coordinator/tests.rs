@@ -197,7 +197,8 @@ async fn a_group_forms_and_its_member_expires_on_real_time() {
                 assignments: vec![(joined.member_id.clone(), Bytes::from_static(b"a"))],
             },
         )
-        .await;
+        .await
+        .expect("synced");
     assert_eq!(synced.assignment, Bytes::from_static(b"a"));
     assert_eq!(c.heartbeat("g", &joined.member_id, None, 1), Ok(()));
     // No more heartbeats: the session (300 ms) expires and the group empties.
