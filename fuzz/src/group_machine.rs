@@ -379,26 +379,31 @@ impl Machine {
 
     fn joined(&mut self, client: usize, group: usize, result: &JoinResult) {
         let entry = self.members.entry((client, group)).or_default();
-        if result.error == ErrorCode::None || result.error == ErrorCode::MemberIdRequired {
-            entry.member_id = result.member_id.clone();
-        }
-        if result.error == ErrorCode::None {
-            entry.generation = result.generation;
-            entry.protocol_type = result.protocol_type.clone().unwrap_or_default();
-            entry.leader_of = if result.leader == result.member_id {
-                assert!(
-                    result
-                        .members
-                        .iter()
-                        .any(|m| m.member_id == result.member_id),
-                    "the leader is not among the members it is told of"
-                );
-                result.members.iter().map(|m| m.member_id.clone()).collect()
-            } else {
-                assert!(result.members.is_empty(), "a follower was told the members");
-                Vec::new()
-            };
-        }
+        let joined = match result {
+            Ok(joined) => joined,
+            Err(refused) => {
+                if refused.error == ErrorCode::MemberIdRequired {
+                    entry.member_id = refused.member_id.clone();
+                }
+                return;
+            }
+        };
+        entry.member_id = joined.member_id.clone();
+        entry.generation = joined.generation;
+        entry.protocol_type = joined.protocol_type.clone().unwrap_or_default();
+        entry.leader_of = if joined.leader == joined.member_id {
+            assert!(
+                joined
+                    .members
+                    .iter()
+                    .any(|m| m.member_id == joined.member_id),
+                "the leader is not among the members it is told of"
+            );
+            joined.members.iter().map(|m| m.member_id.clone()).collect()
+        } else {
+            assert!(joined.members.is_empty(), "a follower was told the members");
+            Vec::new()
+        };
     }
 
     /// Answers parked requests and writes slot ops, as the driver does.

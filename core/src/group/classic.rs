@@ -52,10 +52,9 @@ pub struct JoinedMember {
     pub metadata: Bytes,
 }
 
-/// The answer to a JoinGroup.
+/// A JoinGroup's success: the member's place in a generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinResult {
-    pub error: ErrorCode,
+pub struct JoinedGroup {
     pub generation: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -66,20 +65,26 @@ pub struct JoinResult {
     pub members: Vec<JoinedMember>,
 }
 
-impl JoinResult {
-    pub fn error(member_id: impl Into<String>, error: ErrorCode) -> JoinResult {
-        JoinResult {
+/// A refused JoinGroup. Kafka's refusal still names a member id: the new
+/// one with MEMBER_ID_REQUIRED (the client rejoins with it), otherwise the
+/// request's, or none. It has no generation, protocol or leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinError {
+    pub error: ErrorCode,
+    pub member_id: String,
+}
+
+impl JoinError {
+    pub fn new(member_id: impl Into<String>, error: ErrorCode) -> JoinError {
+        JoinError {
             error,
-            generation: -1,
-            protocol_type: None,
-            protocol_name: None,
-            leader: String::new(),
-            skip_assignment: false,
             member_id: member_id.into(),
-            members: Vec::new(),
         }
     }
 }
+
+/// The answer to a JoinGroup.
+pub type JoinResult = Result<JoinedGroup, JoinError>;
 
 /// A SyncGroup request, version-independent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -458,15 +463,16 @@ impl Group {
             .collect()
     }
 
-    fn generation_result(
+    /// The answer of a member in the current generation (`with_members`:
+    /// the leader's, which lists everyone).
+    fn joined(
         &self,
         member_id: &str,
         leader: String,
         with_members: bool,
         skip_assignment: bool,
-    ) -> JoinResult {
-        JoinResult {
-            error: ErrorCode::None,
+    ) -> JoinedGroup {
+        JoinedGroup {
             generation: self.generation,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol_name.clone(),
@@ -499,7 +505,7 @@ impl Group {
             if self.members.contains_key(&req.member_id) {
                 self.remove_member(&req.member_id, fx);
             }
-            return Some(JoinResult::error("", ErrorCode::GroupMaxSizeReached));
+            return Some(Err(JoinError::new("", ErrorCode::GroupMaxSizeReached)));
         }
         if req.member_id.is_empty() {
             self.join_new_member(req, waiter, cfg, now_ms, fx)
@@ -517,10 +523,13 @@ impl Group {
         fx: &mut Vec<Effect>,
     ) -> Option<JoinResult> {
         if self.state == GroupState::Dead {
-            return Some(JoinResult::error("", ErrorCode::CoordinatorNotAvailable));
+            return Some(Err(JoinError::new("", ErrorCode::CoordinatorNotAvailable)));
         }
         if !self.supports_protocols(&req.protocol_type, &req.protocols) {
-            return Some(JoinResult::error("", ErrorCode::InconsistentGroupProtocol));
+            return Some(Err(JoinError::new(
+                "",
+                ErrorCode::InconsistentGroupProtocol,
+            )));
         }
         let new_id = member_id_for(
             &req.client_id,
@@ -537,7 +546,7 @@ impl Group {
         if req.require_known_member_id {
             self.pending_members
                 .insert(new_id.clone(), now_ms + req.session_timeout_ms as i64);
-            return Some(JoinResult::error(new_id, ErrorCode::MemberIdRequired));
+            return Some(Err(JoinError::new(new_id, ErrorCode::MemberIdRequired)));
         }
         self.add_member_and_rebalance(new_id, req, waiter, cfg, now_ms, fx)
     }
@@ -552,35 +561,35 @@ impl Group {
     ) -> Option<JoinResult> {
         let member_id = req.member_id.clone();
         if self.state == GroupState::Dead {
-            return Some(JoinResult::error(
+            return Some(Err(JoinError::new(
                 member_id,
                 ErrorCode::CoordinatorNotAvailable,
-            ));
+            )));
         }
         if !self.supports_protocols(&req.protocol_type, &req.protocols) {
-            return Some(JoinResult::error(
+            return Some(Err(JoinError::new(
                 member_id,
                 ErrorCode::InconsistentGroupProtocol,
-            ));
+            )));
         }
         if self.pending_members.contains_key(&member_id) {
             if req.instance_id.is_some() {
                 // Pending ids are only handed to dynamic members; a client
                 // mixing one with an instance id starts over without an id.
-                return Some(JoinResult::error(member_id, ErrorCode::UnknownMemberId));
+                return Some(Err(JoinError::new(member_id, ErrorCode::UnknownMemberId)));
             }
             self.pending_members.remove(&member_id);
             return self.add_member_and_rebalance(member_id, req, waiter, cfg, now_ms, fx);
         }
         if let Err(e) = self.validate_member(&member_id, req.instance_id.as_deref()) {
-            return Some(JoinResult::error(member_id, e));
+            return Some(Err(JoinError::new(member_id, e)));
         }
         let (is_leader, matches) = match self.members.get(&member_id) {
             Some(m) => (
                 self.leader.as_deref() == Some(member_id.as_str()),
                 m.matches(&req.protocols),
             ),
-            None => return Some(JoinResult::error(member_id, ErrorCode::UnknownMemberId)),
+            None => return Some(Err(JoinError::new(member_id, ErrorCode::UnknownMemberId))),
         };
         match self.state {
             GroupState::PreparingRebalance => {
@@ -590,7 +599,7 @@ impl Group {
                 // The same metadata again: most likely the member lost our
                 // JoinGroup answer. Answer it again for this generation.
                 let leader = self.leader.clone().unwrap_or_default();
-                Some(self.generation_result(&member_id, leader, is_leader, false))
+                Some(Ok(self.joined(&member_id, leader, is_leader, false)))
             }
             GroupState::CompletingRebalance => {
                 self.update_member_and_rebalance(req, waiter, cfg, now_ms, fx)
@@ -603,10 +612,10 @@ impl Group {
             }
             GroupState::Stable => {
                 let leader = self.leader.clone().unwrap_or_default();
-                Some(self.generation_result(&member_id, leader, false, false))
+                Some(Ok(self.joined(&member_id, leader, false, false)))
             }
             GroupState::Empty | GroupState::Dead => {
-                Some(JoinResult::error(member_id, ErrorCode::UnknownMemberId))
+                Some(Err(JoinError::new(member_id, ErrorCode::UnknownMemberId)))
             }
         }
     }
@@ -702,7 +711,7 @@ impl Group {
             // hanging.
             fx.push(Effect::Join {
                 waiter: old,
-                result: JoinResult::error(member_id, ErrorCode::RebalanceInProgress),
+                result: Err(JoinError::new(member_id, ErrorCode::RebalanceInProgress)),
             });
         }
     }
@@ -747,13 +756,13 @@ impl Group {
                         // keeps watching metadata) but must not reassign.
                         let is_leader = self.leader.as_deref() == Some(new_id.as_str());
                         let leader = self.leader.clone().unwrap_or_default();
-                        Some(self.generation_result(&new_id, leader, is_leader, is_leader))
+                        Some(Ok(self.joined(&new_id, leader, is_leader, is_leader)))
                     } else {
                         // Older clients: name the previous leader id, which
                         // is not this member's new id, so even a rejoining
                         // leader does not run an assignment a stable group
                         // would never distribute.
-                        Some(self.generation_result(&new_id, current_leader, false, false))
+                        Some(Ok(self.joined(&new_id, current_leader, false, false)))
                     }
                 } else {
                     self.maybe_prepare_rebalance_or_complete_join(cfg, now_ms, fx);
@@ -775,7 +784,7 @@ impl Group {
                 if let Some(m) = self.members.get_mut(&new_id) {
                     m.join_waiter = None;
                 }
-                Some(JoinResult::error(new_id, ErrorCode::UnknownMemberId))
+                Some(Err(JoinError::new(new_id, ErrorCode::UnknownMemberId)))
             }
         }
     }
@@ -793,7 +802,7 @@ impl Group {
         if let Some(w) = m.join_waiter.take() {
             fx.push(Effect::Join {
                 waiter: w,
-                result: JoinResult::error(old_id, ErrorCode::FencedInstanceId),
+                result: Err(JoinError::new(old_id, ErrorCode::FencedInstanceId)),
             });
         }
         if let Some(w) = m.sync_waiter.take() {
@@ -904,10 +913,13 @@ impl Group {
         let ids: Vec<String> = self.members.keys().cloned().collect();
         for id in ids {
             let is_leader = leader == id;
-            let result = self.generation_result(&id, leader.clone(), is_leader, false);
+            let joined = self.joined(&id, leader.clone(), is_leader, false);
             if let Some(m) = self.members.get_mut(&id) {
                 if let Some(w) = m.join_waiter.take() {
-                    fx.push(Effect::Join { waiter: w, result });
+                    fx.push(Effect::Join {
+                        waiter: w,
+                        result: Ok(joined),
+                    });
                 }
                 m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms as i64;
                 m.is_new = false;
@@ -964,7 +976,7 @@ impl Group {
         if let Some(w) = m.join_waiter {
             fx.push(Effect::Join {
                 waiter: w,
-                result: JoinResult::error("", ErrorCode::UnknownMemberId),
+                result: Err(JoinError::new("", ErrorCode::UnknownMemberId)),
             });
         }
         if let Some(w) = m.sync_waiter {

@@ -9,7 +9,7 @@
 //! can be lost by a crash.
 
 use super::classic::{
-    self, Effect, Group, JoinRequest, JoinResult, SyncRequest, SyncResult, Waiter,
+    self, Effect, Group, JoinError, JoinRequest, JoinResult, SyncRequest, SyncResult, Waiter,
 };
 use super::offsets::{self, GroupRecord, OffsetEntry};
 use super::slot::{GroupMeta, SlotOp, SlotState};
@@ -202,19 +202,25 @@ impl Coordinator {
         out: &mut Output,
     ) -> Option<JoinResult> {
         if group_id.is_empty() {
-            return Some(JoinResult::error(req.member_id, ErrorCode::InvalidGroupId));
+            return Some(Err(JoinError::new(
+                req.member_id,
+                ErrorCode::InvalidGroupId,
+            )));
         }
         if !classic::session_timeout_in_range(req.session_timeout_ms, &self.config) {
-            return Some(JoinResult::error(
+            return Some(Err(JoinError::new(
                 req.member_id,
                 ErrorCode::InvalidSessionTimeout,
-            ));
+            )));
         }
         if !self.groups.contains_key(group_id) {
             // Only a member without an id may create a group: a member id
             // names a member of a group that no longer exists here.
             if !req.member_id.is_empty() {
-                return Some(JoinResult::error(req.member_id, ErrorCode::UnknownMemberId));
+                return Some(Err(JoinError::new(
+                    req.member_id,
+                    ErrorCode::UnknownMemberId,
+                )));
             }
             self.groups
                 .insert(group_id.to_string(), Group::new(group_id, now_ms));

@@ -176,7 +176,10 @@ impl H {
     /// A dynamic member's full first join (v4+): MEMBER_ID_REQUIRED, then
     /// the parked real join. Returns (member id, waiter).
     fn join_new(&mut self, topics: &[&str]) -> (String, Waiter) {
-        let first = self.join("", None, topics).expect("answered at once");
+        let first = self
+            .join("", None, topics)
+            .expect("answered at once")
+            .expect_err("refused");
         assert_eq!(first.error, ErrorCode::MemberIdRequired);
         let id = first.member_id;
         let w = self.join(&id, None, topics).expect_err("parked");
@@ -357,8 +360,10 @@ impl H {
         let mut leader = String::new();
         let mut generation = -1;
         for w in &waiters {
-            let r = self.join_answer(*w).expect("join completed");
-            assert_eq!(r.error, ErrorCode::None);
+            let r = self
+                .join_answer(*w)
+                .expect("join completed")
+                .expect("joined");
             leader = r.leader.clone();
             generation = r.generation;
         }
@@ -405,7 +410,10 @@ fn join_with_empty_group_id_is_invalid_group_id() {
     let mut h = H::new();
     let req = h.join_req("", None, range(&["t"]), 9);
     let mut out = Output::default();
-    let r = h.c.join("", req, 1, h.now, &mut out).expect("answered");
+    let r =
+        h.c.join("", req, 1, h.now, &mut out)
+            .expect("answered")
+            .expect_err("refused");
     assert_eq!(r.error, ErrorCode::InvalidGroupId);
 }
 
@@ -415,12 +423,18 @@ fn session_timeout_outside_broker_bounds_is_invalid_session_timeout() {
     let mut req = h.join_req("", None, range(&["t"]), 9);
     req.session_timeout_ms = 1_000;
     assert_eq!(
-        h.join_with(req.clone()).expect("answered").error,
+        h.join_with(req.clone())
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::InvalidSessionTimeout
     );
     req.session_timeout_ms = 1_800_001;
     assert_eq!(
-        h.join_with(req).expect("answered").error,
+        h.join_with(req)
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::InvalidSessionTimeout
     );
 }
@@ -428,7 +442,10 @@ fn session_timeout_outside_broker_bounds_is_invalid_session_timeout() {
 #[test]
 fn first_join_without_member_id_is_member_id_required_from_v4() {
     let mut h = H::new();
-    let r = h.join("", None, &["t"]).expect("answered at once");
+    let r = h
+        .join("", None, &["t"])
+        .expect("answered at once")
+        .expect_err("refused");
     assert_eq!(r.error, ErrorCode::MemberIdRequired);
     assert!(r.member_id.starts_with("client-"));
     assert!(h
@@ -446,12 +463,18 @@ fn first_join_without_member_id_is_member_id_required_from_v4() {
 fn join_with_unknown_member_id_is_unknown_member_id() {
     let mut h = H::new();
     assert_eq!(
-        h.join("nobody", None, &["t"]).expect("answered").error,
+        h.join("nobody", None, &["t"])
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::UnknownMemberId
     );
     h.stable_group(1, &["t"]);
     assert_eq!(
-        h.join("nobody", None, &["t"]).expect("answered").error,
+        h.join("nobody", None, &["t"])
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::UnknownMemberId
     );
 }
@@ -459,7 +482,10 @@ fn join_with_unknown_member_id_is_unknown_member_id() {
 #[test]
 fn pending_member_id_expires_after_session_timeout() {
     let mut h = H::new();
-    let r = h.join("", None, &["t"]).expect("answered");
+    let r = h
+        .join("", None, &["t"])
+        .expect("answered")
+        .expect_err("member id required");
     h.advance(SESSION as i64);
     assert!(!h
         .c
@@ -467,7 +493,10 @@ fn pending_member_id_expires_after_session_timeout() {
         .expect("group")
         .has_pending_member(&r.member_id));
     assert_eq!(
-        h.join(&r.member_id, None, &["t"]).expect("answered").error,
+        h.join(&r.member_id, None, &["t"])
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::UnknownMemberId
     );
 }
@@ -483,8 +512,10 @@ fn initial_rebalance_waits_the_delay_before_completing() {
         "the first rebalance waits out the delay"
     );
     h.advance(1);
-    let r = h.join_answer(w).expect("completed after the delay");
-    assert_eq!(r.error, ErrorCode::None);
+    let r = h
+        .join_answer(w)
+        .expect("completed after the delay")
+        .expect("joined");
     assert_eq!(r.generation, 1);
     assert_eq!(h.state(), GroupState::CompletingRebalance);
 }
@@ -501,8 +532,8 @@ fn initial_rebalance_delay_extends_while_new_members_arrive() {
         "a member arrived during the delay: wait again"
     );
     h.advance(DELAY);
-    let r1 = h.join_answer(w1).expect("completed");
-    let r2 = h.join_answer(w2).expect("completed");
+    let r1 = h.join_answer(w1).expect("completed").expect("joined");
+    let r2 = h.join_answer(w2).expect("completed").expect("joined");
     assert_eq!((r1.generation, r2.generation), (1, 1));
 }
 
@@ -512,8 +543,8 @@ fn leader_receives_every_members_metadata_followers_none() {
     let (a, wa) = h.join_new(&["t1"]);
     let (b, wb) = h.join_new(&["t2"]);
     h.advance_until_answered(wa, REBALANCE as i64);
-    let ra = h.join_answer(wa).expect("a");
-    let rb = h.join_answer(wb).expect("b");
+    let ra = h.join_answer(wa).expect("a").expect("joined");
+    let rb = h.join_answer(wb).expect("b").expect("joined");
     assert_eq!(ra.leader, rb.leader);
     let (leader, follower) = if ra.leader == a { (ra, rb) } else { (rb, ra) };
     assert_eq!(leader.leader, leader.member_id);
@@ -541,8 +572,11 @@ fn join_response_is_held_until_every_known_member_rejoins() {
         .join(&ids[1], None, &["t"])
         .expect_err("parked until complete");
     // The follower was the last one: both answers come with its join.
-    let rl = h.join_answer(wl).expect("leader answered");
-    let rf = h.join_answer(wf).expect("follower answered");
+    let rl = h.join_answer(wl).expect("leader answered").expect("joined");
+    let rf = h
+        .join_answer(wf)
+        .expect("follower answered")
+        .expect("joined");
     assert_eq!((rl.generation, rf.generation), (gen1 + 1, gen1 + 1));
 }
 
@@ -558,7 +592,8 @@ fn members_that_do_not_rejoin_within_the_rebalance_timeout_are_removed() {
     }
     let r = h
         .join_answer(wl)
-        .expect("completed at the rebalance timeout");
+        .expect("completed at the rebalance timeout")
+        .expect("joined");
     assert_eq!(r.members.len(), 1);
     assert!(h.c.group(G).expect("group").member(&ids[1]).is_none());
     assert_eq!(
@@ -573,8 +608,8 @@ fn sync_group_distributes_the_leaders_assignment() {
     let (a, wa) = h.join_new(&["t"]);
     let (b, wb) = h.join_new(&["t"]);
     h.advance_until_answered(wa, REBALANCE as i64);
-    let ra = h.join_answer(wa).expect("a");
-    h.join_answer(wb).expect("b");
+    let ra = h.join_answer(wa).expect("a").expect("joined");
+    h.join_answer(wb).expect("b").expect("joined");
     let (leader, follower) = if ra.leader == a { (a, b) } else { (b, a) };
     let generation = ra.generation;
     let wf = h
@@ -642,13 +677,19 @@ fn join_with_a_protocol_nobody_supports_is_inconsistent_group_protocol() {
     }];
     let req = h.join_req("", None, other, 9);
     assert_eq!(
-        h.join_with(req).expect("answered").error,
+        h.join_with(req)
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::InconsistentGroupProtocol
     );
     let mut req = h.join_req("", None, range(&["t"]), 9);
     req.protocol_type = "connect".into();
     assert_eq!(
-        h.join_with(req).expect("answered").error,
+        h.join_with(req)
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::InconsistentGroupProtocol
     );
 }
@@ -702,7 +743,8 @@ fn session_timeout_expiry_removes_the_member_and_rebalances() {
     let w = h.join(&ids[0], None, &["t"]).expect_err("parked");
     let r = h
         .join_answer(w)
-        .expect("only member rejoined: done at once");
+        .expect("only member rejoined: done at once")
+        .expect("joined");
     assert_eq!(r.generation, generation + 1);
     assert_eq!(r.members.len(), 1);
 }
@@ -739,7 +781,7 @@ fn static_member_rejoin_replaces_old_member_without_rebalance() {
         .join_with(req)
         .expect_err("static members join without MEMBER_ID_REQUIRED");
     h.advance_until_answered(wa, REBALANCE as i64);
-    let ra = h.join_answer(wa).expect("joined");
+    let ra = h.join_answer(wa).expect("answered").expect("joined");
     let old_id = ra.member_id.clone();
     assert!(old_id.starts_with("inst-a-"));
     let generation = ra.generation;
@@ -755,8 +797,10 @@ fn static_member_rejoin_replaces_old_member_without_rebalance() {
     );
     // The instance restarts and rejoins without its member id.
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 5);
-    let r = h.join_with(req).expect("answered at once: no rebalance");
-    assert_eq!(r.error, ErrorCode::None);
+    let r = h
+        .join_with(req)
+        .expect("answered at once: no rebalance")
+        .expect("joined");
     assert_eq!(r.generation, generation, "same generation");
     assert_ne!(r.member_id, old_id);
     assert_eq!(
@@ -794,10 +838,13 @@ fn static_member_rejoin_fences_a_parked_old_incarnation() {
     let old = h.join_with(req).expect_err("parked");
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 5);
     let new = h.join_with(req).expect_err("parked: initial rebalance");
-    let fenced = h.join_answer(old).expect("old one answered at once");
+    let fenced = h
+        .join_answer(old)
+        .expect("old one answered at once")
+        .expect_err("fenced");
     assert_eq!(fenced.error, ErrorCode::FencedInstanceId);
     h.advance_until_answered(new, REBALANCE as i64);
-    assert_eq!(h.join_answer(new).expect("joined").error, ErrorCode::None);
+    h.join_answer(new).expect("answered").expect("joined");
 }
 
 #[test]
@@ -806,13 +853,13 @@ fn static_leader_rejoin_from_v9_learns_it_leads_but_skips_assignment() {
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 9);
     let w = h.join_with(req).expect_err("parked");
     h.advance_until_answered(w, REBALANCE as i64);
-    let r = h.join_answer(w).expect("joined");
+    let r = h.join_answer(w).expect("answered").expect("joined");
     let s = h
         .sync(&r.member_id, r.generation, &[(&r.member_id, b"A")])
         .expect_err("parked");
     h.sync_answer(s).expect("answered").expect("synced");
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 9);
-    let again = h.join_with(req).expect("no rebalance");
+    let again = h.join_with(req).expect("no rebalance").expect("joined");
     assert_eq!(again.leader, again.member_id);
     assert!(again.skip_assignment);
     assert_eq!(again.members.len(), 1);
@@ -825,7 +872,7 @@ fn static_member_rejoin_with_a_different_protocol_rebalances() {
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 5);
     let w = h.join_with(req).expect_err("parked");
     h.advance_until_answered(w, REBALANCE as i64);
-    let r = h.join_answer(w).expect("joined");
+    let r = h.join_answer(w).expect("answered").expect("joined");
     let s = h.sync(&r.member_id, r.generation, &[]).expect_err("parked");
     h.sync_answer(s).expect("answered").expect("synced");
     // It now prefers another assignor (still supporting the current one,
@@ -837,7 +884,10 @@ fn static_member_rejoin_with_a_different_protocol_rebalances() {
     other.extend(range(&["t"]));
     let req = h.join_req("", Some("inst-a"), other, 5);
     let w = h.join_with(req).expect_err("protocol changes: rebalance");
-    let r2 = h.join_answer(w).expect("alone: completes at once");
+    let r2 = h
+        .join_answer(w)
+        .expect("alone: completes at once")
+        .expect("joined");
     assert_eq!(r2.generation, r.generation + 1);
     assert_eq!(r2.protocol_name.as_deref(), Some("roundrobin"));
 }
@@ -848,7 +898,7 @@ fn leave_by_instance_id_alone_removes_the_static_member() {
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 5);
     let w = h.join_with(req).expect_err("parked");
     h.advance_until_answered(w, REBALANCE as i64);
-    h.join_answer(w).expect("joined");
+    h.join_answer(w).expect("answered").expect("joined");
     assert_eq!(h.leave(&[("", Some("inst-a"))]), Ok(vec![Ok(())]));
     assert_eq!(
         h.leave(&[("", Some("inst-a"))]),
@@ -861,8 +911,11 @@ fn leave_by_instance_id_alone_removes_the_static_member() {
 fn rejoin_of_a_follower_with_same_metadata_in_stable_returns_current_generation() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(2, &["t"]);
-    let r = h.join(&ids[1], None, &["t"]).expect("answered at once");
-    assert_eq!((r.error, r.generation), (ErrorCode::None, generation));
+    let r = h
+        .join(&ids[1], None, &["t"])
+        .expect("answered at once")
+        .expect("joined");
+    assert_eq!(r.generation, generation);
     assert_eq!(h.state(), GroupState::Stable);
     // Changed metadata does rebalance.
     assert!(h.join(&ids[1], None, &["t", "u"]).is_err());
@@ -875,8 +928,8 @@ fn members_that_never_sync_are_removed_after_the_rebalance_timeout() {
     let (a, wa) = h.join_new(&["t"]);
     let (b, wb) = h.join_new(&["t"]);
     h.advance_until_answered(wa, REBALANCE as i64);
-    let ra = h.join_answer(wa).expect("a");
-    h.join_answer(wb).expect("b");
+    let ra = h.join_answer(wa).expect("a").expect("joined");
+    h.join_answer(wb).expect("b").expect("joined");
     let (leader, follower) = if ra.leader == a { (a, b) } else { (b, a) };
     let ws = h.sync(&leader, ra.generation, &[]).expect_err("parked");
     h.sync_answer(ws).expect("answered").expect("stable");
@@ -900,7 +953,10 @@ fn group_max_size_refuses_new_members() {
     });
     let (ids, _) = h.stable_group(1, &["t"]);
     assert_eq!(
-        h.join("", None, &["t"]).expect("answered").error,
+        h.join("", None, &["t"])
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::GroupMaxSizeReached
     );
     // The member already in is not affected (its rejoin, as leader, rebalances).
@@ -980,7 +1036,7 @@ fn offset_commit_during_completing_rebalance_is_rebalance_in_progress() {
     let mut h = H::new();
     let (_, w) = h.join_new(&["t"]);
     h.advance_until_answered(w, REBALANCE as i64);
-    let r = h.join_answer(w).expect("joined");
+    let r = h.join_answer(w).expect("answered").expect("joined");
     assert_eq!(h.state(), GroupState::CompletingRebalance);
     assert_eq!(
         h.commit(&r.member_id, r.generation, &[("t", 0, 1)]),
@@ -1480,19 +1536,22 @@ mod model {
 
         fn check_join(&mut self, c: usize, r: JoinResult) {
             let client = &mut self.clients[c];
-            match r.error {
-                ErrorCode::None => {
-                    client.member_id = r.member_id.clone();
-                    client.generation = r.generation;
-                    client.is_leader = r.leader == r.member_id;
-                    client.leader_members = r.members.iter().map(|m| m.member_id.clone()).collect();
+            match r {
+                Ok(joined) => {
+                    client.member_id = joined.member_id.clone();
+                    client.generation = joined.generation;
+                    client.is_leader = joined.leader == joined.member_id;
+                    client.leader_members =
+                        joined.members.iter().map(|m| m.member_id.clone()).collect();
                 }
-                ErrorCode::MemberIdRequired => client.member_id = r.member_id,
-                ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId => {
-                    client.member_id.clear();
-                    client.generation = -1;
-                }
-                _ => client.generation = -1,
+                Err(refused) => match refused.error {
+                    ErrorCode::MemberIdRequired => client.member_id = refused.member_id,
+                    ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId => {
+                        client.member_id.clear();
+                        client.generation = -1;
+                    }
+                    _ => client.generation = -1,
+                },
             }
         }
 

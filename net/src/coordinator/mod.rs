@@ -28,8 +28,8 @@ use kaas_core::group::coordinator::{
 };
 use kaas_core::group::slot::{slot_file_path, GROUP_STATE_DIR};
 use kaas_core::group::{
-    Coordinator, Effect, GroupConfig, JoinRequest, JoinResult, SlotOp, SlotState, SyncRequest,
-    SyncResult, Waiter,
+    Coordinator, Effect, GroupConfig, JoinError, JoinRequest, JoinResult, SlotOp, SlotState,
+    SyncRequest, SyncResult, Waiter,
 };
 use kaas_core::protocol::ErrorCode;
 use std::collections::HashMap;
@@ -198,7 +198,7 @@ impl GroupCoordinator {
         // A parked request is always answered by the core; a dropped sender
         // would mean its group vanished, and the client should start over.
         rx.await
-            .unwrap_or_else(|_| JoinResult::error(member_id, ErrorCode::RebalanceInProgress))
+            .unwrap_or_else(|_| Err(JoinError::new(member_id, ErrorCode::RebalanceInProgress)))
     }
 
     /// SyncGroup; waits for the leader's assignment.
