@@ -483,7 +483,9 @@ impl Machine {
             let got = fetched
                 .first()
                 .and_then(|(_, parts)| parts.first())
-                .map(|f| f.offset);
+                .and_then(|f| f.committed.as_ref().ok())
+                .and_then(|c| c.as_ref())
+                .map(|c| c.offset);
             assert_eq!(
                 got,
                 Some(*offset),

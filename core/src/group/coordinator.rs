@@ -61,11 +61,17 @@ pub struct CommitRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchedOffset {
     pub partition: i32,
-    /// -1 if nothing is committed.
+    /// The committed offset (`None`: nothing is committed), or why it
+    /// cannot be told.
+    pub committed: Result<Option<CommittedOffset>, ErrorCode>,
+}
+
+/// A committed offset as OffsetFetch shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
     pub offset: i64,
     pub leader_epoch: i32,
     pub metadata: String,
-    pub error: ErrorCode,
 }
 
 /// A member as DescribeGroups shows it.
@@ -350,8 +356,8 @@ impl Coordinator {
     }
 
     /// OffsetFetch of one group. `topics`: `None` for every committed
-    /// offset. A group that does not exist has no offsets (-1 for each
-    /// requested partition), which is not an error.
+    /// offset. A group that does not exist has no offsets (`Ok(None)` for
+    /// each requested partition), which is not an error.
     pub fn fetch_offsets(
         &self,
         group_id: &str,
@@ -364,31 +370,22 @@ impl Coordinator {
             .is_some_and(|g| g.state() != GroupState::Dead);
         let record = if live { self.record(group_id) } else { None };
         let fetched = |topic: &str, partition: i32| -> FetchedOffset {
-            if require_stable && record.is_some_and(|r| r.has_pending_txn_offset(topic, partition))
+            let committed = if require_stable
+                && record.is_some_and(|r| r.has_pending_txn_offset(topic, partition))
             {
-                return FetchedOffset {
-                    partition,
-                    offset: -1,
-                    leader_epoch: -1,
-                    metadata: String::new(),
-                    error: ErrorCode::UnstableOffsetCommit,
-                };
-            }
-            match record.and_then(|r| r.offset(topic, partition)) {
-                Some(e) => FetchedOffset {
-                    partition,
-                    offset: e.offset,
-                    leader_epoch: e.leader_epoch,
-                    metadata: e.metadata.clone(),
-                    error: ErrorCode::None,
-                },
-                None => FetchedOffset {
-                    partition,
-                    offset: -1,
-                    leader_epoch: -1,
-                    metadata: String::new(),
-                    error: ErrorCode::None,
-                },
+                Err(ErrorCode::UnstableOffsetCommit)
+            } else {
+                Ok(record
+                    .and_then(|r| r.offset(topic, partition))
+                    .map(|e| CommittedOffset {
+                        offset: e.offset,
+                        leader_epoch: e.leader_epoch,
+                        metadata: e.metadata.clone(),
+                    }))
+            };
+            FetchedOffset {
+                partition,
+                committed,
             }
         };
         match topics {

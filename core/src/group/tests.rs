@@ -4,7 +4,7 @@
 use super::classic::{
     member_id_for, Effect, JoinRequest, JoinResult, SyncRequest, SyncResult, Waiter,
 };
-use super::coordinator::{CommitOffset, CommitRequest, Coordinator, Output};
+use super::coordinator::{CommitOffset, CommitRequest, Coordinator, FetchedOffset, Output};
 use super::member::Protocol;
 use super::offsets::OffsetEntry;
 use super::slot::{slot_file_path, GroupMeta, SlotFileError, SlotOp, SlotState};
@@ -31,6 +31,16 @@ fn subscription(topics: &[&str]) -> Bytes {
     w.i16(1);
     sub.encode(&mut w, 1).expect("encodes");
     buf.freeze()
+}
+
+/// A fetched partition's committed offset, -1 if there is none (as the
+/// wire says it).
+fn offset(f: &FetchedOffset) -> i64 {
+    match &f.committed {
+        Ok(Some(c)) => c.offset,
+        Ok(None) => -1,
+        Err(e) => panic!("partition {} not told: {e:?}", f.partition),
+    }
 }
 
 fn range(topics: &[&str]) -> Vec<Protocol> {
@@ -337,7 +347,7 @@ impl H {
         let fetched = self
             .c
             .fetch_offsets(G, Some(&[(topic.to_string(), vec![partition])]), false);
-        fetched[0].1[0].offset
+        offset(&fetched[0].1[0])
     }
 
     fn expire(&mut self) {
@@ -1077,8 +1087,13 @@ fn offset_commit_with_oversized_metadata_is_offset_metadata_too_large() {
     let f = h.c.fetch_offsets(G, None, false);
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].1[0].partition, 1);
-    assert_eq!(f[0].1[0].leader_epoch, 3);
-    assert_eq!(f[0].1[0].metadata, "ok");
+    let c = f[0].1[0]
+        .committed
+        .clone()
+        .expect("told")
+        .expect("committed");
+    assert_eq!(c.leader_epoch, 3);
+    assert_eq!(c.metadata, "ok");
 }
 
 #[test]
@@ -1099,9 +1114,9 @@ fn offset_fetch_of_a_missing_group_is_no_offset_not_an_error() {
     assert_eq!(
         f[0].1
             .iter()
-            .map(|p| (p.offset, p.error))
+            .map(|p| p.committed.clone())
             .collect::<Vec<_>>(),
-        vec![(-1, ErrorCode::None); 2]
+        vec![Ok(None); 2]
     );
     assert!(h.c.fetch_offsets("nope", None, false).is_empty());
 }
@@ -1287,13 +1302,13 @@ fn require_stable_with_a_pending_transactional_offset_is_unstable_offset_commit(
     h.write();
     let ask = [("t".to_string(), vec![0])];
     assert_eq!(
-        h.c.fetch_offsets(G, Some(&ask), false)[0].1[0].offset,
+        offset(&h.c.fetch_offsets(G, Some(&ask), false)[0].1[0]),
         1,
         "the committed offset"
     );
     assert_eq!(
-        h.c.fetch_offsets(G, Some(&ask), true)[0].1[0].error,
-        ErrorCode::UnstableOffsetCommit
+        h.c.fetch_offsets(G, Some(&ask), true)[0].1[0].committed,
+        Err(ErrorCode::UnstableOffsetCommit)
     );
     h.held.push((
         coordinator_slot(G),
@@ -1304,7 +1319,7 @@ fn require_stable_with_a_pending_transactional_offset_is_unstable_offset_commit(
         },
     ));
     h.write();
-    assert_eq!(h.c.fetch_offsets(G, Some(&ask), true)[0].1[0].offset, 5);
+    assert_eq!(offset(&h.c.fetch_offsets(G, Some(&ask), true)[0].1[0]), 5);
 }
 
 #[test]
@@ -1401,7 +1416,7 @@ fn restored_group_is_empty_and_keeps_its_generation_and_empty_time() {
     assert_eq!(g.state_since_ms(), empty_since);
     assert_eq!(g.protocol_type(), Some("consumer"));
     assert_eq!(
-        c.fetch_offsets(G, Some(&[("t".into(), vec![0])]), false)[0].1[0].offset,
+        offset(&c.fetch_offsets(G, Some(&[("t".into(), vec![0])]), false)[0].1[0]),
         5
     );
 }

@@ -74,8 +74,14 @@ fn simple_commit(group: &str, partition: i32, offset: i64) -> CommitRequest {
     }
 }
 
+/// The committed offset, -1 if none (as the wire says it).
 fn committed(c: &GroupCoordinator, group: &str, partition: i32) -> i64 {
-    c.fetch_offsets(group, Some(&[("t".to_string(), vec![partition])]), false)[0].1[0].offset
+    let fetched = c.fetch_offsets(group, Some(&[("t".to_string(), vec![partition])]), false);
+    match &fetched[0].1[0].committed {
+        Ok(Some(c)) => c.offset,
+        Ok(None) => -1,
+        Err(e) => panic!("not told: {e:?}"),
+    }
 }
 
 #[tokio::test]
