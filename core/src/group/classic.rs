@@ -52,10 +52,9 @@ pub struct JoinedMember {
     pub metadata: Bytes,
 }
 
-/// The answer to a JoinGroup.
+/// A JoinGroup's success: the member's place in a generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinResult {
-    pub error: ErrorCode,
+pub struct JoinedGroup {
     pub generation: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -66,20 +65,26 @@ pub struct JoinResult {
     pub members: Vec<JoinedMember>,
 }
 
-impl JoinResult {
-    pub fn error(member_id: impl Into<String>, error: ErrorCode) -> JoinResult {
-        JoinResult {
+/// A refused JoinGroup. Kafka's refusal still names a member id: the new
+/// one with MEMBER_ID_REQUIRED (the client rejoins with it), otherwise the
+/// request's, or none. It has no generation, protocol or leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinError {
+    pub error: ErrorCode,
+    pub member_id: String,
+}
+
+impl JoinError {
+    pub fn new(member_id: impl Into<String>, error: ErrorCode) -> JoinError {
+        JoinError {
             error,
-            generation: -1,
-            protocol_type: None,
-            protocol_name: None,
-            leader: String::new(),
-            skip_assignment: false,
             member_id: member_id.into(),
-            members: Vec::new(),
         }
     }
 }
+
+/// The answer to a JoinGroup.
+pub type JoinResult = Result<JoinedGroup, JoinError>;
 
 /// A SyncGroup request, version-independent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,25 +99,18 @@ pub struct SyncRequest {
     pub assignments: Vec<(String, Bytes)>,
 }
 
-/// The answer to a SyncGroup.
+/// A SyncGroup's success: the member's share of the leader's assignment,
+/// in the group's protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncResult {
-    pub error: ErrorCode,
+pub struct SyncedGroup {
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Bytes,
 }
 
-impl SyncResult {
-    pub fn error(error: ErrorCode) -> SyncResult {
-        SyncResult {
-            error,
-            protocol_type: None,
-            protocol_name: None,
-            assignment: Bytes::new(),
-        }
-    }
-}
+/// The answer to a SyncGroup. A refusal carries nothing but its error
+/// (Kafka answers it with no protocol and an empty assignment).
+pub type SyncResult = Result<SyncedGroup, ErrorCode>;
 
 /// An answer to a parked request, produced by a later call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -465,15 +463,16 @@ impl Group {
             .collect()
     }
 
-    fn generation_result(
+    /// The answer of a member in the current generation (`with_members`:
+    /// the leader's, which lists everyone).
+    fn joined(
         &self,
         member_id: &str,
         leader: String,
         with_members: bool,
         skip_assignment: bool,
-    ) -> JoinResult {
-        JoinResult {
-            error: ErrorCode::None,
+    ) -> JoinedGroup {
+        JoinedGroup {
             generation: self.generation,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol_name.clone(),
@@ -506,7 +505,7 @@ impl Group {
             if self.members.contains_key(&req.member_id) {
                 self.remove_member(&req.member_id, fx);
             }
-            return Some(JoinResult::error("", ErrorCode::GroupMaxSizeReached));
+            return Some(Err(JoinError::new("", ErrorCode::GroupMaxSizeReached)));
         }
         if req.member_id.is_empty() {
             self.join_new_member(req, waiter, cfg, now_ms, fx)
@@ -524,10 +523,13 @@ impl Group {
         fx: &mut Vec<Effect>,
     ) -> Option<JoinResult> {
         if self.state == GroupState::Dead {
-            return Some(JoinResult::error("", ErrorCode::CoordinatorNotAvailable));
+            return Some(Err(JoinError::new("", ErrorCode::CoordinatorNotAvailable)));
         }
         if !self.supports_protocols(&req.protocol_type, &req.protocols) {
-            return Some(JoinResult::error("", ErrorCode::InconsistentGroupProtocol));
+            return Some(Err(JoinError::new(
+                "",
+                ErrorCode::InconsistentGroupProtocol,
+            )));
         }
         let new_id = member_id_for(
             &req.client_id,
@@ -544,7 +546,7 @@ impl Group {
         if req.require_known_member_id {
             self.pending_members
                 .insert(new_id.clone(), now_ms + req.session_timeout_ms as i64);
-            return Some(JoinResult::error(new_id, ErrorCode::MemberIdRequired));
+            return Some(Err(JoinError::new(new_id, ErrorCode::MemberIdRequired)));
         }
         self.add_member_and_rebalance(new_id, req, waiter, cfg, now_ms, fx)
     }
@@ -559,35 +561,35 @@ impl Group {
     ) -> Option<JoinResult> {
         let member_id = req.member_id.clone();
         if self.state == GroupState::Dead {
-            return Some(JoinResult::error(
+            return Some(Err(JoinError::new(
                 member_id,
                 ErrorCode::CoordinatorNotAvailable,
-            ));
+            )));
         }
         if !self.supports_protocols(&req.protocol_type, &req.protocols) {
-            return Some(JoinResult::error(
+            return Some(Err(JoinError::new(
                 member_id,
                 ErrorCode::InconsistentGroupProtocol,
-            ));
+            )));
         }
         if self.pending_members.contains_key(&member_id) {
             if req.instance_id.is_some() {
                 // Pending ids are only handed to dynamic members; a client
                 // mixing one with an instance id starts over without an id.
-                return Some(JoinResult::error(member_id, ErrorCode::UnknownMemberId));
+                return Some(Err(JoinError::new(member_id, ErrorCode::UnknownMemberId)));
             }
             self.pending_members.remove(&member_id);
             return self.add_member_and_rebalance(member_id, req, waiter, cfg, now_ms, fx);
         }
         if let Err(e) = self.validate_member(&member_id, req.instance_id.as_deref()) {
-            return Some(JoinResult::error(member_id, e));
+            return Some(Err(JoinError::new(member_id, e)));
         }
         let (is_leader, matches) = match self.members.get(&member_id) {
             Some(m) => (
                 self.leader.as_deref() == Some(member_id.as_str()),
                 m.matches(&req.protocols),
             ),
-            None => return Some(JoinResult::error(member_id, ErrorCode::UnknownMemberId)),
+            None => return Some(Err(JoinError::new(member_id, ErrorCode::UnknownMemberId))),
         };
         match self.state {
             GroupState::PreparingRebalance => {
@@ -597,7 +599,7 @@ impl Group {
                 // The same metadata again: most likely the member lost our
                 // JoinGroup answer. Answer it again for this generation.
                 let leader = self.leader.clone().unwrap_or_default();
-                Some(self.generation_result(&member_id, leader, is_leader, false))
+                Some(Ok(self.joined(&member_id, leader, is_leader, false)))
             }
             GroupState::CompletingRebalance => {
                 self.update_member_and_rebalance(req, waiter, cfg, now_ms, fx)
@@ -610,10 +612,10 @@ impl Group {
             }
             GroupState::Stable => {
                 let leader = self.leader.clone().unwrap_or_default();
-                Some(self.generation_result(&member_id, leader, false, false))
+                Some(Ok(self.joined(&member_id, leader, false, false)))
             }
             GroupState::Empty | GroupState::Dead => {
-                Some(JoinResult::error(member_id, ErrorCode::UnknownMemberId))
+                Some(Err(JoinError::new(member_id, ErrorCode::UnknownMemberId)))
             }
         }
     }
@@ -709,7 +711,7 @@ impl Group {
             // hanging.
             fx.push(Effect::Join {
                 waiter: old,
-                result: JoinResult::error(member_id, ErrorCode::RebalanceInProgress),
+                result: Err(JoinError::new(member_id, ErrorCode::RebalanceInProgress)),
             });
         }
     }
@@ -754,13 +756,13 @@ impl Group {
                         // keeps watching metadata) but must not reassign.
                         let is_leader = self.leader.as_deref() == Some(new_id.as_str());
                         let leader = self.leader.clone().unwrap_or_default();
-                        Some(self.generation_result(&new_id, leader, is_leader, is_leader))
+                        Some(Ok(self.joined(&new_id, leader, is_leader, is_leader)))
                     } else {
                         // Older clients: name the previous leader id, which
                         // is not this member's new id, so even a rejoining
                         // leader does not run an assignment a stable group
                         // would never distribute.
-                        Some(self.generation_result(&new_id, current_leader, false, false))
+                        Some(Ok(self.joined(&new_id, current_leader, false, false)))
                     }
                 } else {
                     self.maybe_prepare_rebalance_or_complete_join(cfg, now_ms, fx);
@@ -782,7 +784,7 @@ impl Group {
                 if let Some(m) = self.members.get_mut(&new_id) {
                     m.join_waiter = None;
                 }
-                Some(JoinResult::error(new_id, ErrorCode::UnknownMemberId))
+                Some(Err(JoinError::new(new_id, ErrorCode::UnknownMemberId)))
             }
         }
     }
@@ -800,13 +802,13 @@ impl Group {
         if let Some(w) = m.join_waiter.take() {
             fx.push(Effect::Join {
                 waiter: w,
-                result: JoinResult::error(old_id, ErrorCode::FencedInstanceId),
+                result: Err(JoinError::new(old_id, ErrorCode::FencedInstanceId)),
             });
         }
         if let Some(w) = m.sync_waiter.take() {
             fx.push(Effect::Sync {
                 waiter: w,
-                result: SyncResult::error(ErrorCode::FencedInstanceId),
+                result: Err(ErrorCode::FencedInstanceId),
             });
         }
         m.id = new_id.to_string();
@@ -911,10 +913,13 @@ impl Group {
         let ids: Vec<String> = self.members.keys().cloned().collect();
         for id in ids {
             let is_leader = leader == id;
-            let result = self.generation_result(&id, leader.clone(), is_leader, false);
+            let joined = self.joined(&id, leader.clone(), is_leader, false);
             if let Some(m) = self.members.get_mut(&id) {
                 if let Some(w) = m.join_waiter.take() {
-                    fx.push(Effect::Join { waiter: w, result });
+                    fx.push(Effect::Join {
+                        waiter: w,
+                        result: Ok(joined),
+                    });
                 }
                 m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms as i64;
                 m.is_new = false;
@@ -971,13 +976,13 @@ impl Group {
         if let Some(w) = m.join_waiter {
             fx.push(Effect::Join {
                 waiter: w,
-                result: JoinResult::error("", ErrorCode::UnknownMemberId),
+                result: Err(JoinError::new("", ErrorCode::UnknownMemberId)),
             });
         }
         if let Some(w) = m.sync_waiter {
             fx.push(Effect::Sync {
                 waiter: w,
-                result: SyncResult::error(ErrorCode::UnknownMemberId),
+                result: Err(ErrorCode::UnknownMemberId),
             });
         }
         if let Some(instance) = &m.instance_id {
@@ -1024,30 +1029,28 @@ impl Group {
         fx: &mut Vec<Effect>,
     ) -> Option<SyncResult> {
         if self.state == GroupState::Dead {
-            return Some(SyncResult::error(ErrorCode::CoordinatorNotAvailable));
+            return Some(Err(ErrorCode::CoordinatorNotAvailable));
         }
         if let Err(e) = self.validate_member(&req.member_id, req.instance_id.as_deref()) {
-            return Some(SyncResult::error(e));
+            return Some(Err(e));
         }
         if req.generation != self.generation {
-            return Some(SyncResult::error(ErrorCode::IllegalGeneration));
+            return Some(Err(ErrorCode::IllegalGeneration));
         }
         if protocol_inconsistent(req.protocol_type.as_deref(), self.protocol_type.as_deref())
             || protocol_inconsistent(req.protocol_name.as_deref(), self.protocol_name.as_deref())
         {
-            return Some(SyncResult::error(ErrorCode::InconsistentGroupProtocol));
+            return Some(Err(ErrorCode::InconsistentGroupProtocol));
         }
         match self.state {
-            GroupState::Empty => Some(SyncResult::error(ErrorCode::UnknownMemberId)),
-            GroupState::PreparingRebalance => {
-                Some(SyncResult::error(ErrorCode::RebalanceInProgress))
-            }
+            GroupState::Empty => Some(Err(ErrorCode::UnknownMemberId)),
+            GroupState::PreparingRebalance => Some(Err(ErrorCode::RebalanceInProgress)),
             GroupState::CompletingRebalance => {
                 if let Some(m) = self.members.get_mut(&req.member_id) {
                     if let Some(old) = m.sync_waiter.replace(waiter) {
                         fx.push(Effect::Sync {
                             waiter: old,
-                            result: SyncResult::error(ErrorCode::RebalanceInProgress),
+                            result: Err(ErrorCode::RebalanceInProgress),
                         });
                     }
                 }
@@ -1058,7 +1061,7 @@ impl Group {
                     for m in self.members.values_mut() {
                         m.assignment = assignments.get(&m.id).cloned().unwrap_or_default();
                     }
-                    self.propagate_assignment(ErrorCode::None, now_ms, fx);
+                    self.propagate_assignment(Ok(()), now_ms, fx);
                     self.transition(GroupState::Stable, now_ms);
                 }
                 None
@@ -1070,14 +1073,13 @@ impl Group {
                     .get(&req.member_id)
                     .map(|m| m.assignment.clone())
                     .unwrap_or_default();
-                Some(SyncResult {
-                    error: ErrorCode::None,
+                Some(Ok(SyncedGroup {
                     protocol_type: self.protocol_type.clone(),
                     protocol_name: self.protocol_name.clone(),
                     assignment,
-                })
+                }))
             }
-            GroupState::Dead => Some(SyncResult::error(ErrorCode::CoordinatorNotAvailable)),
+            GroupState::Dead => Some(Err(ErrorCode::CoordinatorNotAvailable)),
         }
     }
 
@@ -1097,28 +1099,28 @@ impl Group {
         for m in self.members.values_mut() {
             m.assignment = Bytes::new();
         }
-        self.propagate_assignment(error, now_ms, fx);
+        self.propagate_assignment(Err(error), now_ms, fx);
     }
 
-    /// Answers every parked SyncGroup with its member's assignment (or the
-    /// error), and restarts those members' session timers: they could not
-    /// heartbeat meaningfully while they waited.
-    fn propagate_assignment(&mut self, error: ErrorCode, now_ms: i64, fx: &mut Vec<Effect>) {
-        let (protocol_type, protocol_name) = if error.is_ok() {
-            (self.protocol_type.clone(), self.protocol_name.clone())
-        } else {
-            (None, None)
-        };
+    /// Answers every parked SyncGroup: with its member's assignment if
+    /// `outcome` is `Ok`, else with the error; and restarts those members'
+    /// session timers: they could not heartbeat meaningfully while they
+    /// waited.
+    fn propagate_assignment(
+        &mut self,
+        outcome: Result<(), ErrorCode>,
+        now_ms: i64,
+        fx: &mut Vec<Effect>,
+    ) {
         for m in self.members.values_mut() {
             if let Some(w) = m.sync_waiter.take() {
                 fx.push(Effect::Sync {
                     waiter: w,
-                    result: SyncResult {
-                        error,
-                        protocol_type: protocol_type.clone(),
-                        protocol_name: protocol_name.clone(),
+                    result: outcome.map(|()| SyncedGroup {
+                        protocol_type: self.protocol_type.clone(),
+                        protocol_name: self.protocol_name.clone(),
                         assignment: m.assignment.clone(),
-                    },
+                    }),
                 });
                 m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms as i64;
             }
@@ -1128,34 +1130,33 @@ impl Group {
     // -------------------------------------------------------------- Heartbeat
 
     /// Handles a Heartbeat: keeps the member's session alive and tells it
-    /// whether it must rejoin (REBALANCE_IN_PROGRESS).
+    /// whether it must rejoin. `Err(REBALANCE_IN_PROGRESS)` is that signal:
+    /// the session was kept alive all the same.
     pub fn heartbeat(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
         now_ms: i64,
-    ) -> ErrorCode {
+    ) -> Result<(), ErrorCode> {
         if self.state == GroupState::Dead {
-            return ErrorCode::CoordinatorNotAvailable;
+            return Err(ErrorCode::CoordinatorNotAvailable);
         }
-        if let Err(e) = self.validate_member(member_id, instance_id) {
-            return e;
-        }
+        self.validate_member(member_id, instance_id)?;
         if generation != self.generation {
-            return ErrorCode::IllegalGeneration;
+            return Err(ErrorCode::IllegalGeneration);
         }
         match self.state {
-            GroupState::Empty => ErrorCode::UnknownMemberId,
+            GroupState::Empty => Err(ErrorCode::UnknownMemberId),
             GroupState::PreparingRebalance => {
                 self.keep_alive(member_id, now_ms);
-                ErrorCode::RebalanceInProgress
+                Err(ErrorCode::RebalanceInProgress)
             }
             GroupState::CompletingRebalance | GroupState::Stable => {
                 self.keep_alive(member_id, now_ms);
-                ErrorCode::None
+                Ok(())
             }
-            GroupState::Dead => ErrorCode::CoordinatorNotAvailable,
+            GroupState::Dead => Err(ErrorCode::CoordinatorNotAvailable),
         }
     }
 
@@ -1182,21 +1183,21 @@ impl Group {
 
     /// Handles a LeaveGroup of one or more members (v3+ batches them; an
     /// admin may remove a static member by instance id alone). Returns one
-    /// error per member, or a group-level error.
+    /// outcome per member, or a group-level error.
     pub fn leave(
         &mut self,
         leaving: &[(String, Option<String>)],
         cfg: &GroupConfig,
         now_ms: i64,
         fx: &mut Vec<Effect>,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         if self.state == GroupState::Dead {
             return Err(ErrorCode::CoordinatorNotAvailable);
         }
-        let mut errors = Vec::with_capacity(leaving.len());
+        let mut outcomes = Vec::with_capacity(leaving.len());
         let mut removed_any = false;
         for (member_id, instance_id) in leaving {
-            let error = if member_id.is_empty() {
+            let outcome = if member_id.is_empty() {
                 match instance_id
                     .as_deref()
                     .and_then(|i| self.static_members.get(i))
@@ -1204,23 +1205,21 @@ impl Group {
                 {
                     Some(current) => {
                         self.remove_member(&current, fx);
-                        ErrorCode::None
+                        Ok(())
                     }
-                    None => ErrorCode::UnknownMemberId,
+                    None => Err(ErrorCode::UnknownMemberId),
                 }
             } else if self.pending_members.remove(member_id).is_some() {
-                ErrorCode::None
+                Ok(())
             } else {
-                match self.validate_member(member_id, instance_id.as_deref()) {
-                    Ok(()) => {
-                        self.remove_member(member_id, fx);
-                        ErrorCode::None
-                    }
-                    Err(e) => e,
+                let outcome = self.validate_member(member_id, instance_id.as_deref());
+                if outcome.is_ok() {
+                    self.remove_member(member_id, fx);
                 }
+                outcome
             };
-            removed_any |= error.is_ok();
-            errors.push(error);
+            removed_any |= outcome.is_ok();
+            outcomes.push(outcome);
         }
         if removed_any {
             match self.state {
@@ -1231,7 +1230,7 @@ impl Group {
                 _ => {}
             }
         }
-        Ok(errors)
+        Ok(outcomes)
     }
 
     // ------------------------------------------------------------------ time

@@ -9,7 +9,7 @@
 //! can be lost by a crash.
 
 use super::classic::{
-    self, Effect, Group, JoinRequest, JoinResult, SyncRequest, SyncResult, Waiter,
+    self, Effect, Group, JoinError, JoinRequest, JoinResult, SyncRequest, SyncResult, Waiter,
 };
 use super::offsets::{self, GroupRecord, OffsetEntry};
 use super::slot::{GroupMeta, SlotOp, SlotState};
@@ -61,11 +61,17 @@ pub struct CommitRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchedOffset {
     pub partition: i32,
-    /// -1 if nothing is committed.
+    /// The committed offset (`None`: nothing is committed), or why it
+    /// cannot be told.
+    pub committed: Result<Option<CommittedOffset>, ErrorCode>,
+}
+
+/// A committed offset as OffsetFetch shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
     pub offset: i64,
     pub leader_epoch: i32,
     pub metadata: String,
-    pub error: ErrorCode,
 }
 
 /// A member as DescribeGroups shows it.
@@ -202,19 +208,25 @@ impl Coordinator {
         out: &mut Output,
     ) -> Option<JoinResult> {
         if group_id.is_empty() {
-            return Some(JoinResult::error(req.member_id, ErrorCode::InvalidGroupId));
+            return Some(Err(JoinError::new(
+                req.member_id,
+                ErrorCode::InvalidGroupId,
+            )));
         }
         if !classic::session_timeout_in_range(req.session_timeout_ms, &self.config) {
-            return Some(JoinResult::error(
+            return Some(Err(JoinError::new(
                 req.member_id,
                 ErrorCode::InvalidSessionTimeout,
-            ));
+            )));
         }
         if !self.groups.contains_key(group_id) {
             // Only a member without an id may create a group: a member id
             // names a member of a group that no longer exists here.
             if !req.member_id.is_empty() {
-                return Some(JoinResult::error(req.member_id, ErrorCode::UnknownMemberId));
+                return Some(Err(JoinError::new(
+                    req.member_id,
+                    ErrorCode::UnknownMemberId,
+                )));
             }
             self.groups
                 .insert(group_id.to_string(), Group::new(group_id, now_ms));
@@ -235,11 +247,11 @@ impl Coordinator {
         out: &mut Output,
     ) -> Option<SyncResult> {
         if group_id.is_empty() {
-            return Some(SyncResult::error(ErrorCode::InvalidGroupId));
+            return Some(Err(ErrorCode::InvalidGroupId));
         }
         match self.with_group(group_id, out, |g, _, fx| g.sync(req, waiter, now_ms, fx)) {
             Some(r) => r,
-            None => Some(SyncResult::error(ErrorCode::UnknownMemberId)),
+            None => Some(Err(ErrorCode::UnknownMemberId)),
         }
     }
 
@@ -251,42 +263,42 @@ impl Coordinator {
         generation: i32,
         now_ms: i64,
         out: &mut Output,
-    ) -> ErrorCode {
+    ) -> Result<(), ErrorCode> {
         if group_id.is_empty() {
-            return ErrorCode::InvalidGroupId;
+            return Err(ErrorCode::InvalidGroupId);
         }
         self.with_group(group_id, out, |g, _, _| {
             g.heartbeat(member_id, instance_id, generation, now_ms)
         })
-        .unwrap_or(ErrorCode::UnknownMemberId)
+        .unwrap_or(Err(ErrorCode::UnknownMemberId))
     }
 
-    /// LeaveGroup: one error per leaving member, or a group-level error.
+    /// LeaveGroup: one outcome per leaving member, or a group-level error.
     pub fn leave(
         &mut self,
         group_id: &str,
         leaving: &[(String, Option<String>)],
         now_ms: i64,
         out: &mut Output,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         if group_id.is_empty() {
             return Err(ErrorCode::InvalidGroupId);
         }
         self.with_group(group_id, out, |g, cfg, fx| {
             g.leave(leaving, cfg, now_ms, fx)
         })
-        .unwrap_or_else(|| Ok(vec![ErrorCode::UnknownMemberId; leaving.len()]))
+        .unwrap_or_else(|| Ok(vec![Err(ErrorCode::UnknownMemberId); leaving.len()]))
     }
 
-    /// OffsetCommit: validates against the group and returns one error per
-    /// offset; accepted offsets are in one `Commit` op in `out`, and are
-    /// committed once that op is written.
+    /// OffsetCommit: validates against the group and returns one outcome
+    /// per offset (or a group-level error); accepted offsets are in one
+    /// `Commit` op in `out`, and are committed once that op is written.
     pub fn commit_offsets(
         &mut self,
         req: &CommitRequest,
         now_ms: i64,
         out: &mut Output,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         if !self.groups.contains_key(&req.group_id) {
             if req.generation >= 0 {
                 return Err(if req.missing_group_is_not_found {
@@ -312,14 +324,14 @@ impl Coordinator {
         )?;
         g.commit_keeps_alive(&req.member_id, now_ms);
         let expire_timestamp_ms = offsets::expire_timestamp_for(req.retention_time_ms, now_ms);
-        let mut errors = Vec::with_capacity(req.offsets.len());
+        let mut outcomes = Vec::with_capacity(req.offsets.len());
         let mut accepted = Vec::new();
         for o in &req.offsets {
             if offsets::offset_metadata_too_large(o.metadata.as_deref(), max_metadata) {
-                errors.push(ErrorCode::OffsetMetadataTooLarge);
+                outcomes.push(Err(ErrorCode::OffsetMetadataTooLarge));
                 continue;
             }
-            errors.push(ErrorCode::None);
+            outcomes.push(Ok(()));
             accepted.push((
                 o.topic.clone(),
                 o.partition,
@@ -340,12 +352,12 @@ impl Coordinator {
             };
             out.ops.push((coordinator_slot(&req.group_id), op));
         }
-        Ok(errors)
+        Ok(outcomes)
     }
 
     /// OffsetFetch of one group. `topics`: `None` for every committed
-    /// offset. A group that does not exist has no offsets (-1 for each
-    /// requested partition), which is not an error.
+    /// offset. A group that does not exist has no offsets (`Ok(None)` for
+    /// each requested partition), which is not an error.
     pub fn fetch_offsets(
         &self,
         group_id: &str,
@@ -358,31 +370,22 @@ impl Coordinator {
             .is_some_and(|g| g.state() != GroupState::Dead);
         let record = if live { self.record(group_id) } else { None };
         let fetched = |topic: &str, partition: i32| -> FetchedOffset {
-            if require_stable && record.is_some_and(|r| r.has_pending_txn_offset(topic, partition))
+            let committed = if require_stable
+                && record.is_some_and(|r| r.has_pending_txn_offset(topic, partition))
             {
-                return FetchedOffset {
-                    partition,
-                    offset: -1,
-                    leader_epoch: -1,
-                    metadata: String::new(),
-                    error: ErrorCode::UnstableOffsetCommit,
-                };
-            }
-            match record.and_then(|r| r.offset(topic, partition)) {
-                Some(e) => FetchedOffset {
-                    partition,
-                    offset: e.offset,
-                    leader_epoch: e.leader_epoch,
-                    metadata: e.metadata.clone(),
-                    error: ErrorCode::None,
-                },
-                None => FetchedOffset {
-                    partition,
-                    offset: -1,
-                    leader_epoch: -1,
-                    metadata: String::new(),
-                    error: ErrorCode::None,
-                },
+                Err(ErrorCode::UnstableOffsetCommit)
+            } else {
+                Ok(record
+                    .and_then(|r| r.offset(topic, partition))
+                    .map(|e| CommittedOffset {
+                        offset: e.offset,
+                        leader_epoch: e.leader_epoch,
+                        metadata: e.metadata.clone(),
+                    }))
+            };
+            FetchedOffset {
+                partition,
+                committed,
             }
         };
         match topics {
@@ -474,12 +477,17 @@ impl Coordinator {
 
     /// DeleteGroups of one group: only an Empty group can be deleted, with
     /// all its offsets.
-    pub fn delete_group(&mut self, group_id: &str, now_ms: i64, out: &mut Output) -> ErrorCode {
+    pub fn delete_group(
+        &mut self,
+        group_id: &str,
+        now_ms: i64,
+        out: &mut Output,
+    ) -> Result<(), ErrorCode> {
         let Some(g) = self.groups.get_mut(group_id) else {
-            return ErrorCode::GroupIdNotFound;
+            return Err(ErrorCode::GroupIdNotFound);
         };
         match g.state() {
-            GroupState::Dead => ErrorCode::GroupIdNotFound,
+            GroupState::Dead => Err(ErrorCode::GroupIdNotFound),
             GroupState::Empty => {
                 g.mark_dead(now_ms);
                 self.groups.remove(group_id);
@@ -489,20 +497,20 @@ impl Coordinator {
                         group: group_id.to_string(),
                     },
                 ));
-                ErrorCode::None
+                Ok(())
             }
-            _ => ErrorCode::NonEmptyGroup,
+            _ => Err(ErrorCode::NonEmptyGroup),
         }
     }
 
     /// OffsetDelete: removes offsets of topics the group does not consume.
-    /// Returns one error per partition, or a group-level error.
+    /// Returns one outcome per partition, or a group-level error.
     pub fn delete_offsets(
         &mut self,
         group_id: &str,
         partitions: &[(String, i32)],
         out: &mut Output,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let g = self
             .groups
             .get(group_id)
@@ -518,16 +526,16 @@ impl Coordinator {
             _ => {}
         }
         let record = self.record(group_id);
-        let mut errors = Vec::with_capacity(partitions.len());
+        let mut outcomes = Vec::with_capacity(partitions.len());
         let mut delete = Vec::new();
         for (topic, partition) in partitions {
             if g.is_subscribed_to_topic(topic) {
-                errors.push(ErrorCode::GroupSubscribedToTopic);
+                outcomes.push(Err(ErrorCode::GroupSubscribedToTopic));
             } else {
                 if record.is_some_and(|r| r.offset(topic, *partition).is_some()) {
                     delete.push((topic.clone(), *partition));
                 }
-                errors.push(ErrorCode::None);
+                outcomes.push(Ok(()));
             }
         }
         if !delete.is_empty() {
@@ -539,7 +547,7 @@ impl Coordinator {
                 },
             ));
         }
-        Ok(errors)
+        Ok(outcomes)
     }
 
     /// The earliest time `tick` has something to do.

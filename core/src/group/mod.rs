@@ -26,7 +26,8 @@ pub mod subscription;
 mod tests;
 
 pub use classic::{
-    Effect, Group, JoinRequest, JoinResult, JoinedMember, SyncRequest, SyncResult, Waiter,
+    Effect, Group, JoinError, JoinRequest, JoinResult, JoinedGroup, JoinedMember, SyncRequest,
+    SyncResult, SyncedGroup, Waiter,
 };
 pub use coordinator::Coordinator;
 pub use member::{Member, Protocol};

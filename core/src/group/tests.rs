@@ -4,7 +4,7 @@
 use super::classic::{
     member_id_for, Effect, JoinRequest, JoinResult, SyncRequest, SyncResult, Waiter,
 };
-use super::coordinator::{CommitOffset, CommitRequest, Coordinator, Output};
+use super::coordinator::{CommitOffset, CommitRequest, Coordinator, FetchedOffset, Output};
 use super::member::Protocol;
 use super::offsets::OffsetEntry;
 use super::slot::{GroupMeta, SlotFileError, SlotOp, SlotState};
@@ -31,6 +31,16 @@ fn subscription(topics: &[&str]) -> Bytes {
     w.i16(1);
     sub.encode(&mut w, 1).expect("encodes");
     buf.freeze()
+}
+
+/// A fetched partition's committed offset, -1 if there is none (as the
+/// wire says it).
+fn offset(f: &FetchedOffset) -> i64 {
+    match &f.committed {
+        Ok(Some(c)) => c.offset,
+        Ok(None) => -1,
+        Err(e) => panic!("partition {} not told: {e:?}", f.partition),
+    }
 }
 
 fn range(topics: &[&str]) -> Vec<Protocol> {
@@ -176,7 +186,10 @@ impl H {
     /// A dynamic member's full first join (v4+): MEMBER_ID_REQUIRED, then
     /// the parked real join. Returns (member id, waiter).
     fn join_new(&mut self, topics: &[&str]) -> (String, Waiter) {
-        let first = self.join("", None, topics).expect("answered at once");
+        let first = self
+            .join("", None, topics)
+            .expect("answered at once")
+            .expect_err("refused");
         assert_eq!(first.error, ErrorCode::MemberIdRequired);
         let id = first.member_id;
         let w = self.join(&id, None, topics).expect_err("parked");
@@ -210,7 +223,12 @@ impl H {
         })
     }
 
-    fn heartbeat(&mut self, member: &str, instance: Option<&str>, generation: i32) -> ErrorCode {
+    fn heartbeat(
+        &mut self,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> Result<(), ErrorCode> {
         let mut out = Output::default();
         let e = self
             .c
@@ -219,7 +237,10 @@ impl H {
         e
     }
 
-    fn leave(&mut self, members: &[(&str, Option<&str>)]) -> Result<Vec<ErrorCode>, ErrorCode> {
+    fn leave(
+        &mut self,
+        members: &[(&str, Option<&str>)],
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let leaving: Vec<(String, Option<String>)> = members
             .iter()
             .map(|(m, i)| (m.to_string(), i.map(str::to_string)))
@@ -294,7 +315,7 @@ impl H {
         member: &str,
         generation: i32,
         offsets: &[(&str, i32, i64)],
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         self.commit_req(CommitRequest {
             group_id: G.into(),
             member_id: member.into(),
@@ -315,7 +336,7 @@ impl H {
         })
     }
 
-    fn commit_req(&mut self, req: CommitRequest) -> Result<Vec<ErrorCode>, ErrorCode> {
+    fn commit_req(&mut self, req: CommitRequest) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let mut out = Output::default();
         let r = self.c.commit_offsets(&req, self.now, &mut out);
         self.finish(out);
@@ -326,7 +347,7 @@ impl H {
         let fetched = self
             .c
             .fetch_offsets(G, Some(&[(topic.to_string(), vec![partition])]), false);
-        fetched[0].1[0].offset
+        offset(&fetched[0].1[0])
     }
 
     fn expire(&mut self) {
@@ -349,8 +370,10 @@ impl H {
         let mut leader = String::new();
         let mut generation = -1;
         for w in &waiters {
-            let r = self.join_answer(*w).expect("join completed");
-            assert_eq!(r.error, ErrorCode::None);
+            let r = self
+                .join_answer(*w)
+                .expect("join completed")
+                .expect("joined");
             leader = r.leader.clone();
             generation = r.generation;
         }
@@ -368,15 +391,13 @@ impl H {
             .map(|id| self.sync(id, generation, &[]).expect_err("parked"))
             .collect();
         let mine = self.sync(&ids[0], generation, &refs).expect_err("parked");
-        assert_eq!(
-            self.sync_answer(mine).expect("leader synced").error,
-            ErrorCode::None
-        );
+        self.sync_answer(mine)
+            .expect("leader answered")
+            .expect("leader synced");
         for w in followers {
-            assert_eq!(
-                self.sync_answer(w).expect("follower synced").error,
-                ErrorCode::None
-            );
+            self.sync_answer(w)
+                .expect("follower answered")
+                .expect("follower synced");
         }
         assert_eq!(self.state(), GroupState::Stable);
         (ids, generation)
@@ -399,7 +420,10 @@ fn join_with_empty_group_id_is_invalid_group_id() {
     let mut h = H::new();
     let req = h.join_req("", None, range(&["t"]), 9);
     let mut out = Output::default();
-    let r = h.c.join("", req, 1, h.now, &mut out).expect("answered");
+    let r =
+        h.c.join("", req, 1, h.now, &mut out)
+            .expect("answered")
+            .expect_err("refused");
     assert_eq!(r.error, ErrorCode::InvalidGroupId);
 }
 
@@ -409,12 +433,18 @@ fn session_timeout_outside_broker_bounds_is_invalid_session_timeout() {
     let mut req = h.join_req("", None, range(&["t"]), 9);
     req.session_timeout_ms = 1_000;
     assert_eq!(
-        h.join_with(req.clone()).expect("answered").error,
+        h.join_with(req.clone())
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::InvalidSessionTimeout
     );
     req.session_timeout_ms = 1_800_001;
     assert_eq!(
-        h.join_with(req).expect("answered").error,
+        h.join_with(req)
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::InvalidSessionTimeout
     );
 }
@@ -422,7 +452,10 @@ fn session_timeout_outside_broker_bounds_is_invalid_session_timeout() {
 #[test]
 fn first_join_without_member_id_is_member_id_required_from_v4() {
     let mut h = H::new();
-    let r = h.join("", None, &["t"]).expect("answered at once");
+    let r = h
+        .join("", None, &["t"])
+        .expect("answered at once")
+        .expect_err("refused");
     assert_eq!(r.error, ErrorCode::MemberIdRequired);
     assert!(r.member_id.starts_with("client-"));
     assert!(h
@@ -440,12 +473,18 @@ fn first_join_without_member_id_is_member_id_required_from_v4() {
 fn join_with_unknown_member_id_is_unknown_member_id() {
     let mut h = H::new();
     assert_eq!(
-        h.join("nobody", None, &["t"]).expect("answered").error,
+        h.join("nobody", None, &["t"])
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::UnknownMemberId
     );
     h.stable_group(1, &["t"]);
     assert_eq!(
-        h.join("nobody", None, &["t"]).expect("answered").error,
+        h.join("nobody", None, &["t"])
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::UnknownMemberId
     );
 }
@@ -453,7 +492,10 @@ fn join_with_unknown_member_id_is_unknown_member_id() {
 #[test]
 fn pending_member_id_expires_after_session_timeout() {
     let mut h = H::new();
-    let r = h.join("", None, &["t"]).expect("answered");
+    let r = h
+        .join("", None, &["t"])
+        .expect("answered")
+        .expect_err("member id required");
     h.advance(SESSION as i64);
     assert!(!h
         .c
@@ -461,7 +503,10 @@ fn pending_member_id_expires_after_session_timeout() {
         .expect("group")
         .has_pending_member(&r.member_id));
     assert_eq!(
-        h.join(&r.member_id, None, &["t"]).expect("answered").error,
+        h.join(&r.member_id, None, &["t"])
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::UnknownMemberId
     );
 }
@@ -477,8 +522,10 @@ fn initial_rebalance_waits_the_delay_before_completing() {
         "the first rebalance waits out the delay"
     );
     h.advance(1);
-    let r = h.join_answer(w).expect("completed after the delay");
-    assert_eq!(r.error, ErrorCode::None);
+    let r = h
+        .join_answer(w)
+        .expect("completed after the delay")
+        .expect("joined");
     assert_eq!(r.generation, 1);
     assert_eq!(h.state(), GroupState::CompletingRebalance);
 }
@@ -495,8 +542,8 @@ fn initial_rebalance_delay_extends_while_new_members_arrive() {
         "a member arrived during the delay: wait again"
     );
     h.advance(DELAY);
-    let r1 = h.join_answer(w1).expect("completed");
-    let r2 = h.join_answer(w2).expect("completed");
+    let r1 = h.join_answer(w1).expect("completed").expect("joined");
+    let r2 = h.join_answer(w2).expect("completed").expect("joined");
     assert_eq!((r1.generation, r2.generation), (1, 1));
 }
 
@@ -506,8 +553,8 @@ fn leader_receives_every_members_metadata_followers_none() {
     let (a, wa) = h.join_new(&["t1"]);
     let (b, wb) = h.join_new(&["t2"]);
     h.advance_until_answered(wa, REBALANCE as i64);
-    let ra = h.join_answer(wa).expect("a");
-    let rb = h.join_answer(wb).expect("b");
+    let ra = h.join_answer(wa).expect("a").expect("joined");
+    let rb = h.join_answer(wb).expect("b").expect("joined");
     assert_eq!(ra.leader, rb.leader);
     let (leader, follower) = if ra.leader == a { (ra, rb) } else { (rb, ra) };
     assert_eq!(leader.leader, leader.member_id);
@@ -529,14 +576,17 @@ fn join_response_is_held_until_every_known_member_rejoins() {
     assert!(h.join_answer(wl).is_none());
     assert_eq!(
         h.heartbeat(&ids[1], None, gen1),
-        ErrorCode::RebalanceInProgress
+        Err(ErrorCode::RebalanceInProgress)
     );
     let wf = h
         .join(&ids[1], None, &["t"])
         .expect_err("parked until complete");
     // The follower was the last one: both answers come with its join.
-    let rl = h.join_answer(wl).expect("leader answered");
-    let rf = h.join_answer(wf).expect("follower answered");
+    let rl = h.join_answer(wl).expect("leader answered").expect("joined");
+    let rf = h
+        .join_answer(wf)
+        .expect("follower answered")
+        .expect("joined");
     assert_eq!((rl.generation, rf.generation), (gen1 + 1, gen1 + 1));
 }
 
@@ -552,10 +602,14 @@ fn members_that_do_not_rejoin_within_the_rebalance_timeout_are_removed() {
     }
     let r = h
         .join_answer(wl)
-        .expect("completed at the rebalance timeout");
+        .expect("completed at the rebalance timeout")
+        .expect("joined");
     assert_eq!(r.members.len(), 1);
     assert!(h.c.group(G).expect("group").member(&ids[1]).is_none());
-    assert_eq!(h.heartbeat(&ids[1], None, gen1), ErrorCode::UnknownMemberId);
+    assert_eq!(
+        h.heartbeat(&ids[1], None, gen1),
+        Err(ErrorCode::UnknownMemberId)
+    );
 }
 
 #[test]
@@ -564,8 +618,8 @@ fn sync_group_distributes_the_leaders_assignment() {
     let (a, wa) = h.join_new(&["t"]);
     let (b, wb) = h.join_new(&["t"]);
     h.advance_until_answered(wa, REBALANCE as i64);
-    let ra = h.join_answer(wa).expect("a");
-    h.join_answer(wb).expect("b");
+    let ra = h.join_answer(wa).expect("a").expect("joined");
+    h.join_answer(wb).expect("b").expect("joined");
     let (leader, follower) = if ra.leader == a { (a, b) } else { (b, a) };
     let generation = ra.generation;
     let wf = h
@@ -576,10 +630,13 @@ fn sync_group_distributes_the_leaders_assignment() {
         .sync(&leader, generation, &[(&leader, b"L"), (&follower, b"F")])
         .expect_err("answered by effect");
     assert_eq!(
-        h.sync_answer(wl).expect("leader").assignment,
+        h.sync_answer(wl)
+            .expect("leader")
+            .expect("synced")
+            .assignment,
         Bytes::from_static(b"L")
     );
-    let sf = h.sync_answer(wf).expect("follower");
+    let sf = h.sync_answer(wf).expect("follower").expect("synced");
     assert_eq!(sf.assignment, Bytes::from_static(b"F"));
     assert_eq!(sf.protocol_name.as_deref(), Some("range"));
     assert_eq!(h.state(), GroupState::Stable);
@@ -587,6 +644,7 @@ fn sync_group_distributes_the_leaders_assignment() {
     assert_eq!(
         h.sync(&follower, generation, &[])
             .expect("immediate")
+            .expect("synced")
             .assignment,
         Bytes::from_static(b"F")
     );
@@ -606,7 +664,7 @@ fn sync_with_another_protocol_is_inconsistent_group_protocol() {
             assignments: vec![],
         })
         .expect("answered");
-    assert_eq!(r.error, ErrorCode::InconsistentGroupProtocol);
+    assert_eq!(r, Err(ErrorCode::InconsistentGroupProtocol));
 }
 
 #[test]
@@ -614,10 +672,8 @@ fn sync_with_stale_generation_is_illegal_generation() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(1, &["t"]);
     assert_eq!(
-        h.sync(&ids[0], generation - 1, &[])
-            .expect("answered")
-            .error,
-        ErrorCode::IllegalGeneration
+        h.sync(&ids[0], generation - 1, &[]).expect("answered"),
+        Err(ErrorCode::IllegalGeneration)
     );
 }
 
@@ -631,13 +687,19 @@ fn join_with_a_protocol_nobody_supports_is_inconsistent_group_protocol() {
     }];
     let req = h.join_req("", None, other, 9);
     assert_eq!(
-        h.join_with(req).expect("answered").error,
+        h.join_with(req)
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::InconsistentGroupProtocol
     );
     let mut req = h.join_req("", None, range(&["t"]), 9);
     req.protocol_type = "connect".into();
     assert_eq!(
-        h.join_with(req).expect("answered").error,
+        h.join_with(req)
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::InconsistentGroupProtocol
     );
 }
@@ -646,11 +708,11 @@ fn join_with_a_protocol_nobody_supports_is_inconsistent_group_protocol() {
 fn heartbeat_during_rebalance_is_rebalance_in_progress() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(2, &["t"]);
-    assert_eq!(h.heartbeat(&ids[1], None, generation), ErrorCode::None);
+    assert_eq!(h.heartbeat(&ids[1], None, generation), Ok(()));
     let _ = h.join(&ids[0], None, &["t"]).expect_err("parked");
     assert_eq!(
         h.heartbeat(&ids[1], None, generation),
-        ErrorCode::RebalanceInProgress
+        Err(ErrorCode::RebalanceInProgress)
     );
 }
 
@@ -660,18 +722,18 @@ fn heartbeat_with_stale_generation_is_illegal_generation() {
     let (ids, generation) = h.stable_group(1, &["t"]);
     assert_eq!(
         h.heartbeat(&ids[0], None, generation - 1),
-        ErrorCode::IllegalGeneration
+        Err(ErrorCode::IllegalGeneration)
     );
 }
 
 #[test]
 fn heartbeat_from_unknown_member_is_unknown_member_id() {
     let mut h = H::new();
-    assert_eq!(h.heartbeat("x", None, 1), ErrorCode::UnknownMemberId);
+    assert_eq!(h.heartbeat("x", None, 1), Err(ErrorCode::UnknownMemberId));
     let (_, generation) = h.stable_group(1, &["t"]);
     assert_eq!(
         h.heartbeat("x", None, generation),
-        ErrorCode::UnknownMemberId
+        Err(ErrorCode::UnknownMemberId)
     );
 }
 
@@ -680,18 +742,19 @@ fn session_timeout_expiry_removes_the_member_and_rebalances() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(2, &["t"]);
     h.advance(SESSION as i64 / 2);
-    assert_eq!(h.heartbeat(&ids[0], None, generation), ErrorCode::None);
+    assert_eq!(h.heartbeat(&ids[0], None, generation), Ok(()));
     h.advance(SESSION as i64 / 2);
     // ids[1] never heartbeated: gone, and the group rebalances.
     assert!(h.c.group(G).expect("group").member(&ids[1]).is_none());
     assert_eq!(
         h.heartbeat(&ids[0], None, generation),
-        ErrorCode::RebalanceInProgress
+        Err(ErrorCode::RebalanceInProgress)
     );
     let w = h.join(&ids[0], None, &["t"]).expect_err("parked");
     let r = h
         .join_answer(w)
-        .expect("only member rejoined: done at once");
+        .expect("only member rejoined: done at once")
+        .expect("joined");
     assert_eq!(r.generation, generation + 1);
     assert_eq!(r.members.len(), 1);
 }
@@ -700,7 +763,7 @@ fn session_timeout_expiry_removes_the_member_and_rebalances() {
 fn last_member_leaving_makes_the_group_empty_with_a_new_generation() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(1, &["t"]);
-    assert_eq!(h.leave(&[(&ids[0], None)]), Ok(vec![ErrorCode::None]));
+    assert_eq!(h.leave(&[(&ids[0], None)]), Ok(vec![Ok(())]));
     assert_eq!(h.state(), GroupState::Empty);
     assert_eq!(h.generation(), generation + 1);
 }
@@ -712,14 +775,11 @@ fn leave_group_removes_a_batch_of_members_and_reports_each() {
     let r = h
         .leave(&[(&ids[1], None), ("ghost", None), (&ids[2], None)])
         .expect("group exists");
-    assert_eq!(
-        r,
-        vec![ErrorCode::None, ErrorCode::UnknownMemberId, ErrorCode::None]
-    );
+    assert_eq!(r, vec![Ok(()), Err(ErrorCode::UnknownMemberId), Ok(())]);
     assert_eq!(h.state(), GroupState::PreparingRebalance);
     assert_eq!(
         h.leave(&[("x", None)]).expect("answered"),
-        vec![ErrorCode::UnknownMemberId]
+        vec![Err(ErrorCode::UnknownMemberId)]
     );
 }
 
@@ -731,7 +791,7 @@ fn static_member_rejoin_replaces_old_member_without_rebalance() {
         .join_with(req)
         .expect_err("static members join without MEMBER_ID_REQUIRED");
     h.advance_until_answered(wa, REBALANCE as i64);
-    let ra = h.join_answer(wa).expect("joined");
+    let ra = h.join_answer(wa).expect("answered").expect("joined");
     let old_id = ra.member_id.clone();
     assert!(old_id.starts_with("inst-a-"));
     let generation = ra.generation;
@@ -739,13 +799,18 @@ fn static_member_rejoin_replaces_old_member_without_rebalance() {
         .sync(&old_id, generation, &[(&old_id, b"A")])
         .expect_err("parked");
     assert_eq!(
-        h.sync_answer(ws).expect("synced").assignment,
+        h.sync_answer(ws)
+            .expect("answered")
+            .expect("synced")
+            .assignment,
         Bytes::from_static(b"A")
     );
     // The instance restarts and rejoins without its member id.
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 5);
-    let r = h.join_with(req).expect("answered at once: no rebalance");
-    assert_eq!(r.error, ErrorCode::None);
+    let r = h
+        .join_with(req)
+        .expect("answered at once: no rebalance")
+        .expect("joined");
     assert_eq!(r.generation, generation, "same generation");
     assert_ne!(r.member_id, old_id);
     assert_eq!(
@@ -762,14 +827,17 @@ fn static_member_rejoin_replaces_old_member_without_rebalance() {
         protocol_name: None,
         assignments: vec![],
     });
-    assert_eq!(s.expect("stable").assignment, Bytes::from_static(b"A"));
+    assert_eq!(
+        s.expect("stable").expect("synced").assignment,
+        Bytes::from_static(b"A")
+    );
     assert_eq!(
         h.heartbeat(&old_id, Some("inst-a"), generation),
-        ErrorCode::FencedInstanceId
+        Err(ErrorCode::FencedInstanceId)
     );
     assert_eq!(
         h.heartbeat(&r.member_id, Some("inst-a"), generation),
-        ErrorCode::None
+        Ok(())
     );
 }
 
@@ -780,10 +848,13 @@ fn static_member_rejoin_fences_a_parked_old_incarnation() {
     let old = h.join_with(req).expect_err("parked");
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 5);
     let new = h.join_with(req).expect_err("parked: initial rebalance");
-    let fenced = h.join_answer(old).expect("old one answered at once");
+    let fenced = h
+        .join_answer(old)
+        .expect("old one answered at once")
+        .expect_err("fenced");
     assert_eq!(fenced.error, ErrorCode::FencedInstanceId);
     h.advance_until_answered(new, REBALANCE as i64);
-    assert_eq!(h.join_answer(new).expect("joined").error, ErrorCode::None);
+    h.join_answer(new).expect("answered").expect("joined");
 }
 
 #[test]
@@ -792,13 +863,13 @@ fn static_leader_rejoin_from_v9_learns_it_leads_but_skips_assignment() {
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 9);
     let w = h.join_with(req).expect_err("parked");
     h.advance_until_answered(w, REBALANCE as i64);
-    let r = h.join_answer(w).expect("joined");
+    let r = h.join_answer(w).expect("answered").expect("joined");
     let s = h
         .sync(&r.member_id, r.generation, &[(&r.member_id, b"A")])
         .expect_err("parked");
-    h.sync_answer(s).expect("synced");
+    h.sync_answer(s).expect("answered").expect("synced");
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 9);
-    let again = h.join_with(req).expect("no rebalance");
+    let again = h.join_with(req).expect("no rebalance").expect("joined");
     assert_eq!(again.leader, again.member_id);
     assert!(again.skip_assignment);
     assert_eq!(again.members.len(), 1);
@@ -811,9 +882,9 @@ fn static_member_rejoin_with_a_different_protocol_rebalances() {
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 5);
     let w = h.join_with(req).expect_err("parked");
     h.advance_until_answered(w, REBALANCE as i64);
-    let r = h.join_answer(w).expect("joined");
+    let r = h.join_answer(w).expect("answered").expect("joined");
     let s = h.sync(&r.member_id, r.generation, &[]).expect_err("parked");
-    h.sync_answer(s).expect("synced");
+    h.sync_answer(s).expect("answered").expect("synced");
     // It now prefers another assignor (still supporting the current one,
     // or the group would refuse it as inconsistent).
     let mut other = vec![Protocol {
@@ -823,7 +894,10 @@ fn static_member_rejoin_with_a_different_protocol_rebalances() {
     other.extend(range(&["t"]));
     let req = h.join_req("", Some("inst-a"), other, 5);
     let w = h.join_with(req).expect_err("protocol changes: rebalance");
-    let r2 = h.join_answer(w).expect("alone: completes at once");
+    let r2 = h
+        .join_answer(w)
+        .expect("alone: completes at once")
+        .expect("joined");
     assert_eq!(r2.generation, r.generation + 1);
     assert_eq!(r2.protocol_name.as_deref(), Some("roundrobin"));
 }
@@ -834,11 +908,11 @@ fn leave_by_instance_id_alone_removes_the_static_member() {
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 5);
     let w = h.join_with(req).expect_err("parked");
     h.advance_until_answered(w, REBALANCE as i64);
-    h.join_answer(w).expect("joined");
-    assert_eq!(h.leave(&[("", Some("inst-a"))]), Ok(vec![ErrorCode::None]));
+    h.join_answer(w).expect("answered").expect("joined");
+    assert_eq!(h.leave(&[("", Some("inst-a"))]), Ok(vec![Ok(())]));
     assert_eq!(
         h.leave(&[("", Some("inst-a"))]),
-        Ok(vec![ErrorCode::UnknownMemberId])
+        Ok(vec![Err(ErrorCode::UnknownMemberId)])
     );
     assert_eq!(h.c.group(G).expect("group").members().count(), 0);
 }
@@ -847,8 +921,11 @@ fn leave_by_instance_id_alone_removes_the_static_member() {
 fn rejoin_of_a_follower_with_same_metadata_in_stable_returns_current_generation() {
     let mut h = H::new();
     let (ids, generation) = h.stable_group(2, &["t"]);
-    let r = h.join(&ids[1], None, &["t"]).expect("answered at once");
-    assert_eq!((r.error, r.generation), (ErrorCode::None, generation));
+    let r = h
+        .join(&ids[1], None, &["t"])
+        .expect("answered at once")
+        .expect("joined");
+    assert_eq!(r.generation, generation);
     assert_eq!(h.state(), GroupState::Stable);
     // Changed metadata does rebalance.
     assert!(h.join(&ids[1], None, &["t", "u"]).is_err());
@@ -861,11 +938,11 @@ fn members_that_never_sync_are_removed_after_the_rebalance_timeout() {
     let (a, wa) = h.join_new(&["t"]);
     let (b, wb) = h.join_new(&["t"]);
     h.advance_until_answered(wa, REBALANCE as i64);
-    let ra = h.join_answer(wa).expect("a");
-    h.join_answer(wb).expect("b");
+    let ra = h.join_answer(wa).expect("a").expect("joined");
+    h.join_answer(wb).expect("b").expect("joined");
     let (leader, follower) = if ra.leader == a { (a, b) } else { (b, a) };
     let ws = h.sync(&leader, ra.generation, &[]).expect_err("parked");
-    h.sync_answer(ws).expect("stable");
+    h.sync_answer(ws).expect("answered").expect("stable");
     // The follower never syncs (nor heartbeats beyond its session, but the
     // sync deadline is what fires first here).
     for _ in 0..(REBALANCE / 5_000) {
@@ -886,7 +963,10 @@ fn group_max_size_refuses_new_members() {
     });
     let (ids, _) = h.stable_group(1, &["t"]);
     assert_eq!(
-        h.join("", None, &["t"]).expect("answered").error,
+        h.join("", None, &["t"])
+            .expect("answered")
+            .expect_err("refused")
+            .error,
         ErrorCode::GroupMaxSizeReached
     );
     // The member already in is not affected (its rejoin, as leader, rebalances).
@@ -908,7 +988,7 @@ fn offset_commit_with_stale_generation_is_illegal_generation() {
     );
     assert_eq!(
         h.commit(&ids[0], generation, &[("t", 0, 5)]),
-        Ok(vec![ErrorCode::None])
+        Ok(vec![Ok(())])
     );
     assert_eq!(h.committed("t", 0), 5);
 }
@@ -927,7 +1007,7 @@ fn offset_commit_from_unknown_member_is_unknown_member_id() {
 fn simple_commit_is_allowed_only_while_the_group_is_empty() {
     let mut h = H::new();
     // No group yet: generation -1 creates an offsets-only group.
-    assert_eq!(h.commit("", -1, &[("t", 0, 7)]), Ok(vec![ErrorCode::None]));
+    assert_eq!(h.commit("", -1, &[("t", 0, 7)]), Ok(vec![Ok(())]));
     assert_eq!(h.committed("t", 0), 7);
     assert_eq!(h.state(), GroupState::Empty);
     assert_eq!(h.c.group(G).expect("group").protocol_type(), None);
@@ -966,7 +1046,7 @@ fn offset_commit_during_completing_rebalance_is_rebalance_in_progress() {
     let mut h = H::new();
     let (_, w) = h.join_new(&["t"]);
     h.advance_until_answered(w, REBALANCE as i64);
-    let r = h.join_answer(w).expect("joined");
+    let r = h.join_answer(w).expect("answered").expect("joined");
     assert_eq!(h.state(), GroupState::CompletingRebalance);
     assert_eq!(
         h.commit(&r.member_id, r.generation, &[("t", 0, 1)]),
@@ -1002,23 +1082,25 @@ fn offset_commit_with_oversized_metadata_is_offset_metadata_too_large() {
             },
         ],
     });
-    assert_eq!(
-        r,
-        Ok(vec![ErrorCode::OffsetMetadataTooLarge, ErrorCode::None])
-    );
+    assert_eq!(r, Ok(vec![Err(ErrorCode::OffsetMetadataTooLarge), Ok(())]));
     assert_eq!(h.committed("t", 0), -1);
     let f = h.c.fetch_offsets(G, None, false);
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].1[0].partition, 1);
-    assert_eq!(f[0].1[0].leader_epoch, 3);
-    assert_eq!(f[0].1[0].metadata, "ok");
+    let c = f[0].1[0]
+        .committed
+        .clone()
+        .expect("told")
+        .expect("committed");
+    assert_eq!(c.leader_epoch, 3);
+    assert_eq!(c.metadata, "ok");
 }
 
 #[test]
 fn committed_offsets_are_visible_only_once_written() {
     let mut h = H::new();
     h.hold_writes = true;
-    assert_eq!(h.commit("", -1, &[("t", 0, 9)]), Ok(vec![ErrorCode::None]));
+    assert_eq!(h.commit("", -1, &[("t", 0, 9)]), Ok(vec![Ok(())]));
     assert_eq!(h.committed("t", 0), -1, "not durable yet");
     h.write();
     assert_eq!(h.committed("t", 0), 9);
@@ -1032,9 +1114,9 @@ fn offset_fetch_of_a_missing_group_is_no_offset_not_an_error() {
     assert_eq!(
         f[0].1
             .iter()
-            .map(|p| (p.offset, p.error))
+            .map(|p| p.committed.clone())
             .collect::<Vec<_>>(),
-        vec![(-1, ErrorCode::None); 2]
+        vec![Ok(None); 2]
     );
     assert!(h.c.fetch_offsets("nope", None, false).is_empty());
 }
@@ -1050,12 +1132,12 @@ fn offsets_of_an_empty_group_expire_retention_after_it_became_empty() {
     let (ids, generation) = h.stable_group(1, &["t"]);
     assert_eq!(
         h.commit(&ids[0], generation, &[("t", 0, 5)]),
-        Ok(vec![ErrorCode::None])
+        Ok(vec![Ok(())])
     );
     // Long after the commit, but the group is still active: kept.
     for _ in 0..20 {
         h.advance(SESSION as i64 / 2);
-        assert_eq!(h.heartbeat(&ids[0], None, generation), ErrorCode::None);
+        assert_eq!(h.heartbeat(&ids[0], None, generation), Ok(()));
     }
     h.expire();
     assert_eq!(h.committed("t", 0), 5);
@@ -1124,7 +1206,7 @@ fn explicit_retention_time_overrides_the_broker_retention() {
             metadata: None,
         }],
     });
-    assert_eq!(r, Ok(vec![ErrorCode::None]));
+    assert_eq!(r, Ok(vec![Ok(())]));
     h.advance(100);
     h.expire();
     assert_eq!(h.committed("t", 0), -1);
@@ -1152,11 +1234,11 @@ fn delete_groups_refuses_a_group_with_members() {
     let mut out = Output::default();
     assert_eq!(
         h.c.delete_group(G, h.now, &mut out),
-        ErrorCode::NonEmptyGroup
+        Err(ErrorCode::NonEmptyGroup)
     );
     assert_eq!(
         h.c.delete_group("nope", h.now, &mut out),
-        ErrorCode::GroupIdNotFound
+        Err(ErrorCode::GroupIdNotFound)
     );
 }
 
@@ -1165,7 +1247,7 @@ fn delete_groups_removes_an_empty_group_and_its_offsets() {
     let mut h = H::new();
     h.commit("", -1, &[("t", 0, 1)]).expect("committed");
     let mut out = Output::default();
-    assert_eq!(h.c.delete_group(G, h.now, &mut out), ErrorCode::None);
+    assert_eq!(h.c.delete_group(G, h.now, &mut out), Ok(()));
     h.finish(out);
     assert!(h.c.group(G).is_none());
     assert!(h.c.record(G).is_none());
@@ -1182,10 +1264,7 @@ fn offset_delete_of_a_subscribed_topic_is_group_subscribed_to_topic() {
     let mut out = Output::default();
     let r = h.c.delete_offsets(G, &parts, &mut out);
     h.finish(out);
-    assert_eq!(
-        r,
-        Ok(vec![ErrorCode::GroupSubscribedToTopic, ErrorCode::None])
-    );
+    assert_eq!(r, Ok(vec![Err(ErrorCode::GroupSubscribedToTopic), Ok(())]));
     assert_eq!((h.committed("t", 0), h.committed("u", 0)), (1, -1));
     let mut out = Output::default();
     assert_eq!(
@@ -1223,13 +1302,13 @@ fn require_stable_with_a_pending_transactional_offset_is_unstable_offset_commit(
     h.write();
     let ask = [("t".to_string(), vec![0])];
     assert_eq!(
-        h.c.fetch_offsets(G, Some(&ask), false)[0].1[0].offset,
+        offset(&h.c.fetch_offsets(G, Some(&ask), false)[0].1[0]),
         1,
         "the committed offset"
     );
     assert_eq!(
-        h.c.fetch_offsets(G, Some(&ask), true)[0].1[0].error,
-        ErrorCode::UnstableOffsetCommit
+        h.c.fetch_offsets(G, Some(&ask), true)[0].1[0].committed,
+        Err(ErrorCode::UnstableOffsetCommit)
     );
     h.held.push((
         coordinator_slot(G),
@@ -1240,7 +1319,7 @@ fn require_stable_with_a_pending_transactional_offset_is_unstable_offset_commit(
         },
     ));
     h.write();
-    assert_eq!(h.c.fetch_offsets(G, Some(&ask), true)[0].1[0].offset, 5);
+    assert_eq!(offset(&h.c.fetch_offsets(G, Some(&ask), true)[0].1[0]), 5);
 }
 
 #[test]
@@ -1336,7 +1415,7 @@ fn restored_group_is_empty_and_keeps_its_generation_and_empty_time() {
     assert_eq!(g.state_since_ms(), empty_since);
     assert_eq!(g.protocol_type(), Some("consumer"));
     assert_eq!(
-        c.fetch_offsets(G, Some(&[("t".into(), vec![0])]), false)[0].1[0].offset,
+        offset(&c.fetch_offsets(G, Some(&[("t".into(), vec![0])]), false)[0].1[0]),
         5
     );
 }
@@ -1433,10 +1512,10 @@ mod model {
 
     impl World {
         fn check_sync(&mut self, c: usize, r: SyncResult) {
-            if r.error != ErrorCode::None {
+            let Ok(synced) = r else {
                 self.clients[c].generation = -1;
                 return;
-            }
+            };
             let client = &self.clients[c];
             let g = self.h.c.group(G).expect("group");
             assert_eq!(
@@ -1457,7 +1536,7 @@ mod model {
                 .clone()
                 .unwrap_or_else(|| client.member_id.clone());
             let owners = self.handed_out.entry(client.generation).or_default();
-            for p in decode_assignment(&r.assignment) {
+            for p in decode_assignment(&synced.assignment) {
                 let prev = owners.insert(p, owner.clone());
                 assert!(
                     prev.is_none() || prev.as_deref() == Some(owner.as_str()),
@@ -1471,19 +1550,22 @@ mod model {
 
         fn check_join(&mut self, c: usize, r: JoinResult) {
             let client = &mut self.clients[c];
-            match r.error {
-                ErrorCode::None => {
-                    client.member_id = r.member_id.clone();
-                    client.generation = r.generation;
-                    client.is_leader = r.leader == r.member_id;
-                    client.leader_members = r.members.iter().map(|m| m.member_id.clone()).collect();
+            match r {
+                Ok(joined) => {
+                    client.member_id = joined.member_id.clone();
+                    client.generation = joined.generation;
+                    client.is_leader = joined.leader == joined.member_id;
+                    client.leader_members =
+                        joined.members.iter().map(|m| m.member_id.clone()).collect();
                 }
-                ErrorCode::MemberIdRequired => client.member_id = r.member_id,
-                ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId => {
-                    client.member_id.clear();
-                    client.generation = -1;
-                }
-                _ => client.generation = -1,
+                Err(refused) => match refused.error {
+                    ErrorCode::MemberIdRequired => client.member_id = refused.member_id,
+                    ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId => {
+                        client.member_id.clear();
+                        client.generation = -1;
+                    }
+                    _ => client.generation = -1,
+                },
             }
         }
 
@@ -1561,12 +1643,12 @@ mod model {
                 }
                 Step::Heartbeat(c) if !self.clients[c].member_id.is_empty() => {
                     let client = self.clients[c].clone();
-                    let e = self.h.heartbeat(
+                    let outcome = self.h.heartbeat(
                         &client.member_id,
                         client.instance.as_deref(),
                         client.generation,
                     );
-                    if e == ErrorCode::UnknownMemberId || e == ErrorCode::FencedInstanceId {
+                    if let Err(ErrorCode::UnknownMemberId | ErrorCode::FencedInstanceId) = outcome {
                         self.clients[c].member_id.clear();
                     }
                 }

@@ -119,10 +119,6 @@ impl ErrorCode {
     pub fn code(self) -> i16 {
         self as i16
     }
-
-    pub fn is_ok(self) -> bool {
-        self == ErrorCode::None
-    }
 }
 
 impl From<ErrorCode> for i16 {

@@ -27,8 +27,8 @@ use kaas_core::group::coordinator::{
     CommitRequest, FetchedOffset, GroupDescription, ListedGroup, Output,
 };
 use kaas_core::group::{
-    Coordinator, Effect, GroupConfig, JoinRequest, JoinResult, SlotOp, SlotState, SyncRequest,
-    SyncResult, Waiter,
+    Coordinator, Effect, GroupConfig, JoinError, JoinRequest, JoinResult, SlotOp, SlotState,
+    SyncRequest, SyncResult, Waiter,
 };
 use kaas_core::layout::{group_slot_file, GROUP_STATE_DIR};
 use kaas_core::protocol::ErrorCode;
@@ -204,7 +204,7 @@ impl GroupCoordinator {
         // A parked request is always answered by the core; a dropped sender
         // would mean its group vanished, and the client should start over.
         rx.await
-            .unwrap_or_else(|_| JoinResult::error(member_id, ErrorCode::RebalanceInProgress))
+            .unwrap_or_else(|_| Err(JoinError::new(member_id, ErrorCode::RebalanceInProgress)))
     }
 
     /// SyncGroup; waits for the leader's assignment.
@@ -227,8 +227,7 @@ impl GroupCoordinator {
                 None => rx,
             }
         };
-        rx.await
-            .unwrap_or_else(|_| SyncResult::error(ErrorCode::RebalanceInProgress))
+        rx.await.unwrap_or(Err(ErrorCode::RebalanceInProgress))
     }
 
     pub fn heartbeat(
@@ -237,10 +236,10 @@ impl GroupCoordinator {
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
-    ) -> ErrorCode {
+    ) -> Result<(), ErrorCode> {
         let mut inner = self.lock();
         let mut out = Output::default();
-        let error = inner.core.heartbeat(
+        let outcome = inner.core.heartbeat(
             group_id,
             member_id,
             instance_id,
@@ -249,15 +248,15 @@ impl GroupCoordinator {
             &mut out,
         );
         self.finish(&mut inner, out, None, false);
-        error
+        outcome
     }
 
-    /// LeaveGroup: one error per member, or a group-level error.
+    /// LeaveGroup: one outcome per member, or a group-level error.
     pub fn leave(
         self: &Arc<Self>,
         group_id: &str,
         members: &[(String, Option<String>)],
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let mut inner = self.lock();
         let mut out = Output::default();
         let result = inner
@@ -267,18 +266,19 @@ impl GroupCoordinator {
         result
     }
 
-    /// OffsetCommit: answers once the accepted offsets are durable.
+    /// OffsetCommit: one outcome per offset (or a group-level error),
+    /// answered once the accepted offsets are durable.
     pub async fn commit_offsets(
         self: &Arc<Self>,
         req: CommitRequest,
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let slot = coordinator_slot(&req.group_id);
-        let (errors, rx) = {
+        let (outcomes, rx) = {
             let mut inner = self.lock();
             let mut out = Output::default();
             let result = inner.core.commit_offsets(&req, self.env.now_ms(), &mut out);
-            let errors = match result {
-                Ok(errors) if !out.ops.is_empty() => errors,
+            let outcomes = match result {
+                Ok(outcomes) if !out.ops.is_empty() => outcomes,
                 other => {
                     self.finish(&mut inner, out, None, false);
                     return other;
@@ -286,15 +286,12 @@ impl GroupCoordinator {
             };
             let (tx, rx) = oneshot::channel();
             self.finish(&mut inner, out, Some((slot, tx)), false);
-            (errors, rx)
+            (outcomes, rx)
         };
-        match wait_written(rx).await {
-            Ok(()) => Ok(errors),
-            Err(e) => Ok(errors
-                .into_iter()
-                .map(|x| if x.is_ok() { e } else { x })
-                .collect()),
-        }
+        // An accepted offset counts only once written: a failed write is
+        // its answer instead.
+        let written = wait_written(rx).await;
+        Ok(outcomes.into_iter().map(|o| o.and(written)).collect())
     }
 
     /// OffsetFetch of one group (`topics`: `None` for all).
@@ -321,15 +318,18 @@ impl GroupCoordinator {
         self.lock().core.list_groups(states_filter, types_filter)
     }
 
-    /// DeleteGroups: one error per group, answered once the deletions are
+    /// DeleteGroups: one outcome per group, answered once the deletions are
     /// durable.
-    pub async fn delete_groups(self: &Arc<Self>, group_ids: &[String]) -> Vec<ErrorCode> {
+    pub async fn delete_groups(
+        self: &Arc<Self>,
+        group_ids: &[String],
+    ) -> Vec<Result<(), ErrorCode>> {
         let mut pending = Vec::with_capacity(group_ids.len());
         {
             let mut inner = self.lock();
             for id in group_ids {
                 let mut out = Output::default();
-                let error = inner.core.delete_group(id, self.env.now_ms(), &mut out);
+                let outcome = inner.core.delete_group(id, self.env.now_ms(), &mut out);
                 let rx = if out.ops.is_empty() {
                     self.finish(&mut inner, out, None, false);
                     None
@@ -338,31 +338,33 @@ impl GroupCoordinator {
                     self.finish(&mut inner, out, Some((coordinator_slot(id), tx)), false);
                     Some(rx)
                 };
-                pending.push((error, rx));
+                pending.push((outcome, rx));
             }
         }
-        let mut errors = Vec::with_capacity(pending.len());
-        for (error, rx) in pending {
-            errors.push(match rx {
-                Some(rx) => wait_written(rx).await.err().unwrap_or(error),
-                None => error,
+        let mut outcomes = Vec::with_capacity(pending.len());
+        for (outcome, rx) in pending {
+            outcomes.push(match rx {
+                // A deletion counts only once written: a failed write is
+                // the answer instead.
+                Some(rx) => wait_written(rx).await.and(outcome),
+                None => outcome,
             });
         }
-        errors
+        outcomes
     }
 
-    /// OffsetDelete: one error per partition or a group-level error,
+    /// OffsetDelete: one outcome per partition or a group-level error,
     /// answered once the deletion is durable.
     pub async fn delete_offsets(
         self: &Arc<Self>,
         group_id: &str,
         partitions: &[(String, i32)],
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
-        let (errors, rx) = {
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
+        let (outcomes, rx) = {
             let mut inner = self.lock();
             let mut out = Output::default();
-            let errors = match inner.core.delete_offsets(group_id, partitions, &mut out) {
-                Ok(errors) if !out.ops.is_empty() => errors,
+            let outcomes = match inner.core.delete_offsets(group_id, partitions, &mut out) {
+                Ok(outcomes) if !out.ops.is_empty() => outcomes,
                 other => {
                     self.finish(&mut inner, out, None, false);
                     return other;
@@ -375,10 +377,10 @@ impl GroupCoordinator {
                 Some((coordinator_slot(group_id), tx)),
                 false,
             );
-            (errors, rx)
+            (outcomes, rx)
         };
         wait_written(rx).await?;
-        Ok(errors)
+        Ok(outcomes)
     }
 
     /// Applies due timeouts (and retention when it is time); returns when

@@ -1,5 +1,6 @@
 //! DescribeGroups: state, protocol and members of each group.
 
+use super::wire_code;
 use crate::broker::Broker;
 use kaas_core::group::GroupState;
 use kaas_core::protocol::messages::describe_groups_response::{
@@ -49,21 +50,25 @@ pub fn handle(
                 authorized_operations,
                 ..Default::default()
             },
-            // Before v6 an unknown group is described as Dead without an
-            // error; v6 (KIP-1043) says GROUP_ID_NOT_FOUND.
-            None => DescribedGroup {
-                error_code: if version >= 6 {
-                    ErrorCode::GroupIdNotFound
+            None => {
+                // Before v6 an unknown group is described as Dead without
+                // an error; v6 (KIP-1043) says GROUP_ID_NOT_FOUND.
+                let outcome = if version >= 6 {
+                    Err(ErrorCode::GroupIdNotFound)
                 } else {
-                    ErrorCode::None
+                    Ok(())
+                };
+                DescribedGroup {
+                    error_code: wire_code(&outcome),
+                    error_message: outcome
+                        .err()
+                        .map(|_| format!("Group {group_id} not found.")),
+                    group_id,
+                    group_state: GroupState::Dead.as_str().to_string(),
+                    authorized_operations,
+                    ..Default::default()
                 }
-                .code(),
-                error_message: (version >= 6).then(|| format!("Group {group_id} not found.")),
-                group_id,
-                group_state: GroupState::Dead.as_str().to_string(),
-                authorized_operations,
-                ..Default::default()
-            },
+            }
         })
         .collect();
     DescribeGroupsResponse {

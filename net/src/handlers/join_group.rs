@@ -1,6 +1,7 @@
 //! JoinGroup: a member enters (or re-enters) a group and waits for the
 //! join phase to end. The rules are `kaas_core::group::classic`'s.
 
+use super::wire_code;
 use crate::broker::Broker;
 use crate::entropy;
 use kaas_core::group::{JoinRequest, Protocol};
@@ -41,31 +42,49 @@ pub async fn handle(
         supports_skip_assignment: version >= 9,
         unique_suffix: uuid_string(),
     };
-    let r = broker.groups.join(&req.group_id, join).await;
-    JoinGroupResponse {
-        error_code: r.error.code(),
-        generation_id: r.generation,
-        protocol_type: r.protocol_type,
-        // Before v7 the protocol name is not nullable.
-        protocol_name: if version >= 7 {
-            r.protocol_name
+    let result = broker.groups.join(&req.group_id, join).await;
+    let error_code = wire_code(&result.as_ref().map_err(|refused| refused.error));
+    // Before v7 the protocol name is not nullable.
+    let protocol_name = |name: Option<String>| {
+        if version >= 7 {
+            name
         } else {
-            Some(r.protocol_name.unwrap_or_default())
+            Some(name.unwrap_or_default())
+        }
+    };
+    match result {
+        Ok(joined) => JoinGroupResponse {
+            error_code,
+            generation_id: joined.generation,
+            protocol_type: joined.protocol_type,
+            protocol_name: protocol_name(joined.protocol_name),
+            leader: joined.leader,
+            skip_assignment: joined.skip_assignment,
+            member_id: joined.member_id,
+            members: joined
+                .members
+                .into_iter()
+                .map(|m| JoinGroupResponseMember {
+                    member_id: m.member_id,
+                    group_instance_id: m.instance_id,
+                    metadata: m.metadata,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
         },
-        leader: r.leader,
-        skip_assignment: r.skip_assignment,
-        member_id: r.member_id,
-        members: r
-            .members
-            .into_iter()
-            .map(|m| JoinGroupResponseMember {
-                member_id: m.member_id,
-                group_instance_id: m.instance_id,
-                metadata: m.metadata,
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
+        // Only the member id: no generation, protocol, leader or members.
+        Err(refused) => JoinGroupResponse {
+            error_code,
+            generation_id: -1,
+            protocol_type: None,
+            protocol_name: protocol_name(None),
+            leader: String::new(),
+            skip_assignment: false,
+            member_id: refused.member_id,
+            members: Vec::new(),
+            ..Default::default()
+        },
     }
 }
 

@@ -1,10 +1,10 @@
 //! LeaveGroup: one member (v0-2) or a batch (v3+, which also lets an admin
 //! remove static members by instance id).
 
+use super::wire_code;
 use crate::broker::Broker;
 use kaas_core::protocol::messages::leave_group_response::MemberResponse;
 use kaas_core::protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
-use kaas_core::protocol::ErrorCode;
 use std::sync::Arc;
 
 pub fn handle(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
@@ -16,29 +16,33 @@ pub fn handle(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> Lea
     } else {
         vec![(req.member_id, None)]
     };
-    match broker.groups.leave(&req.group_id, &leaving) {
-        Err(e) => LeaveGroupResponse {
-            error_code: e.code(),
+    let result = broker.groups.leave(&req.group_id, &leaving);
+    if version < 3 {
+        // One member: its outcome is the answer.
+        let outcome = result.and_then(|outcomes| outcomes.first().copied().unwrap_or(Ok(())));
+        return LeaveGroupResponse {
+            error_code: wire_code(&outcome),
             ..Default::default()
-        },
-        Ok(errors) if version >= 3 => LeaveGroupResponse {
-            error_code: ErrorCode::None.code(),
-            members: leaving
-                .into_iter()
-                .zip(errors)
-                .map(|((member_id, group_instance_id), e)| MemberResponse {
-                    member_id,
-                    group_instance_id,
-                    error_code: e.code(),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        },
-        // One member: its error is the answer.
-        Ok(errors) => LeaveGroupResponse {
-            error_code: errors.first().copied().unwrap_or(ErrorCode::None).code(),
-            ..Default::default()
-        },
+        };
+    }
+    let error_code = wire_code(&result);
+    let members = match result {
+        Ok(outcomes) => leaving
+            .into_iter()
+            .zip(outcomes)
+            .map(|((member_id, group_instance_id), outcome)| MemberResponse {
+                member_id,
+                group_instance_id,
+                error_code: wire_code(&outcome),
+                ..Default::default()
+            })
+            .collect(),
+        // A group-level error answers for every member.
+        Err(_) => Vec::new(),
+    };
+    LeaveGroupResponse {
+        error_code,
+        members,
+        ..Default::default()
     }
 }

@@ -33,8 +33,7 @@ mod sync_group;
 
 use crate::broker::{Broker, Partition};
 use kaas_core::protocol::messages::*;
-use kaas_core::protocol::ErrorCode;
-use kaas_core::protocol::{RequestBody, RequestError, RequestHeader, ResponseBody};
+use kaas_core::protocol::{ErrorCode, RequestBody, RequestError, RequestHeader, ResponseBody};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -119,6 +118,16 @@ pub fn supported_versions(api_key: i16) -> Option<(i16, i16)> {
         .iter()
         .find(|(k, ..)| *k == api_key)
         .map(|&(_, lo, hi)| (lo, hi))
+}
+
+/// The wire's error code of a rule's outcome: NONE (0) for success, else
+/// the error's own code. Rules say success with `Ok`, never with
+/// `ErrorCode::None`; this is where the two meet.
+fn wire_code<T>(outcome: &Result<T, ErrorCode>) -> i16 {
+    match outcome {
+        Ok(_) => ErrorCode::None.code(),
+        Err(e) => e.code(),
+    }
 }
 
 /// What to do after a request.

@@ -2,6 +2,7 @@
 //! file. Partitions of topics that do not exist are refused here; every
 //! group rule is `kaas_core::group`'s.
 
+use super::wire_code;
 use crate::broker::Broker;
 use kaas_core::group::coordinator::{CommitOffset, CommitRequest};
 use kaas_core::protocol::messages::offset_commit_response::{
@@ -51,8 +52,9 @@ pub async fn handle(
         offsets,
     };
     let result = broker.groups.commit_offsets(commit).await;
-    let mut coordinator_errors = match &result {
-        Ok(errors) => errors.clone().into_iter(),
+    // The coordinator answers the partitions it was given, in order.
+    let mut coordinator_outcomes = match &result {
+        Ok(outcomes) => outcomes.clone().into_iter(),
         Err(_) => Vec::new().into_iter(),
     };
     let topics = req
@@ -67,16 +69,16 @@ pub async fn handle(
                 .iter()
                 .zip(row)
                 .map(|(p, verdict)| {
-                    let error = match (verdict, &result) {
-                        (Some(e), _) => e,
-                        (None, Err(e)) => *e,
-                        (None, Ok(_)) => coordinator_errors
+                    let outcome = match (verdict, &result) {
+                        (Some(e), _) => Err(e),
+                        (None, Err(e)) => Err(*e),
+                        (None, Ok(_)) => coordinator_outcomes
                             .next()
-                            .unwrap_or(ErrorCode::UnknownServerError),
+                            .unwrap_or(Err(ErrorCode::UnknownServerError)),
                     };
                     OffsetCommitResponsePartition {
                         partition_index: p.partition_index,
-                        error_code: error.code(),
+                        error_code: wire_code(&outcome),
                         ..Default::default()
                     }
                 })

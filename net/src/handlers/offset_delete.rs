@@ -1,5 +1,6 @@
 //! OffsetDelete: removes a group's offsets of topics it does not consume.
 
+use super::wire_code;
 use crate::broker::Broker;
 use kaas_core::protocol::messages::offset_delete_response::{
     OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
@@ -30,16 +31,17 @@ pub async fn handle(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDel
             .collect();
         verdicts.push(row);
     }
-    let errors = match broker.groups.delete_offsets(&req.group_id, &known).await {
-        Ok(errors) => errors,
-        Err(e) => {
-            return OffsetDeleteResponse {
-                error_code: e.code(),
-                ..Default::default()
-            }
-        }
+    let result = broker.groups.delete_offsets(&req.group_id, &known).await;
+    let error_code = wire_code(&result);
+    // A group-level error answers the request alone.
+    let Ok(outcomes) = result else {
+        return OffsetDeleteResponse {
+            error_code,
+            ..Default::default()
+        };
     };
-    let mut errors = errors.into_iter();
+    // The coordinator answers the partitions it was given, in order.
+    let mut outcomes = outcomes.into_iter();
     let topics = req
         .topics
         .into_iter()
@@ -50,19 +52,25 @@ pub async fn handle(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDel
                 .partitions
                 .iter()
                 .zip(row)
-                .map(|(p, verdict)| OffsetDeleteResponsePartition {
-                    partition_index: p.partition_index,
-                    error_code: verdict
-                        .unwrap_or_else(|| errors.next().unwrap_or(ErrorCode::UnknownServerError))
-                        .code(),
-                    ..Default::default()
+                .map(|(p, verdict)| {
+                    let outcome = match verdict {
+                        Some(e) => Err(e),
+                        None => outcomes
+                            .next()
+                            .unwrap_or(Err(ErrorCode::UnknownServerError)),
+                    };
+                    OffsetDeleteResponsePartition {
+                        partition_index: p.partition_index,
+                        error_code: wire_code(&outcome),
+                        ..Default::default()
+                    }
                 })
                 .collect(),
             ..Default::default()
         })
         .collect();
     OffsetDeleteResponse {
-        error_code: ErrorCode::None.code(),
+        error_code,
         topics,
         ..Default::default()
     }

@@ -2,8 +2,9 @@
 //! `require_stable` (v7+) reports partitions with an open transaction's
 //! offset as UNSTABLE_OFFSET_COMMIT instead of the committed offset.
 
+use super::wire_code;
 use crate::broker::Broker;
-use kaas_core::group::coordinator::FetchedOffset;
+use kaas_core::group::coordinator::{CommittedOffset, FetchedOffset};
 use kaas_core::protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
@@ -70,24 +71,38 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
     }
 }
 
+/// A partition's committed offset, leader epoch and metadata on the wire:
+/// -1, -1 and "" when there is none to give (nothing committed, or an
+/// error).
+fn wire_offset(committed: Result<Option<CommittedOffset>, ErrorCode>) -> (i64, i32, String) {
+    match committed {
+        Ok(Some(c)) => (c.offset, c.leader_epoch, c.metadata),
+        Ok(None) | Err(_) => (-1, -1, String::new()),
+    }
+}
+
 fn partition_v1(p: FetchedOffset) -> OffsetFetchResponsePartition {
+    let error_code = wire_code(&p.committed);
+    let (offset, leader_epoch, metadata) = wire_offset(p.committed);
     OffsetFetchResponsePartition {
         partition_index: p.partition,
-        committed_offset: p.offset,
-        committed_leader_epoch: p.leader_epoch,
-        metadata: Some(p.metadata),
-        error_code: p.error.code(),
+        committed_offset: offset,
+        committed_leader_epoch: leader_epoch,
+        metadata: Some(metadata),
+        error_code,
         ..Default::default()
     }
 }
 
 fn partitions_v8(p: FetchedOffset) -> OffsetFetchResponsePartitions {
+    let error_code = wire_code(&p.committed);
+    let (offset, leader_epoch, metadata) = wire_offset(p.committed);
     OffsetFetchResponsePartitions {
         partition_index: p.partition,
-        committed_offset: p.offset,
-        committed_leader_epoch: p.leader_epoch,
-        metadata: Some(p.metadata),
-        error_code: p.error.code(),
+        committed_offset: offset,
+        committed_leader_epoch: leader_epoch,
+        metadata: Some(metadata),
+        error_code,
         ..Default::default()
     }
 }

@@ -1,6 +1,7 @@
 //! SyncGroup: the leader hands in the assignment, every member waits for
 //! its share.
 
+use super::wire_code;
 use crate::broker::Broker;
 use kaas_core::group::SyncRequest;
 use kaas_core::protocol::messages::{SyncGroupRequest, SyncGroupResponse};
@@ -19,12 +20,20 @@ pub async fn handle(broker: &Arc<Broker>, req: SyncGroupRequest) -> SyncGroupRes
             .map(|a| (a.member_id, a.assignment))
             .collect(),
     };
-    let r = broker.groups.sync(&req.group_id, sync).await;
-    SyncGroupResponse {
-        error_code: r.error.code(),
-        protocol_type: r.protocol_type,
-        protocol_name: r.protocol_name,
-        assignment: r.assignment,
-        ..Default::default()
+    let result = broker.groups.sync(&req.group_id, sync).await;
+    let error_code = wire_code(&result);
+    match result {
+        Ok(synced) => SyncGroupResponse {
+            error_code,
+            protocol_type: synced.protocol_type,
+            protocol_name: synced.protocol_name,
+            assignment: synced.assignment,
+            ..Default::default()
+        },
+        // No protocol, an empty assignment.
+        Err(_) => SyncGroupResponse {
+            error_code,
+            ..Default::default()
+        },
     }
 }
