@@ -9,6 +9,8 @@
 //! split, a roll fsynced inline under the partition lock on an async worker:
 //! on a slow volume the whole broker stopped.
 #![cfg(not(madsim))]
+// A test: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
 
 use bytes::Bytes;
 use kaas_core::protocol::messages::*;
