@@ -17,8 +17,3 @@ pub mod volume;
 
 pub use broker::Broker;
 pub use config::BrokerConfig;
-
-/// The leader epoch of every partition. One broker has led every partition
-/// since it was created, so the epoch never changed; the multi-broker work
-/// turns this into a per-partition epoch taken over by exclusive create.
-pub const LEADER_EPOCH: i32 = 0;

@@ -4,6 +4,7 @@
 //! topic files on the volume and the background tasks (one group-commit
 //! flusher per partition, and retention).
 
+pub mod ownership;
 mod partition;
 mod producer_ids;
 mod producer_state;
@@ -14,11 +15,13 @@ pub use producer_ids::ProducerIdManager;
 pub use topic_file::TopicFile;
 
 use crate::config::BrokerConfig;
+use crate::coordinator::GroupCoordinator;
 use crate::entropy;
 use crate::env::{Env, IoKind};
 use crate::log::LogConfig;
 use crate::volume::Volume;
 use kaas_core::cluster::{self, ClusterView};
+use kaas_core::layout::{self, CLUSTER_FILE, PARTITIONS_DIR, TOPIC_FILES_DIR};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use kaas_core::topic_config::{
     self, MAX_MESSAGE_BYTES, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
@@ -67,8 +70,6 @@ struct ClusterFile {
     cluster_id: String,
 }
 
-const CLUSTER_FILE: &str = kaas_core::layout::CLUSTER_FILE;
-
 pub struct Broker {
     pub config: BrokerConfig,
     pub volume: Arc<dyn Volume>,
@@ -86,7 +87,8 @@ pub struct Broker {
     /// Hands out producer ids, never the same one twice.
     pub producer_ids: ProducerIdManager,
     /// Consumer groups and their committed offsets.
-    pub groups: Arc<crate::coordinator::GroupCoordinator>,
+    /// Handlers reach it through [`group_coordinator`](Self::group_coordinator).
+    pub groups: Arc<GroupCoordinator>,
 }
 
 impl Broker {
@@ -98,13 +100,14 @@ impl Broker {
         volume: Arc<dyn Volume>,
         env: Env,
     ) -> io::Result<Arc<Broker>> {
-        volume.create_dir_all("__cluster/topics")?;
-        volume.create_dir_all("topics")?;
+        volume.create_dir_all(TOPIC_FILES_DIR)?;
+        volume.create_dir_all(PARTITIONS_DIR)?;
         let cluster_id = load_or_create_cluster_id(volume.as_ref())?;
         let producer_ids = ProducerIdManager::new(volume.clone(), env.clone(), config.broker_id);
         let groups = crate::coordinator::GroupCoordinator::open(
             volume.clone(),
             env.clone(),
+            config.broker_id,
             config.group.clone(),
         )?;
         let broker = Arc::new(Broker {
@@ -140,8 +143,8 @@ impl Broker {
         }
         // Partition directories without a topic file are leftovers of a
         // deletion that crashed half-way: the topic file is removed first.
-        for dir in broker.volume.list("topics")? {
-            let dir = format!("topics/{dir}");
+        for dir in broker.volume.list(PARTITIONS_DIR)? {
+            let dir = layout::partition_dir_of_entry(&dir);
             if !known_dirs.contains(&dir) {
                 tracing::warn!(%dir, "removing partition directory of a deleted topic");
                 broker.volume.remove_dir_all(&dir)?;
@@ -276,6 +279,19 @@ impl Broker {
         self.gate(&topic, index, current_leader_epoch)
     }
 
+    /// The ownership gate for coordinator slots: the group coordinator, if
+    /// this broker owns the slot of `group_id`; NOT_COORDINATOR otherwise,
+    /// so the client looks the coordinator up again.
+    pub fn group_coordinator(&self, group_id: &str) -> Result<&Arc<GroupCoordinator>, ErrorCode> {
+        let slot = cluster::coordinator_slot(group_id);
+        let claim = self
+            .groups
+            .slot_claim(slot)
+            .ok_or(ErrorCode::NotCoordinator)?;
+        cluster::check_slot_access(&self.view, slot, claim)?;
+        Ok(&self.groups)
+    }
+
     /// Every partition this broker leads right now, for background work
     /// (retention, clean shutdown): through the same gate as requests.
     pub fn led_partitions(&self) -> Vec<(Arc<Topic>, Arc<Partition>)> {
@@ -406,6 +422,7 @@ impl Broker {
         for p in &topic.partitions {
             p.close();
             dirs.push(partition_dir(name, p.index));
+            dirs.push(layout::partition_epochs_dir(name, p.index));
         }
         let volume = self.volume.clone();
         self.env
@@ -520,6 +537,12 @@ fn opener(
     let config = broker.log_config(configs);
     let broker_id = broker.config.broker_id;
     move |topic: &str, index: i32| {
+        let leader = ownership::claim(
+            volume.as_ref(),
+            &layout::partition_epochs_dir(topic, index),
+            &|epoch| layout::partition_epoch_file(topic, index, epoch),
+            broker_id,
+        )?;
         Partition::open(
             volume.clone(),
             env.clone(),
@@ -528,10 +551,7 @@ fn opener(
                 topic,
                 index,
                 config,
-                leader: cluster::Claim {
-                    broker_id,
-                    epoch: crate::LEADER_EPOCH,
-                },
+                leader,
             },
         )
     }

@@ -3,6 +3,7 @@
 
 use crate::log::PartitionLog;
 use crate::volume::Volume;
+use kaas_core::layout::producer_snapshot_path;
 use kaas_core::partition::snapshot_is_trusted;
 use kaas_core::producer::{decode_snapshot, encode_snapshot, ProducerTable};
 use kaas_core::record::split_batches;
@@ -11,13 +12,9 @@ use std::io;
 /// Reads at most this much log per step of the recovery replay.
 const REPLAY_CHUNK: usize = 1 << 20;
 
-fn snapshot_path(dir: &str) -> String {
-    format!("{dir}/producer-state.snapshot")
-}
-
 /// Writes a snapshot the partition's rules released (atomically, durably).
 pub fn write(volume: &dyn Volume, dir: &str, bytes: &[u8]) -> io::Result<()> {
-    volume.write_atomic(&snapshot_path(dir), bytes)
+    volume.write_atomic(&producer_snapshot_path(dir), bytes)
 }
 
 /// Rebuilds the producer table of a just-opened log: the snapshot, if it is
@@ -42,7 +39,7 @@ pub fn recover(
         Absent,
         Replace,
     }
-    let (mut table, from, found) = match volume.read(&snapshot_path(log.dir()))? {
+    let (mut table, from, found) = match volume.read(&producer_snapshot_path(log.dir()))? {
         Some(bytes) => match decode_snapshot(&bytes) {
             Ok((table, offset)) if snapshot_is_trusted(offset, log.end_offset()) => (
                 table,

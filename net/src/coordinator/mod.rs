@@ -20,9 +20,10 @@
 mod tests;
 mod writer;
 
+use crate::broker::ownership;
 use crate::env::Env;
 use crate::volume::Volume;
-use kaas_core::cluster::{coordinator_slot, COORDINATOR_SLOTS};
+use kaas_core::cluster::{coordinator_slot, Claim, COORDINATOR_SLOTS};
 use kaas_core::group::coordinator::{
     CommitRequest, FetchedOffset, GroupDescription, ListedGroup, Output,
 };
@@ -30,7 +31,9 @@ use kaas_core::group::{
     Coordinator, Effect, GroupConfig, JoinError, JoinRequest, JoinResult, SlotOp, SlotState,
     SyncRequest, SyncResult, Waiter,
 };
-use kaas_core::layout::{group_slot_file, GROUP_STATE_DIR};
+use kaas_core::layout::{
+    group_slot_epoch_file, group_slot_epochs_dir, group_slot_file, GROUP_STATE_DIR,
+};
 use kaas_core::protocol::ErrorCode;
 use std::collections::HashMap;
 use std::io;
@@ -65,6 +68,8 @@ pub struct GroupCoordinator {
     inner: Mutex<Inner>,
     volume: Arc<dyn Volume>,
     env: Env,
+    /// This broker's claim on each slot (its coordinator epoch).
+    claims: Vec<Claim>,
     /// Wakes the timer task after a request that may have set an earlier
     /// deadline.
     wake: Arc<Notify>,
@@ -78,6 +83,7 @@ impl GroupCoordinator {
     pub fn open(
         volume: Arc<dyn Volume>,
         env: Env,
+        broker_id: i32,
         config: GroupConfig,
     ) -> io::Result<Arc<GroupCoordinator>> {
         volume.create_dir_all(GROUP_STATE_DIR)?;
@@ -85,15 +91,27 @@ impl GroupCoordinator {
         let mut core = Coordinator::new(config, 0);
         let now = env.now_ms();
         let mut groups = 0;
+        let mut claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         for slot in 0..COORDINATOR_SLOTS {
+            // The slot's coordinator epoch is this broker's claim on it,
+            // written into the slot file with every change.
+            let claim = ownership::claim(
+                volume.as_ref(),
+                &group_slot_epochs_dir(slot),
+                &|epoch| group_slot_epoch_file(slot, epoch),
+                broker_id,
+            )?;
+            claims.push(claim);
             let path = group_slot_file(slot);
-            if let Some(bytes) = volume.read(&path)? {
-                let state = SlotState::decode(&bytes, slot).map_err(|e| {
+            let mut state = match volume.read(&path)? {
+                Some(bytes) => SlotState::decode(&bytes, slot).map_err(|e| {
                     io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}"))
-                })?;
-                groups += state.groups.len();
-                core.install_slot(state, now);
-            }
+                })?,
+                None => SlotState::new(slot, claim.epoch),
+            };
+            state.coordinator_epoch = claim.epoch;
+            groups += state.groups.len();
+            core.install_slot(state, now);
         }
         if groups > 0 {
             tracing::info!(groups, "recovered committed offsets");
@@ -109,6 +127,7 @@ impl GroupCoordinator {
             }),
             volume,
             env,
+            claims,
             wake: Arc::new(Notify::new()),
             next_waiter: AtomicU64::new(1),
         });
@@ -118,6 +137,12 @@ impl GroupCoordinator {
             retention_every,
         ));
         Ok(coordinator)
+    }
+
+    /// Who holds slot `slot` and at which epoch, as this coordinator knows
+    /// it (the ownership gate asks).
+    pub fn slot_claim(&self, slot: u32) -> Option<Claim> {
+        self.claims.get(slot as usize).copied()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -95,6 +95,7 @@ async fn committed_offsets_survive_reopening_the_volume() {
     let c = GroupCoordinator::open(
         volume.clone(),
         crate::env::Env::system(),
+        0,
         GroupConfig::default(),
     )
     .unwrap();
@@ -112,7 +113,8 @@ async fn committed_offsets_survive_reopening_the_volume() {
     let state = SlotState::decode(&bytes, coordinator_slot("g")).unwrap();
     assert_eq!(state.groups["g"].offsets["t"][&0].offset, 42);
     let reopened =
-        GroupCoordinator::open(volume, crate::env::Env::system(), GroupConfig::default()).unwrap();
+        GroupCoordinator::open(volume, crate::env::Env::system(), 0, GroupConfig::default())
+            .unwrap();
     assert_eq!(committed(&reopened, "g", 0), 42);
     let listed = reopened.list_groups(&[], &[]);
     assert_eq!(listed.len(), 1);
@@ -126,6 +128,7 @@ async fn concurrent_commits_to_one_slot_share_a_write() {
     let c = GroupCoordinator::open(
         volume.clone(),
         crate::env::Env::system(),
+        0,
         GroupConfig::default(),
     )
     .unwrap();
@@ -152,6 +155,7 @@ async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
     let c = GroupCoordinator::open(
         volume.clone(),
         crate::env::Env::system(),
+        0,
         GroupConfig::default(),
     )
     .unwrap();
@@ -188,7 +192,8 @@ async fn a_group_forms_and_its_member_expires_on_real_time() {
         min_session_timeout_ms: 200,
         ..GroupConfig::default()
     };
-    let c = GroupCoordinator::open(flaky(dir.path()), crate::env::Env::system(), config).unwrap();
+    let c =
+        GroupCoordinator::open(flaky(dir.path()), crate::env::Env::system(), 0, config).unwrap();
     let join = |member_id: &str| JoinRequest {
         member_id: member_id.into(),
         instance_id: None,

@@ -27,46 +27,57 @@ pub fn handle(
     let groups = req
         .groups
         .into_iter()
-        .map(|group_id| match broker.groups.describe_group(&group_id) {
-            Some(d) => DescribedGroup {
-                error_code: ErrorCode::None.code(),
-                group_id,
-                group_state: d.state.as_str().to_string(),
-                protocol_type: d.protocol_type,
-                protocol_data: d.protocol_data,
-                members: d
-                    .members
-                    .into_iter()
-                    .map(|m| DescribedGroupMember {
-                        member_id: m.member_id,
-                        group_instance_id: m.instance_id,
-                        client_id: m.client_id,
-                        client_host: m.client_host,
-                        member_metadata: m.metadata,
-                        member_assignment: m.assignment,
-                        ..Default::default()
-                    })
-                    .collect(),
-                authorized_operations,
-                ..Default::default()
-            },
-            None => {
-                // Before v6 an unknown group is described as Dead without
-                // an error; v6 (KIP-1043) says GROUP_ID_NOT_FOUND.
-                let outcome = if version >= 6 {
-                    Err(ErrorCode::GroupIdNotFound)
-                } else {
-                    Ok(())
-                };
-                DescribedGroup {
-                    error_code: wire_code(&outcome),
-                    error_message: outcome
-                        .err()
-                        .map(|_| format!("Group {group_id} not found.")),
+        .map(|group_id| {
+            match broker
+                .group_coordinator(&group_id)
+                .map(|g| g.describe_group(&group_id))
+            {
+                Err(code) => DescribedGroup {
+                    error_code: code.code(),
                     group_id,
-                    group_state: GroupState::Dead.as_str().to_string(),
                     authorized_operations,
                     ..Default::default()
+                },
+                Ok(Some(d)) => DescribedGroup {
+                    error_code: ErrorCode::None.code(),
+                    group_id,
+                    group_state: d.state.as_str().to_string(),
+                    protocol_type: d.protocol_type,
+                    protocol_data: d.protocol_data,
+                    members: d
+                        .members
+                        .into_iter()
+                        .map(|m| DescribedGroupMember {
+                            member_id: m.member_id,
+                            group_instance_id: m.instance_id,
+                            client_id: m.client_id,
+                            client_host: m.client_host,
+                            member_metadata: m.metadata,
+                            member_assignment: m.assignment,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    authorized_operations,
+                    ..Default::default()
+                },
+                Ok(None) => {
+                    // Before v6 an unknown group is described as Dead without
+                    // an error; v6 (KIP-1043) says GROUP_ID_NOT_FOUND.
+                    let outcome = if version >= 6 {
+                        Err(ErrorCode::GroupIdNotFound)
+                    } else {
+                        Ok(())
+                    };
+                    DescribedGroup {
+                        error_code: wire_code(&outcome),
+                        error_message: outcome
+                            .err()
+                            .map(|_| format!("Group {group_id} not found.")),
+                        group_id,
+                        group_state: GroupState::Dead.as_str().to_string(),
+                        authorized_operations,
+                        ..Default::default()
+                    }
                 }
             }
         })

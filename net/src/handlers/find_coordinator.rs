@@ -62,8 +62,14 @@ fn locate(broker: &Broker, key: String, key_type: i8) -> Coordinator {
             key,
         );
     }
-    let view = ClusterView::single(cfg.broker_id);
-    match coordinator_for(&view, &key).broker_id {
+    // Groups: the slot's owner as the ownership gate knows it. Transaction
+    // slots are not claimed until transactions land.
+    let owner = if key_type == KEY_TYPE_GROUP {
+        broker.group_coordinator(&key).ok().map(|_| cfg.broker_id)
+    } else {
+        coordinator_for(&ClusterView::single(cfg.broker_id), &key).broker_id
+    };
+    match owner {
         Some(id) if id == cfg.broker_id => Coordinator {
             key,
             node_id: id,

@@ -4,7 +4,7 @@
 use super::wire_code;
 use crate::broker::Broker;
 use crate::entropy;
-use kaas_core::group::{JoinRequest, Protocol};
+use kaas_core::group::{JoinError, JoinRequest, Protocol};
 use kaas_core::protocol::messages::join_group_response::JoinGroupResponseMember;
 use kaas_core::protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use std::sync::Arc;
@@ -42,7 +42,13 @@ pub async fn handle(
         supports_skip_assignment: version >= 9,
         unique_suffix: uuid_string(),
     };
-    let result = broker.groups.join(&req.group_id, join).await;
+    let result = match broker.group_coordinator(&req.group_id) {
+        Ok(groups) => groups.join(&req.group_id, join).await,
+        Err(error) => Err(JoinError {
+            error,
+            member_id: join.member_id,
+        }),
+    };
     let error_code = wire_code(&result.as_ref().map_err(|refused| refused.error));
     // Before v7 the protocol name is not nullable.
     let protocol_name = |name: Option<String>| {

@@ -16,7 +16,9 @@ pub fn handle(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> Lea
     } else {
         vec![(req.member_id, None)]
     };
-    let result = broker.groups.leave(&req.group_id, &leaving);
+    let result = broker
+        .group_coordinator(&req.group_id)
+        .and_then(|groups| groups.leave(&req.group_id, &leaving));
     if version < 3 {
         // One member: its outcome is the answer.
         let outcome = result.and_then(|outcomes| outcomes.first().copied().unwrap_or(Ok(())));

@@ -93,7 +93,7 @@ fn describe(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
                 error_code: ErrorCode::None.code(),
                 partition_index: p.index,
                 leader_id: id,
-                leader_epoch: crate::LEADER_EPOCH,
+                leader_epoch: p.leader_epoch(),
                 replica_nodes: vec![id],
                 isr_nodes: vec![id],
                 offline_replicas: vec![],

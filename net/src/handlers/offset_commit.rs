@@ -51,7 +51,10 @@ pub async fn handle(
         missing_group_is_not_found: version >= 9,
         offsets,
     };
-    let result = broker.groups.commit_offsets(commit).await;
+    let result = match broker.group_coordinator(&commit.group_id) {
+        Ok(groups) => groups.commit_offsets(commit).await,
+        Err(code) => Err(code),
+    };
     // The coordinator answers the partitions it was given, in order.
     let mut coordinator_outcomes = match &result {
         Ok(outcomes) => outcomes.clone().into_iter(),

@@ -31,7 +31,10 @@ pub async fn handle(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDel
             .collect();
         verdicts.push(row);
     }
-    let result = broker.groups.delete_offsets(&req.group_id, &known).await;
+    let result = match broker.group_coordinator(&req.group_id) {
+        Ok(groups) => groups.delete_offsets(&req.group_id, &known).await,
+        Err(code) => Err(code),
+    };
     let error_code = wire_code(&result);
     // A group-level error answers the request alone.
     let Ok(outcomes) = result else {

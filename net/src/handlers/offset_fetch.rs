@@ -25,10 +25,13 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
                         .map(|t| (t.name, t.partition_indexes))
                         .collect()
                 });
-                let fetched =
-                    broker
-                        .groups
-                        .fetch_offsets(&g.group_id, topics.as_deref(), require_stable);
+                let fetched = broker.group_coordinator(&g.group_id).map(|groups| {
+                    groups.fetch_offsets(&g.group_id, topics.as_deref(), require_stable)
+                });
+                let (fetched, error_code) = match fetched {
+                    Ok(fetched) => (fetched, ErrorCode::None.code()),
+                    Err(code) => (Vec::new(), code.code()),
+                };
                 OffsetFetchResponseGroup {
                     group_id: g.group_id,
                     topics: fetched
@@ -39,7 +42,7 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
                             ..Default::default()
                         })
                         .collect(),
-                    error_code: ErrorCode::None.code(),
+                    error_code,
                     ..Default::default()
                 }
             })
@@ -55,8 +58,12 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
             .collect()
     });
     let fetched = broker
-        .groups
-        .fetch_offsets(&req.group_id, topics.as_deref(), require_stable);
+        .group_coordinator(&req.group_id)
+        .map(|groups| groups.fetch_offsets(&req.group_id, topics.as_deref(), require_stable));
+    let (fetched, error_code) = match fetched {
+        Ok(fetched) => (fetched, ErrorCode::None.code()),
+        Err(code) => (Vec::new(), code.code()),
+    };
     OffsetFetchResponse {
         topics: fetched
             .into_iter()
@@ -66,7 +73,7 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
                 ..Default::default()
             })
             .collect(),
-        error_code: ErrorCode::None.code(),
+        error_code,
         ..Default::default()
     }
 }

@@ -20,7 +20,10 @@ pub async fn handle(broker: &Arc<Broker>, req: SyncGroupRequest) -> SyncGroupRes
             .map(|a| (a.member_id, a.assignment))
             .collect(),
     };
-    let result = broker.groups.sync(&req.group_id, sync).await;
+    let result = match broker.group_coordinator(&req.group_id) {
+        Ok(groups) => groups.sync(&req.group_id, sync).await,
+        Err(code) => Err(code),
+    };
     let error_code = wire_code(&result);
     match result {
         Ok(synced) => SyncGroupResponse {

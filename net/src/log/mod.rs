@@ -16,7 +16,6 @@
 
 mod fail_stop;
 mod index;
-mod layout;
 mod partition_log;
 mod recovery;
 mod retention;
@@ -25,7 +24,7 @@ mod segment;
 #[cfg(test)]
 mod tests;
 
-pub use layout::partition_dir;
+pub use kaas_core::layout::partition_dir;
 pub use partition_log::{remove_segments, PartitionLog, SyncDone, SyncPlan};
 pub use retention::{persist_log_start_offset, RetentionOutcome};
 

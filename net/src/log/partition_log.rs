@@ -5,11 +5,11 @@ use kaas_core::record::{split_batches, Compression, RecordBatch, TimestampType};
 use std::io;
 use std::sync::Arc;
 
-use super::layout;
 use super::recovery::{self, delete_segment_files};
 use super::segment::{BatchMeta, Segment, NO_MAX_TIMESTAMP};
 use super::{invalid_data, AppendInfo, LogConfig, ReadError, ReadResult};
 use crate::volume::{SegmentFile, Volume};
+use kaas_core::layout;
 
 /// A lookup scans from an index entry to its batch: about one index
 /// interval. Chunks of a couple of intervals make that a single read.

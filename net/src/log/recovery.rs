@@ -13,11 +13,11 @@ use std::io;
 use std::sync::Arc;
 
 use super::index::read_trailer;
-use super::layout::{self, Entry};
 use super::scan::{BatchReader, Step, RECOVERY_CHUNK};
 use super::segment::{BatchMeta, Segment};
 use super::LogConfig;
 use crate::volume::{SegmentFile, Volume};
+use kaas_core::layout::{self, Entry};
 
 pub(crate) struct Recovered {
     /// Sealed segments, oldest first.

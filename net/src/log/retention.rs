@@ -2,10 +2,10 @@
 
 use std::io;
 
-use super::layout;
 use super::partition_log::PartitionLog;
 use super::ReadError;
 use crate::volume::Volume;
+use kaas_core::layout;
 
 /// What a retention pass did.
 #[derive(Debug, Clone, PartialEq, Eq)]

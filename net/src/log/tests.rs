@@ -6,9 +6,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::layout;
 use super::{LogConfig, PartitionLog, ReadError};
 use crate::volume::{LocalVolume, Volume};
+use kaas_core::layout;
 
 const DIR: &str = "topics/t-0";
 

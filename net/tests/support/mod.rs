@@ -19,7 +19,15 @@ pub struct TestBroker {
 
 /// Starts a broker; `configure` adjusts its configuration first.
 pub async fn start_broker(configure: impl FnOnce(&mut BrokerConfig)) -> TestBroker {
-    let dir = tempfile::tempdir().expect("temp dir");
+    start_broker_in(tempfile::tempdir().expect("temp dir"), configure).await
+}
+
+/// Starts a broker on `dir` (a restart, when another broker used it before).
+#[allow(dead_code)] // not every test binary restarts
+pub async fn start_broker_in(
+    dir: tempfile::TempDir,
+    configure: impl FnOnce(&mut BrokerConfig),
+) -> TestBroker {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

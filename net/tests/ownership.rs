@@ -1,0 +1,108 @@
+//! Leader epochs are stored on the volume, not constants: a partition whose
+//! newest epoch file names another broker is taken over at the next epoch,
+//! and that epoch is what Metadata answers, what batches are stamped with
+//! and what the ownership gate checks clients against.
+#![cfg(not(madsim))]
+// A test: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use kaas_core::layout::{partition_epoch_file, partition_epochs_dir};
+use kaas_core::protocol::messages::*;
+use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_core::record::{split_batches, BatchBuilder, NewRecord};
+use kaas_net::client::{single_partition_produce, Connection};
+use kaas_net::volume::{LocalVolume, Volume};
+use std::collections::BTreeMap;
+
+fn fetch(topic: &str, current_leader_epoch: i32) -> RequestBody {
+    RequestBody::Fetch(FetchRequest {
+        replica_id: -1,
+        max_bytes: 1 << 20,
+        topics: vec![fetch_request::FetchTopic {
+            topic: topic.into(),
+            partitions: vec![fetch_request::FetchPartition {
+                partition: 0,
+                fetch_offset: 0,
+                partition_max_bytes: 1 << 20,
+                current_leader_epoch,
+                log_start_offset: -1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn a_partition_taken_over_is_served_at_its_new_epoch() {
+    let tb = support::start_broker(|_| {}).await;
+    tb.broker
+        .create_topic("t", 1, 1, BTreeMap::new())
+        .await
+        .expect("create");
+    assert_eq!(tb.broker.partition("t", 0, -1).unwrap().leader_epoch(), 0);
+    // The first broker stops serving the partition (a crash, a move).
+    let support::TestBroker {
+        _dir: dir, broker, ..
+    } = tb;
+    broker.partition("t", 0, -1).unwrap().close();
+
+    // Another broker (id 7) took the partition at epoch 1 meanwhile.
+    let volume = LocalVolume::new(dir.path()).unwrap();
+    volume
+        .create_exclusive(&partition_epoch_file("t", 0, 1), br#"{"broker_id":7}"#)
+        .unwrap();
+    drop(volume);
+
+    let tb = support::start_broker_in(dir, |_| {}).await;
+    let p = tb.broker.partition("t", 0, -1).unwrap();
+    assert_eq!(
+        p.leader_epoch(),
+        2,
+        "broker 0 takes it back at the next epoch"
+    );
+    let volume = LocalVolume::new(tb._dir.path()).unwrap();
+    assert_eq!(volume.list(&partition_epochs_dir("t", 0)).unwrap().len(), 3);
+
+    let mut conn = Connection::connect(tb.addr).await.unwrap();
+    let mut b = BatchBuilder::new();
+    b.push(NewRecord::new(1, None, Some(b"v")));
+    let req = single_partition_produce("t", 0, b.build().as_bytes().clone(), -1, 5_000);
+    conn.send(produce_request::API_KEY, 9, &req).await.unwrap();
+
+    let md = RequestBody::Metadata(MetadataRequest {
+        topics: Some(vec![metadata_request::MetadataRequestTopic {
+            name: Some("t".into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    match conn.send(metadata_request::API_KEY, 9, &md).await.unwrap() {
+        ResponseBody::Metadata(r) => assert_eq!(r.topics[0].partitions[0].leader_epoch, 2),
+        other => panic!("unexpected {other:?}"),
+    }
+    for (asked, code) in [
+        (0, ErrorCode::FencedLeaderEpoch),
+        (3, ErrorCode::UnknownLeaderEpoch),
+        (2, ErrorCode::None),
+    ] {
+        match conn
+            .send(fetch_request::API_KEY, 12, &fetch("t", asked))
+            .await
+            .unwrap()
+        {
+            ResponseBody::Fetch(r) => {
+                let part = &r.responses[0].partitions[0];
+                assert_eq!(part.error_code, code.code(), "epoch {asked}");
+                if code == ErrorCode::None {
+                    let batch = split_batches(part.records.clone().unwrap()).next().unwrap();
+                    assert_eq!(batch.partition_leader_epoch(), 2);
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
