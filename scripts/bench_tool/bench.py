@@ -34,6 +34,11 @@ def parse_args(argv):
     ap.add_argument("--linger-ms", type=int, default=5, help="producer linger.ms (default 5)")
     ap.add_argument("--batch-size", type=int, default=1_000_000, help="producer batch.size bytes (default 1000000)")
     ap.add_argument("--compression", default="none", help="producer compression.type (default none)")
+    ap.add_argument("--segment-bytes", type=int, help="topic segment.bytes (small: frequent segment rolls)")
+    ap.add_argument("--rate", type=int,
+                    help="pace the producer at this many msgs/s (ack latency without client queueing)")
+    ap.add_argument("--tail", action="store_true",
+                    help="also consume while producing (fetch throughput under produce load)")
     ap.add_argument("--bootstrap", help="benchmark a broker that is already running instead of starting one")
     ap.add_argument("--timeout", type=float, default=600, help="give up on a phase after this many seconds")
     return ap.parse_args(argv)
@@ -82,6 +87,11 @@ def produce_phase(bootstrap, topic, args, payloads):
     deadline = time.monotonic() + args.timeout
     t0 = time.perf_counter()
     for i in range(n):
+        if args.rate and i % 100 == 0:
+            # poll() returns early when it serves a callback: wait out the
+            # whole head start.
+            while (ahead := i / args.rate - (time.perf_counter() - t0)) > 0:
+                p.poll(ahead)
         while True:
             try:
                 p.produce(topic, payloads[i % len(payloads)], partition=i % parts, on_delivery=cb)
@@ -105,6 +115,31 @@ def produce_phase(bootstrap, topic, args, payloads):
         "lat_p99": percentile(latencies, 0.99),
         "conf": {k: v for k, v in conf.items() if k != "bootstrap.servers"},
     }
+
+
+def tail_consumer(bootstrap, topic, args, stop, result):
+    """Consumes from offset 0 while the producer runs; stops when told."""
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "kaas-bench-tail",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+        "max.partition.fetch.bytes": 4_194_304,
+    })
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(args.partitions)])
+    got = 0
+    t0 = time.perf_counter()
+    try:
+        while not stop.is_set():
+            for m in c.consume(num_messages=10_000, timeout=0.2):
+                if m.error() is None:
+                    got += 1
+    finally:
+        result["got"] = got
+        result["secs"] = time.perf_counter() - t0
+        c.close()
 
 
 def fetch_phase(bootstrap, topic, args, expected):
@@ -152,19 +187,30 @@ def main(argv=None):
     try:
         topic = "bench-%d" % int(time.time())
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, num_partitions=args.partitions, replication_factor=1)],
+        config = {} if args.segment_bytes is None else {"segment.bytes": str(args.segment_bytes)}
+        admin.create_topics([NewTopic(topic, num_partitions=args.partitions, replication_factor=1, config=config)],
                             operation_timeout=30)[topic].result(timeout=30)
         del admin  # no idle client handle left to log reconnect noise at shutdown
         # distinct, incompressible payloads (a few, reused: the client's own cost stays low)
         payloads = [os.urandom(args.size) for _ in range(64)]
 
-        print("kaas benchmark: %d messages x %d B, %d partitions, acks=%s, broker %s%s"
-              % (args.messages, args.size, args.partitions, args.acks, bootstrap,
+        print("kaas benchmark: %d messages x %d B, %d partitions, acks=%s, segment.bytes=%s, broker %s%s"
+              % (args.messages, args.size, args.partitions, args.acks,
+                 args.segment_bytes or "default", bootstrap,
                  "" if broker is None else " (started: %s)" % broker.binary))
         print("client: confluent-kafka %s, librdkafka %s; python %s; %d CPUs (client and broker share them)"
               % (version()[0] if isinstance(version(), tuple) else version(), libversion()[0], platform.python_version(), os.cpu_count() or 0))
 
+        tail = {}
+        if args.tail:
+            import threading
+            stop = threading.Event()
+            tail_thread = threading.Thread(target=tail_consumer, args=(bootstrap, topic, args, stop, tail))
+            tail_thread.start()
         prod = produce_phase(bootstrap, topic, args, payloads)
+        if args.tail:
+            stop.set()
+            tail_thread.join()
         print("producer config: %s" % ", ".join("%s=%s" % kv for kv in prod["conf"].items()))
         if prod["err"] or prod["undelivered"]:
             print("PRODUCE FAILURES: %d failed (first: %s), %d undelivered"
@@ -183,6 +229,11 @@ def main(argv=None):
              "%.0f" % fmt_rate(fetch["got"], fetch["secs"]), "%.1f" % fmt_rate(fetch["bytes"] / mib, fetch["secs"]),
              "from offset 0, all partitions"),
         ]
+        if args.tail:
+            rows.insert(2, ("tail", "%d" % tail["got"], "%.2f" % tail["secs"],
+                            "%.0f" % fmt_rate(tail["got"], tail["secs"]),
+                            "%.1f" % fmt_rate(tail["got"] * args.size / mib, tail["secs"]),
+                            "consumed while producing"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         print()
         for j, r in enumerate(rows):
