@@ -152,6 +152,39 @@ pub fn single_partition_produce(
     })
 }
 
+/// A Fetch of one partition from `offset` (up to 1 MiB), checking the
+/// client's view of the leader epoch (`-1`: unchecked): the Fetch tests and
+/// workloads send most.
+pub fn single_partition_fetch(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    current_leader_epoch: i32,
+    max_wait_ms: i32,
+) -> RequestBody {
+    use kaas_core::protocol::messages::{fetch_request, FetchRequest};
+    RequestBody::Fetch(FetchRequest {
+        replica_id: -1,
+        max_wait_ms,
+        min_bytes: 1,
+        max_bytes: 1 << 20,
+        topics: vec![fetch_request::FetchTopic {
+            topic: topic.into(),
+            partitions: vec![fetch_request::FetchPartition {
+                partition,
+                fetch_offset: offset,
+                partition_max_bytes: 1 << 20,
+                current_leader_epoch,
+                log_start_offset: -1,
+                last_fetched_epoch: -1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
 /// Decodes a response frame's content (without its length prefix) as the
 /// answer to `api_key` at `api_version` with `correlation_id`.
 pub fn decode_response(
@@ -436,25 +469,7 @@ mod tests {
             assert_eq!(base_offset(body), expected);
         }
 
-        let fetch = RequestBody::Fetch(FetchRequest {
-            max_wait_ms: 0,
-            min_bytes: 1,
-            max_bytes: 1 << 20,
-            topics: vec![fetch_request::FetchTopic {
-                topic: "t".into(),
-                partitions: vec![fetch_request::FetchPartition {
-                    partition: 0,
-                    fetch_offset: 0,
-                    partition_max_bytes: 1 << 20,
-                    current_leader_epoch: -1,
-                    log_start_offset: -1,
-                    last_fetched_epoch: -1,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
+        let fetch = single_partition_fetch("t", 0, 0, -1, 0);
         match conn.send(fetch_request::API_KEY, 12, &fetch).await.unwrap() {
             ResponseBody::Fetch(resp) => {
                 let p = &resp.responses[0].partitions[0];

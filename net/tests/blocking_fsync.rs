@@ -16,7 +16,7 @@ use bytes::Bytes;
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{RequestBody, ResponseBody};
 use kaas_core::record::{BatchBuilder, NewRecord};
-use kaas_net::client::{single_partition_produce, Connection};
+use kaas_net::client::{single_partition_fetch, single_partition_produce, Connection};
 use kaas_net::volume::{LocalVolume, SegmentFile, Volume};
 use kaas_net::{Broker, BrokerConfig};
 use std::collections::BTreeMap;
@@ -177,25 +177,7 @@ async fn latest_offset(conn: &mut Connection, topic: &str) -> i64 {
 
 /// (error code, high watermark, record bytes) of a Fetch from offset 0.
 async fn fetch(conn: &mut Connection, topic: &str) -> (i16, i64, usize) {
-    let req = RequestBody::Fetch(FetchRequest {
-        replica_id: -1,
-        max_wait_ms: 0,
-        min_bytes: 1,
-        max_bytes: 1 << 20,
-        topics: vec![fetch_request::FetchTopic {
-            topic: topic.into(),
-            partitions: vec![fetch_request::FetchPartition {
-                partition: 0,
-                fetch_offset: 0,
-                partition_max_bytes: 1 << 20,
-                current_leader_epoch: -1,
-                log_start_offset: -1,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let req = single_partition_fetch(topic, 0, 0, -1, 0);
     match conn.send(fetch_request::API_KEY, 11, &req).await.unwrap() {
         ResponseBody::Fetch(r) => {
             let p = &r.responses[0].partitions[0];

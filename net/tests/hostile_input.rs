@@ -88,21 +88,7 @@ fn produce(topic: &str, value: &[u8]) -> RequestBody {
 }
 
 fn fetch(topic: &str, max_wait_ms: i32) -> RequestBody {
-    RequestBody::Fetch(FetchRequest {
-        max_wait_ms,
-        min_bytes: 1,
-        topics: vec![fetch_request::FetchTopic {
-            topic: topic.into(),
-            partitions: vec![fetch_request::FetchPartition {
-                partition: 0,
-                fetch_offset: 0,
-                partition_max_bytes: 1 << 20,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    })
+    kaas_net::client::single_partition_fetch(topic, 0, 0, -1, max_wait_ms)
 }
 
 /// A well-behaved client still gets ApiVersions, Produce and Fetch served.

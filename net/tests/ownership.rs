@@ -12,29 +12,9 @@ use kaas_core::layout::{partition_epoch_file, partition_epochs_dir};
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{split_batches, BatchBuilder, NewRecord};
-use kaas_net::client::{single_partition_produce, Connection};
+use kaas_net::client::{single_partition_fetch, single_partition_produce, Connection};
 use kaas_net::volume::{LocalVolume, Volume};
 use std::collections::BTreeMap;
-
-fn fetch(topic: &str, current_leader_epoch: i32) -> RequestBody {
-    RequestBody::Fetch(FetchRequest {
-        replica_id: -1,
-        max_bytes: 1 << 20,
-        topics: vec![fetch_request::FetchTopic {
-            topic: topic.into(),
-            partitions: vec![fetch_request::FetchPartition {
-                partition: 0,
-                fetch_offset: 0,
-                partition_max_bytes: 1 << 20,
-                current_leader_epoch,
-                log_start_offset: -1,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    })
-}
 
 #[tokio::test]
 async fn a_partition_taken_over_is_served_at_its_new_epoch() {
@@ -90,7 +70,11 @@ async fn a_partition_taken_over_is_served_at_its_new_epoch() {
         (2, ErrorCode::None),
     ] {
         match conn
-            .send(fetch_request::API_KEY, 12, &fetch("t", asked))
+            .send(
+                fetch_request::API_KEY,
+                12,
+                &single_partition_fetch("t", 0, 0, asked, 0),
+            )
             .await
             .unwrap()
         {
