@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::fd_cache::FdCache;
+use super::fd_cache::{FdCache, LocalSegment};
 use super::{SegmentFile, Volume};
 
 /// Bounds of the default open-file cache size: at least enough for a small
@@ -279,10 +279,61 @@ impl Volume for LocalVolume {
         } else {
             (open(&options)?, false)
         };
+        let dir = parent_of(&path)?.to_path_buf();
+        let segment = self.files.register(path, file)?;
         if created {
-            sync_dir(parent_of(&path)?)?;
+            // The new name becomes durable with the file's first fsync, not
+            // here: a segment is created under the partition's append lane,
+            // and no fsync may run there (the flusher's runs outside it).
+            return Ok(Arc::new(NewSegment {
+                inner: segment,
+                dir,
+                entry_durable: std::sync::atomic::AtomicBool::new(false),
+            }));
         }
-        Ok(Arc::new(self.files.register(path, file)?))
+        Ok(Arc::new(segment))
+    }
+}
+
+/// A segment file this volume created: its first successful `sync` also
+/// fsyncs the directory, so the name is durable exactly when the data is.
+struct NewSegment {
+    inner: LocalSegment,
+    dir: PathBuf,
+    entry_durable: std::sync::atomic::AtomicBool,
+}
+
+impl SegmentFile for NewSegment {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    fn append(&self, data: &[u8]) -> io::Result<u64> {
+        self.inner.append(data)
+    }
+
+    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
+        self.inner.read_at(pos, len)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()?;
+        if !self
+            .entry_durable
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            // A directory removed since (its topic was deleted) has no entry
+            // left to make durable.
+            ignore_not_found(sync_dir(&self.dir))?;
+            self.entry_durable
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.inner.truncate(len)?;
+        self.sync()
     }
 }
 

@@ -68,7 +68,9 @@ pub trait Volume: Send + Sync + 'static {
     /// Removes a directory and everything below it; a missing one is not an error.
     fn remove_dir_all(&self, dir: &str) -> io::Result<()>;
     /// Opens (creating if `create`) an append-only file. Opening a missing
-    /// file without `create` fails with `ErrorKind::NotFound`; a created
-    /// file's directory entry is durable when this returns.
+    /// file without `create` fails with `ErrorKind::NotFound`. A created
+    /// file's directory entry is durable once the file's first `sync` (or
+    /// `truncate`) returns: creating a segment must not wait for the disk,
+    /// since it happens under the partition's append lane.
     fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>>;
 }
