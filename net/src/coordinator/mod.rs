@@ -23,7 +23,9 @@ mod writer;
 use crate::broker::ownership;
 use crate::env::Env;
 use crate::volume::Volume;
-use kaas_core::cluster::{coordinator_slot, Claim, COORDINATOR_SLOTS};
+use kaas_core::cluster::{
+    check_slot_access, coordinator_slot, Claim, ClusterView, COORDINATOR_SLOTS,
+};
 use kaas_core::group::coordinator::{
     CommitRequest, FetchedOffset, GroupDescription, ListedGroup, Output,
 };
@@ -70,6 +72,8 @@ pub struct GroupCoordinator {
     env: Env,
     /// This broker's claim on each slot (its coordinator epoch).
     claims: Vec<Claim>,
+    /// Who this broker is, for the ownership gate.
+    view: ClusterView,
     /// Wakes the timer task after a request that may have set an earlier
     /// deadline.
     wake: Arc<Notify>,
@@ -128,6 +132,7 @@ impl GroupCoordinator {
             volume,
             env,
             claims,
+            view: ClusterView::single(broker_id),
             wake: Arc::new(Notify::new()),
             next_waiter: AtomicU64::new(1),
         });
@@ -143,6 +148,14 @@ impl GroupCoordinator {
     /// it (the ownership gate asks).
     pub fn slot_claim(&self, slot: u32) -> Option<Claim> {
         self.claims.get(slot as usize).copied()
+    }
+
+    /// Whether this broker may act for `slot` now: the ownership gate's
+    /// rule, asked by background work (offset expiry) as requests ask it
+    /// through `Broker::group_coordinator`.
+    fn holds(&self, slot: u32) -> bool {
+        self.slot_claim(slot)
+            .is_some_and(|claim| check_slot_access(&self.view, slot, claim).is_ok())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -421,6 +434,9 @@ impl GroupCoordinator {
         inner.core.tick(now_ms, &mut out);
         if now_ms >= *next_retention_ms {
             inner.core.expire_offsets(now_ms, &mut out);
+            // Expiry is background work: it writes only slots this broker
+            // holds.
+            out.ops.retain(|(slot, _)| self.holds(*slot));
             *next_retention_ms = now_ms + retention_every_ms.max(1);
         }
         self.finish(&mut inner, out, None, false);
