@@ -17,7 +17,8 @@ use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{RequestBody, ResponseBody};
 use kaas_core::record::{BatchBuilder, NewRecord};
 use kaas_net::client::{single_partition_fetch, single_partition_produce, Connection};
-use kaas_net::volume::{LocalVolume, SegmentFile, Volume};
+use kaas_net::volume::hooked::{DiskWait, HookedVolume};
+use kaas_net::volume::LocalVolume;
 use kaas_net::{Broker, BrokerConfig};
 use std::collections::BTreeMap;
 use std::io;
@@ -49,9 +50,12 @@ impl Gate {
         self.state.lock().unwrap().waiting
     }
 
-    fn pass(&self, path: &str) {
+    /// The volume's hook: holds a disk wait on a file under the prefix.
+    fn pass(&self, wait: DiskWait<'_>) -> io::Result<()> {
+        let (DiskWait::Sync(path) | DiskWait::WriteAtomic(path) | DiskWait::CreateExclusive(path)) =
+            wait;
         if !path.starts_with(&self.prefix) {
-            return;
+            return Ok(());
         }
         let mut s = self.state.lock().unwrap();
         s.waiting += 1;
@@ -62,69 +66,7 @@ impl Gate {
             .wait_timeout_while(s, Duration::from_secs(60), |s| s.closed)
             .unwrap();
         s.waiting -= 1;
-    }
-}
-
-struct GatedVolume {
-    inner: LocalVolume,
-    gate: Arc<Gate>,
-}
-
-struct GatedFile {
-    inner: Arc<dyn SegmentFile>,
-    path: String,
-    gate: Arc<Gate>,
-}
-
-impl SegmentFile for GatedFile {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn append(&self, data: &[u8]) -> io::Result<u64> {
-        self.inner.append(data)
-    }
-    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        self.inner.read_at(pos, len)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.gate.pass(&self.path);
-        self.inner.sync()
-    }
-    fn truncate(&self, len: u64) -> io::Result<()> {
-        self.inner.truncate(len)
-    }
-}
-
-impl Volume for GatedVolume {
-    fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
-        self.inner.read(path)
-    }
-    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
-        self.gate.pass(path);
-        self.inner.write_atomic(path, data)
-    }
-    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
-        self.gate.pass(path);
-        self.inner.create_exclusive(path, data)
-    }
-    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn create_dir_all(&self, dir: &str) -> io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn remove(&self, path: &str) -> io::Result<()> {
-        self.inner.remove(path)
-    }
-    fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
-        self.inner.remove_dir_all(dir)
-    }
-    fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>> {
-        Ok(Arc::new(GatedFile {
-            inner: self.inner.open_segment(path, create)?,
-            path: path.to_string(),
-            gate: self.gate.clone(),
-        }))
+        Ok(())
     }
 }
 
@@ -200,10 +142,11 @@ async fn a_blocked_fsync_stalls_only_the_acks_all_produce_that_waits_for_it() {
         state: Mutex::default(),
         changed: Condvar::new(),
     });
-    let volume = Arc::new(GatedVolume {
-        inner: LocalVolume::new(dir.path()).unwrap(),
-        gate: gate.clone(),
-    });
+    let held = gate.clone();
+    let volume = Arc::new(HookedVolume::new(
+        LocalVolume::new(dir.path()).unwrap(),
+        move |wait| held.pass(wait),
+    ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let broker = Broker::open(

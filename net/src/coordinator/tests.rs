@@ -2,7 +2,8 @@
 //! commit of slot writes, failed writes, and timers on real time.
 
 use super::GroupCoordinator;
-use crate::volume::{LocalVolume, SegmentFile, Volume};
+use crate::volume::hooked::{DiskWait, HookedVolume};
+use crate::volume::{LocalVolume, Volume};
 use bytes::Bytes;
 use kaas_core::cluster::coordinator_slot;
 use kaas_core::group::coordinator::{CommitOffset, CommitRequest};
@@ -14,50 +15,27 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// A local volume that counts slot writes and can be told to fail them.
-struct Flaky {
-    inner: LocalVolume,
+/// Counts slot writes, and fails them while `fail` is set.
+#[derive(Default)]
+struct SlotWrites {
     writes: AtomicUsize,
     fail: AtomicBool,
 }
 
-impl Volume for Flaky {
-    fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
-        self.inner.read(path)
-    }
-    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(io::Error::other("injected fsync failure"));
+/// A local volume whose atomic writes `SlotWrites` watches.
+fn flaky(dir: &std::path::Path) -> (Arc<dyn Volume>, Arc<SlotWrites>) {
+    let watch = Arc::new(SlotWrites::default());
+    let seen = watch.clone();
+    let volume = HookedVolume::new(LocalVolume::new(dir).unwrap(), move |wait| {
+        if let DiskWait::WriteAtomic(_) = wait {
+            if seen.fail.load(Ordering::SeqCst) {
+                return Err(io::Error::other("injected fsync failure"));
+            }
+            seen.writes.fetch_add(1, Ordering::SeqCst);
         }
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        self.inner.write_atomic(path, data)
-    }
-    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
-        self.inner.create_exclusive(path, data)
-    }
-    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn create_dir_all(&self, dir: &str) -> io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn remove(&self, path: &str) -> io::Result<()> {
-        self.inner.remove(path)
-    }
-    fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
-        self.inner.remove_dir_all(dir)
-    }
-    fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>> {
-        self.inner.open_segment(path, create)
-    }
-}
-
-fn flaky(dir: &std::path::Path) -> Arc<Flaky> {
-    Arc::new(Flaky {
-        inner: LocalVolume::new(dir).unwrap(),
-        writes: AtomicUsize::new(0),
-        fail: AtomicBool::new(false),
-    })
+        Ok(())
+    });
+    (Arc::new(volume), watch)
 }
 
 fn simple_commit(group: &str, partition: i32, offset: i64) -> CommitRequest {
@@ -91,7 +69,7 @@ fn committed(c: &GroupCoordinator, group: &str, partition: i32) -> i64 {
 #[tokio::test]
 async fn committed_offsets_survive_reopening_the_volume() {
     let dir = tempfile::tempdir().unwrap();
-    let volume = flaky(dir.path());
+    let (volume, _) = flaky(dir.path());
     let c = GroupCoordinator::open(
         volume.clone(),
         crate::env::Env::system(),
@@ -124,7 +102,7 @@ async fn committed_offsets_survive_reopening_the_volume() {
 #[tokio::test]
 async fn concurrent_commits_to_one_slot_share_a_write() {
     let dir = tempfile::tempdir().unwrap();
-    let volume = flaky(dir.path());
+    let (volume, slot_writes) = flaky(dir.path());
     let c = GroupCoordinator::open(
         volume.clone(),
         crate::env::Env::system(),
@@ -141,7 +119,7 @@ async fn concurrent_commits_to_one_slot_share_a_write() {
     for p in 0..64 {
         assert_eq!(committed(&c, "g", p), p as i64 * 10);
     }
-    let writes = volume.writes.load(Ordering::SeqCst);
+    let writes = slot_writes.writes.load(Ordering::SeqCst);
     assert!(
         writes <= 2,
         "64 concurrent commits took {writes} slot writes"
@@ -151,7 +129,7 @@ async fn concurrent_commits_to_one_slot_share_a_write() {
 #[tokio::test]
 async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let volume = flaky(dir.path());
+    let (volume, slot_writes) = flaky(dir.path());
     let c = GroupCoordinator::open(
         volume.clone(),
         crate::env::Env::system(),
@@ -163,7 +141,7 @@ async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
         c.commit_offsets(simple_commit("g", 0, 1)).await,
         Ok(vec![Ok(())])
     );
-    volume.fail.store(true, Ordering::SeqCst);
+    slot_writes.fail.store(true, Ordering::SeqCst);
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 2)).await,
         Ok(vec![Err(ErrorCode::NotCoordinator)])
@@ -176,7 +154,7 @@ async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
     );
     assert_eq!(c.list_groups(&[], &[]).len(), 1);
     assert_eq!(committed(&c, "g", 0), 1);
-    volume.fail.store(false, Ordering::SeqCst);
+    slot_writes.fail.store(false, Ordering::SeqCst);
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 3)).await,
         Ok(vec![Ok(())])
@@ -193,7 +171,7 @@ async fn a_group_forms_and_its_member_expires_on_real_time() {
         ..GroupConfig::default()
     };
     let c =
-        GroupCoordinator::open(flaky(dir.path()), crate::env::Env::system(), 0, config).unwrap();
+        GroupCoordinator::open(flaky(dir.path()).0, crate::env::Env::system(), 0, config).unwrap();
     let join = |member_id: &str| JoinRequest {
         member_id: member_id.into(),
         instance_id: None,

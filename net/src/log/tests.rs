@@ -718,72 +718,22 @@ fn a_damaged_sealed_segment_is_a_read_error_not_a_skip() {
 /// is set, and then sync fine again: what Linux does after a write-back
 /// error ("fsyncgate" — the failed pages are marked clean, so the next
 /// fsync has nothing left to write and succeeds).
-struct FlakySyncVolume {
-    inner: LocalVolume,
+fn flaky_sync_volume(
+    root: &std::path::Path,
     fail_next_sync: Arc<std::sync::atomic::AtomicBool>,
-}
-
-struct FlakySyncFile {
-    inner: Arc<dyn crate::volume::SegmentFile>,
-    fail_next_sync: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl crate::volume::SegmentFile for FlakySyncFile {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn append(&self, data: &[u8]) -> std::io::Result<u64> {
-        self.inner.append(data)
-    }
-    fn read_at(&self, pos: u64, len: usize) -> std::io::Result<Bytes> {
-        self.inner.read_at(pos, len)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        if self
-            .fail_next_sync
-            .swap(false, std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(std::io::Error::other("EIO"));
-        }
-        self.inner.sync()
-    }
-    fn truncate(&self, len: u64) -> std::io::Result<()> {
-        self.inner.truncate(len)
-    }
-}
-
-impl Volume for FlakySyncVolume {
-    fn read(&self, path: &str) -> std::io::Result<Option<Bytes>> {
-        self.inner.read(path)
-    }
-    fn write_atomic(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
-        self.inner.write_atomic(path, data)
-    }
-    fn create_exclusive(&self, path: &str, data: &[u8]) -> std::io::Result<()> {
-        self.inner.create_exclusive(path, data)
-    }
-    fn list(&self, dir: &str) -> std::io::Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn create_dir_all(&self, dir: &str) -> std::io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn remove(&self, path: &str) -> std::io::Result<()> {
-        self.inner.remove(path)
-    }
-    fn remove_dir_all(&self, dir: &str) -> std::io::Result<()> {
-        self.inner.remove_dir_all(dir)
-    }
-    fn open_segment(
-        &self,
-        path: &str,
-        create: bool,
-    ) -> std::io::Result<Arc<dyn crate::volume::SegmentFile>> {
-        Ok(Arc::new(FlakySyncFile {
-            inner: self.inner.open_segment(path, create)?,
-            fail_next_sync: self.fail_next_sync.clone(),
-        }))
-    }
+) -> Arc<dyn Volume> {
+    use crate::volume::hooked::{DiskWait, HookedVolume};
+    Arc::new(HookedVolume::new(
+        LocalVolume::new(root).unwrap(),
+        move |wait| match wait {
+            DiskWait::Sync(_)
+                if fail_next_sync.swap(false, std::sync::atomic::Ordering::SeqCst) =>
+            {
+                Err(std::io::Error::other("EIO"))
+            }
+            _ => Ok(()),
+        },
+    ))
 }
 
 /// Found by the simulation (a development version of the idempotence and
@@ -799,10 +749,7 @@ impl Volume for FlakySyncVolume {
 fn a_segment_whose_fsync_failed_is_never_sealed_by_a_later_roll() {
     let tmp = tempfile::tempdir().unwrap();
     let fail_next_sync = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let volume: Arc<dyn Volume> = Arc::new(FlakySyncVolume {
-        inner: LocalVolume::new(tmp.path()).unwrap(),
-        fail_next_sync: fail_next_sync.clone(),
-    });
+    let volume = flaky_sync_volume(tmp.path(), fail_next_sync.clone());
     let mut log = PartitionLog::open(volume.clone(), DIR.to_string(), small_segments()).unwrap();
     log.append_batch(&batch(2, 0, 600)).unwrap();
     // The flusher's fsync, outside the log's lane, fails.
@@ -826,10 +773,7 @@ fn a_segment_whose_fsync_failed_is_never_sealed_by_a_later_roll() {
 fn a_flusher_fsync_after_a_failed_roll_does_not_make_the_segment_durable() {
     let tmp = tempfile::tempdir().unwrap();
     let fail_next_sync = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let volume: Arc<dyn Volume> = Arc::new(FlakySyncVolume {
-        inner: LocalVolume::new(tmp.path()).unwrap(),
-        fail_next_sync: fail_next_sync.clone(),
-    });
+    let volume = flaky_sync_volume(tmp.path(), fail_next_sync.clone());
     let mut log = PartitionLog::open(volume.clone(), DIR.to_string(), small_segments()).unwrap();
     log.append_batch(&batch(2, 0, 600)).unwrap();
     let early = log.sync_plan().unwrap();

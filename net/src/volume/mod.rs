@@ -10,6 +10,7 @@
 
 pub mod contract;
 mod fd_cache;
+pub mod hooked;
 mod local;
 
 pub use fd_cache::StaleHandle;

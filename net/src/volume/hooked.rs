@@ -1,0 +1,101 @@
+//! A volume that asks a hook before every operation that waits for the
+//! disk, for tests that fail such an operation or hold it.
+//!
+//! One wrapper instead of a hand-written delegating `Volume` per test: the
+//! hook sees which wait it is and the path, and either lets it through
+//! (`Ok`), fails it (`Err`), or blocks until the test lets it go.
+
+use super::{SegmentFile, Volume};
+use bytes::Bytes;
+use std::io;
+use std::sync::Arc;
+
+/// An operation that waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskWait<'a> {
+    /// `SegmentFile::sync` of the file at this path.
+    Sync(&'a str),
+    /// `Volume::write_atomic` of this path.
+    WriteAtomic(&'a str),
+    /// `Volume::create_exclusive` of this path.
+    CreateExclusive(&'a str),
+}
+
+/// Called before each [`DiskWait`]; an error fails the operation.
+pub type Hook = Arc<dyn Fn(DiskWait<'_>) -> io::Result<()> + Send + Sync>;
+
+/// `inner` with `hook` in front of its disk waits.
+pub struct HookedVolume<V> {
+    pub inner: V,
+    hook: Hook,
+}
+
+impl<V: Volume> HookedVolume<V> {
+    pub fn new(
+        inner: V,
+        hook: impl Fn(DiskWait<'_>) -> io::Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        HookedVolume {
+            inner,
+            hook: Arc::new(hook),
+        }
+    }
+}
+
+struct HookedFile {
+    inner: Arc<dyn SegmentFile>,
+    path: String,
+    hook: Hook,
+}
+
+impl SegmentFile for HookedFile {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn append(&self, data: &[u8]) -> io::Result<u64> {
+        self.inner.append(data)
+    }
+    fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
+        self.inner.read_at(pos, len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        (self.hook)(DiskWait::Sync(&self.path))?;
+        self.inner.sync()
+    }
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.inner.truncate(len)
+    }
+}
+
+impl<V: Volume> Volume for HookedVolume<V> {
+    fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
+        self.inner.read(path)
+    }
+    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        (self.hook)(DiskWait::WriteAtomic(path))?;
+        self.inner.write_atomic(path, data)
+    }
+    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        (self.hook)(DiskWait::CreateExclusive(path))?;
+        self.inner.create_exclusive(path, data)
+    }
+    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+    fn create_dir_all(&self, dir: &str) -> io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn remove(&self, path: &str) -> io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
+        self.inner.remove_dir_all(dir)
+    }
+    fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>> {
+        Ok(Arc::new(HookedFile {
+            inner: self.inner.open_segment(path, create)?,
+            path: path.to_string(),
+            hook: self.hook.clone(),
+        }))
+    }
+}
