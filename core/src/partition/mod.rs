@@ -314,6 +314,16 @@ pub fn last_stable_offset(high_watermark: i64, open: &BTreeSet<(i64, i64)>) -> i
         .map_or(high_watermark, |&(first, _)| first.min(high_watermark))
 }
 
+/// OffsetForLeaderEpoch (KIP-101, KIP-279): the end of leader epoch `asked`
+/// as (epoch, end offset). A partition that has had one leader epoch
+/// (`ours`) answers for any epoch up to it with its high watermark; an
+/// epoch newer than any it had, or a negative one, is undefined (`None`,
+/// answered -1/-1). Older epochs get their own ends with the leader-epoch
+/// checkpoint that leader changes bring.
+pub fn epoch_end_offset(asked: i32, ours: i32, high_watermark: i64) -> Option<(i32, i64)> {
+    (asked >= 0 && asked <= ours).then_some((ours, high_watermark))
+}
+
 /// A snapshot may be written only once the log up to its offset is
 /// durable. Written earlier, a crash can take back batches it covers;
 /// trusted at a later start, it would answer a retry of such a batch as a

@@ -146,6 +146,14 @@ fn a_newer_snapshot_supersedes_one_still_waiting() {
 }
 
 #[test]
+fn an_epoch_ends_at_the_high_watermark_and_a_newer_one_is_undefined() {
+    assert_eq!(epoch_end_offset(0, 0, 7), Some((0, 7)));
+    assert_eq!(epoch_end_offset(1, 2, 7), Some((2, 7)));
+    assert_eq!(epoch_end_offset(3, 2, 7), None);
+    assert_eq!(epoch_end_offset(-1, 2, 7), None);
+}
+
+#[test]
 fn a_snapshot_ahead_of_the_recovered_log_is_not_trusted() {
     assert!(snapshot_is_trusted(10, 10));
     assert!(!snapshot_is_trusted(11, 10));

@@ -38,6 +38,11 @@ fn flaky(dir: &std::path::Path) -> (Arc<dyn Volume>, Arc<SlotWrites>) {
     (Arc::new(volume), watch)
 }
 
+/// A coordinator as broker 0 on `volume`.
+fn open(volume: Arc<dyn Volume>, config: GroupConfig) -> Arc<GroupCoordinator> {
+    GroupCoordinator::open(volume, crate::env::Env::system(), 0, config).unwrap()
+}
+
 fn simple_commit(group: &str, partition: i32, offset: i64) -> CommitRequest {
     CommitRequest {
         group_id: group.into(),
@@ -70,13 +75,7 @@ fn committed(c: &GroupCoordinator, group: &str, partition: i32) -> i64 {
 async fn committed_offsets_survive_reopening_the_volume() {
     let dir = tempfile::tempdir().unwrap();
     let (volume, _) = flaky(dir.path());
-    let c = GroupCoordinator::open(
-        volume.clone(),
-        crate::env::Env::system(),
-        0,
-        GroupConfig::default(),
-    )
-    .unwrap();
+    let c = open(volume.clone(), GroupConfig::default());
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 42)).await,
         Ok(vec![Ok(())])
@@ -90,9 +89,7 @@ async fn committed_offsets_survive_reopening_the_volume() {
         .expect("slot file written");
     let state = SlotState::decode(&bytes, coordinator_slot("g")).unwrap();
     assert_eq!(state.groups["g"].offsets["t"][&0].offset, 42);
-    let reopened =
-        GroupCoordinator::open(volume, crate::env::Env::system(), 0, GroupConfig::default())
-            .unwrap();
+    let reopened = open(volume, GroupConfig::default());
     assert_eq!(committed(&reopened, "g", 0), 42);
     let listed = reopened.list_groups(&[], &[]);
     assert_eq!(listed.len(), 1);
@@ -103,13 +100,7 @@ async fn committed_offsets_survive_reopening_the_volume() {
 async fn concurrent_commits_to_one_slot_share_a_write() {
     let dir = tempfile::tempdir().unwrap();
     let (volume, slot_writes) = flaky(dir.path());
-    let c = GroupCoordinator::open(
-        volume.clone(),
-        crate::env::Env::system(),
-        0,
-        GroupConfig::default(),
-    )
-    .unwrap();
+    let c = open(volume.clone(), GroupConfig::default());
     let commits: Vec<_> = (0..64)
         .map(|p| c.commit_offsets(simple_commit("g", p, p as i64 * 10)))
         .collect();
@@ -130,13 +121,7 @@ async fn concurrent_commits_to_one_slot_share_a_write() {
 async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (volume, slot_writes) = flaky(dir.path());
-    let c = GroupCoordinator::open(
-        volume.clone(),
-        crate::env::Env::system(),
-        0,
-        GroupConfig::default(),
-    )
-    .unwrap();
+    let c = open(volume.clone(), GroupConfig::default());
     assert_eq!(
         c.commit_offsets(simple_commit("g", 0, 1)).await,
         Ok(vec![Ok(())])
@@ -170,8 +155,7 @@ async fn a_group_forms_and_its_member_expires_on_real_time() {
         min_session_timeout_ms: 200,
         ..GroupConfig::default()
     };
-    let c =
-        GroupCoordinator::open(flaky(dir.path()).0, crate::env::Env::system(), 0, config).unwrap();
+    let c = open(flaky(dir.path()).0, config);
     let join = |member_id: &str| JoinRequest {
         member_id: member_id.into(),
         instance_id: None,

@@ -8,6 +8,7 @@
 
 use super::{per_partition, PartitionRef};
 use crate::broker::Broker;
+use kaas_core::partition::epoch_end_offset;
 use kaas_core::protocol::messages::offset_for_leader_epoch_request::OffsetForLeaderPartition;
 use kaas_core::protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
@@ -30,10 +31,7 @@ pub async fn handle(
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let results = per_partition(broker, &t.topic, t.partitions, |p, r| {
-            let asked = r.leader_epoch;
-            let ours = p.leader_epoch();
-            // An epoch newer than any we had: undefined (-1, -1).
-            let answer = (asked >= 0 && asked <= ours).then(|| (ours, p.high_watermark()));
+            let answer = epoch_end_offset(r.leader_epoch, p.leader_epoch(), p.high_watermark());
             std::future::ready(Ok(answer))
         })
         .await;
