@@ -18,7 +18,7 @@ use super::GroupConfig;
 use crate::cluster::{coordinator_slot, COORDINATOR_SLOTS};
 use crate::protocol::ErrorCode;
 use bytes::Bytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a call needs the driver to do besides answering its own request:
 /// answer parked requests, and write slot changes.
@@ -108,6 +108,14 @@ pub struct Coordinator {
     config: GroupConfig,
     groups: BTreeMap<String, Group>,
     slots: Vec<SlotState>,
+    /// Groups deleted, or whose offsets the periodic cleanup is expiring:
+    /// one of them that is idle once its record is gone is forgotten with
+    /// the record (Kafka's cleanup deletes an empty group in the pass that
+    /// expires its last offsets). Any other idle group left without a
+    /// record (its last offsets removed by OffsetDelete) stays, Empty,
+    /// until the next cleanup pass, as in Kafka 4: DeleteGroups still
+    /// finds it.
+    forget_with_record: BTreeSet<String>,
 }
 
 fn meta_of(g: &Group) -> GroupMeta {
@@ -126,6 +134,7 @@ impl Coordinator {
             slots: (0..COORDINATOR_SLOTS)
                 .map(|s| SlotState::new(s, coordinator_epoch))
                 .collect(),
+            forget_with_record: BTreeSet::new(),
         }
     }
 
@@ -150,8 +159,9 @@ impl Coordinator {
 
     /// Installs a slot's durable state: read at startup, or just written.
     /// Every group with a record has a group in memory (a restored one comes
-    /// back Empty); an idle group whose record this state removed (deleted,
-    /// or all offsets expired) is forgotten, as Kafka forgets it.
+    /// back Empty); an idle group whose record this state removed because
+    /// the cleanup expired its last offsets is forgotten, as Kafka forgets
+    /// it (see `forget_with_record`).
     pub fn install_slot(&mut self, state: SlotState, now_ms: i64) {
         let Some(current) = self.slots.get_mut(state.slot as usize) else {
             return;
@@ -168,7 +178,10 @@ impl Coordinator {
             }
         }
         for id in old.groups.keys() {
-            if !new.groups.contains_key(id) && self.groups.get(id).is_some_and(Group::is_idle) {
+            if !new.groups.contains_key(id)
+                && self.forget_with_record.remove(id)
+                && self.groups.get(id).is_some_and(Group::is_idle)
+            {
                 self.groups.remove(id);
             }
         }
@@ -491,6 +504,9 @@ impl Coordinator {
             GroupState::Empty => {
                 g.mark_dead(now_ms);
                 self.groups.remove(group_id);
+                // A slot state written before this deletion may bring the
+                // group back as loaded; it goes again with its record.
+                self.forget_with_record.insert(group_id.to_string());
                 out.ops.push((
                     coordinator_slot(group_id),
                     SlotOp::DeleteGroup {
@@ -593,6 +609,7 @@ impl Coordinator {
             };
             let expired = offsets::expired_offsets(record, &base, now_ms, retention_ms);
             if !expired.is_empty() {
+                self.forget_with_record.insert(id.clone());
                 out.ops.push((
                     coordinator_slot(id),
                     SlotOp::Expire {

@@ -1751,3 +1751,27 @@ mod model {
         }
     }
 }
+
+#[test]
+fn an_empty_group_whose_last_offsets_offset_delete_removed_stays_until_the_cleanup() {
+    let mut h = H::new();
+    let (ids, _) = h.stable_group(1, &["t"]);
+    h.leave(&[(&ids[0], None)]).expect("left");
+    h.commit("", -1, &[("u", 0, 1)]).expect("committed");
+    let mut out = Output::default();
+    let r = h.c.delete_offsets(G, &[("u".to_string(), 0)], &mut out);
+    h.finish(out);
+    assert_eq!(r, Ok(vec![Ok(())]));
+    assert!(h.c.record(G).is_none(), "no offsets are left to record");
+    assert_eq!(h.state(), GroupState::Empty, "kept, as Kafka 4 keeps it");
+    h.expire();
+    assert!(
+        h.c.group(G).is_none(),
+        "the next cleanup pass forgets the idle group without offsets"
+    );
+    let mut out = Output::default();
+    assert_eq!(
+        h.c.delete_group(G, h.now, &mut out),
+        Err(ErrorCode::GroupIdNotFound)
+    );
+}

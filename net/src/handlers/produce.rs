@@ -42,7 +42,7 @@ pub async fn handle(
             let outcome = if valid_acks(acks) {
                 append_one(broker, &topic, pd.index, pd.records).await
             } else {
-                Err(ErrorCode::InvalidRequiredAcks)
+                Err(ErrorCode::InvalidRequiredAcks.into())
             };
             match outcome {
                 Ok((partition, appended)) => {
@@ -54,7 +54,10 @@ pub async fn handle(
                         appended,
                     ));
                 }
-                Err(code) => resp.error_code = code.code(),
+                Err(refused) => {
+                    resp.error_code = refused.code.code();
+                    resp.log_start_offset = refused.log_start_offset;
+                }
             }
             partition_responses.push(resp);
         }
@@ -121,16 +124,40 @@ async fn resolve(
     broker.get_or_auto_create(name).await
 }
 
+/// Why a partition's batch was not appended, and the log start offset to
+/// report with it: known (as Kafka reports it) when the partition's own
+/// rules refused the batch, such as a producer sequence or epoch check, so
+/// a producer can tell whether its state was removed with the log's start;
+/// -1 when the request was refused before it reached a partition.
+struct Refused {
+    code: ErrorCode,
+    log_start_offset: i64,
+}
+
+impl From<ErrorCode> for Refused {
+    fn from(code: ErrorCode) -> Self {
+        Refused {
+            code,
+            log_start_offset: -1,
+        }
+    }
+}
+
 async fn append_one(
     broker: &Broker,
     topic: &Result<Arc<Topic>, ErrorCode>,
     index: i32,
     records: Option<bytes::Bytes>,
-) -> Result<(Arc<Partition>, AppendDecision), ErrorCode> {
+) -> Result<(Arc<Partition>, AppendDecision), Refused> {
     let topic = topic.as_ref().map_err(|c| *c)?;
     let partition = broker.gate(topic, index, -1)?;
     let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
     admit_batch(&batch)?;
-    let appended = partition.append(batch).await?;
-    Ok((partition, appended))
+    match partition.append(batch).await {
+        Ok(appended) => Ok((partition, appended)),
+        Err(code) => Err(Refused {
+            code,
+            log_start_offset: partition.log_start_offset(),
+        }),
+    }
 }

@@ -424,28 +424,69 @@ impl PartitionLog {
     }
 
     /// ListOffsets MAX_TIMESTAMP (-3): `(offset, timestamp)` of the record
-    /// with the largest timestamp (the earliest on ties), resolved like
+    /// with the largest timestamp (the earliest on ties) among the records
+    /// at or after the log start, resolved like
     /// [`offset_for_timestamp`](Self::offset_for_timestamp), whose tuple
     /// order it shares. `None` for an empty log.
     pub fn max_timestamp(&self) -> io::Result<Option<(i64, i64)>> {
         let start = self.log_start_offset;
-        let mut best: Option<&Segment> = None;
+        let mut best: Option<(i64, i64)> = None;
+        // Segments in offset order, so a later one wins only with a strictly
+        // larger timestamp: the earliest record wins ties.
         for segment in self.segments().filter(|s| s.next_offset > start) {
-            if segment.max_timestamp != NO_MAX_TIMESTAMP
-                && best.is_none_or(|b| segment.max_timestamp > b.max_timestamp)
+            if segment.max_timestamp == NO_MAX_TIMESTAMP
+                || best.is_some_and(|(_, ts)| segment.max_timestamp <= ts)
             {
-                best = Some(segment);
+                continue;
+            }
+            let found = match self.segment_max_record(segment, start)? {
+                Some(found) => Some(found),
+                // The segment's maximum belongs to a record DeleteRecords
+                // removed (Kafka answers with that deleted record; kaas with
+                // the largest it still has, see docs/oracle.md).
+                None => self.scan_max_record(segment, start)?,
+            };
+            if let Some(found) = found {
+                if best.is_none_or(|(_, ts)| found.1 > ts) {
+                    best = Some(found);
+                }
             }
         }
-        let Some(segment) = best else {
-            return Ok(None);
-        };
+        Ok(best)
+    }
+
+    /// The first record at or after `start` carrying `segment`'s maximum
+    /// timestamp, found through the index; `None` if every record with it
+    /// is below `start`.
+    fn segment_max_record(&self, segment: &Segment, start: i64) -> io::Result<Option<(i64, i64)>> {
         let ts = segment.max_timestamp;
         let floor = segment.index.floor_for_timestamp(ts)?;
         let found = segment.find_batch(floor, self.read_chunk(), |b| {
             b.max_timestamp() >= ts && b.last_offset() >= start
         })?;
-        Ok(found.map(|(_, batch)| first_record_at_or_after(&batch, ts, start)))
+        Ok(found
+            .map(|(_, batch)| first_record_at_or_after(&batch, ts, start))
+            .filter(|&(_, found_ts)| found_ts >= ts))
+    }
+
+    /// The record with the largest timestamp at or after `start` in
+    /// `segment`, read batch by batch from `start`: the slow path, taken
+    /// only when the segment's own maximum was deleted.
+    fn scan_max_record(&self, segment: &Segment, start: i64) -> io::Result<Option<(i64, i64)>> {
+        let relative = u32::try_from(start.saturating_sub(segment.base_offset)).unwrap_or(0);
+        let floor = segment.index.floor_for_offset(relative)?;
+        let mut best: Option<(i64, i64)> = None;
+        segment.find_batch(floor, self.read_chunk(), |b| {
+            if b.last_offset() >= start && best.is_none_or(|(_, ts)| b.max_timestamp() > ts) {
+                if let Some(found) = max_record_at_or_after(b, start) {
+                    if best.is_none_or(|(_, ts)| found.1 > ts) {
+                        best = Some(found);
+                    }
+                }
+            }
+            false
+        })?;
+        Ok(best)
     }
 
     // ---------------------------------------------------------------- delete
@@ -533,6 +574,30 @@ pub fn remove_segments(volume: &dyn Volume, dir: &str, bases: &[i64]) -> io::Res
 
 /// `(offset, timestamp)` of the first record at or after `min_offset` whose
 /// timestamp is `>= timestamp`, in a batch whose max timestamp qualifies.
+/// `(offset, timestamp)` of the earliest record of `batch` with the largest
+/// timestamp among those at or after `min_offset`. A batch whose records
+/// cannot be read one by one (compressed, or stamped at append) answers
+/// with its own maximum, as the index does.
+fn max_record_at_or_after(batch: &RecordBatch, min_offset: i64) -> Option<(i64, i64)> {
+    let fallback = Some((batch.base_offset().max(min_offset), batch.max_timestamp()));
+    if batch.compression() != Compression::None
+        || batch.timestamp_type() == TimestampType::LogAppendTime
+    {
+        return fallback;
+    }
+    let mut best: Option<(i64, i64)> = None;
+    for record in batch.records() {
+        match record {
+            Ok(r) if r.offset >= min_offset && best.is_none_or(|(_, ts)| r.timestamp > ts) => {
+                best = Some((r.offset, r.timestamp));
+            }
+            Ok(_) => {}
+            Err(_) => return fallback,
+        }
+    }
+    best
+}
+
 fn first_record_at_or_after(batch: &RecordBatch, timestamp: i64, min_offset: i64) -> (i64, i64) {
     let fallback = (batch.base_offset().max(min_offset), batch.max_timestamp());
     if batch.compression() != Compression::None

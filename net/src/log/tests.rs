@@ -475,6 +475,25 @@ fn max_timestamp_picks_the_earliest_record_with_the_largest_timestamp() {
 }
 
 #[test]
+fn max_timestamp_counts_only_records_at_or_after_the_log_start() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    log.append_batch(&batch(2, 500, 1)).unwrap(); // 500, 501 at 0..=1
+    log.append_batch(&batch(2, 20, 1)).unwrap(); // 20, 21 at 2..=3
+    assert_eq!(log.max_timestamp().unwrap(), Some((1, 501)));
+    assert_eq!(delete_before(&fx, &mut log, 1).unwrap(), 1);
+    assert_eq!(log.max_timestamp().unwrap(), Some((1, 501)));
+    assert_eq!(delete_before(&fx, &mut log, 2).unwrap(), 2);
+    assert_eq!(
+        log.max_timestamp().unwrap(),
+        Some((3, 21)),
+        "the largest timestamp still in the log, not the deleted 501"
+    );
+    assert_eq!(delete_before(&fx, &mut log, 4).unwrap(), 4);
+    assert_eq!(log.max_timestamp().unwrap(), None);
+}
+
+#[test]
 fn delete_records_before_moves_the_start_and_drops_whole_segments() {
     let fx = Fixture::new();
     let mut log = fx.open(small_segments());
