@@ -317,7 +317,7 @@ async fn serve_connection<S>(
                         "ignoring trailing request bytes"
                     );
                 }
-                let outcome = handlers::dispatch(broker, &header, body).await;
+                let outcome = handlers::dispatch(broker, &header, body, peer).await;
                 (header, outcome)
             }
             Err(e) => match e.header() {

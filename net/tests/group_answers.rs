@@ -418,3 +418,31 @@ async fn group_answers_carry_the_outcome_of_each_rule() {
         (code(ErrorCode::GroupIdNotFound), Vec::new())
     );
 }
+
+/// DescribeGroups shows where each member connects from, in Kafka's form
+/// ("/" and the address, as Java prints an InetAddress), and its client id:
+/// operators match members to machines by it, and the Java AdminClient
+/// passes it on as MemberDescription.host().
+#[tokio::test]
+async fn described_members_carry_their_client_host() {
+    let tb = support::start_broker(|c| c.group.initial_rebalance_delay_ms = 0).await;
+    let mut conn = Connection::connect(tb.addr).await.unwrap();
+    // v3 takes an empty member id at once (no MEMBER_ID_REQUIRED round trip).
+    let joined = join(&mut conn, 3, G, "").await;
+    assert_eq!(joined.error_code, 0);
+    let synced = sync(&mut conn, 3, &joined.member_id, joined.generation_id).await;
+    assert_eq!(synced.error_code, 0);
+    let req = RequestBody::DescribeGroups(DescribeGroupsRequest {
+        groups: vec![G.into()],
+        ..Default::default()
+    });
+    let members = match call(&mut conn, describe_groups_request::API_KEY, 5, req).await {
+        ResponseBody::DescribeGroups(r) => r.groups[0].members.clone(),
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0].member_id, joined.member_id);
+    assert_eq!(members[0].client_host, format!("/{}", tb.addr.ip()));
+    assert_eq!(members[0].client_host, "/127.0.0.1");
+    assert_eq!(members[0].client_id, kaas_net::client::DEFAULT_CLIENT_ID);
+}

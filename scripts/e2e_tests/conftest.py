@@ -2,9 +2,14 @@
 
 `kaas`          a fresh broker (temp data dir, ephemeral 127.0.0.1 port) per test.
 `kaas_factory`  start extra brokers with extra CLI args, e.g. ["--auto-create-topics", "false"].
+`kafka_ref`     Apache Kafka (scripts/kafka-ref), one node for the whole session, started
+                only when a selected test asks for it; skipped without Java (see kafka_ref.py).
+`kaas_or_kafka` parametrized over both: the test runs once against a fresh kaas broker
+                ("[kaas]" in its name) and once against the shared Kafka node ("[kafka]").
+                `.name` says which one it got. Kafka is shared: use unique topics and groups.
 
 Every broker a test started is ended at teardown, and when a test fails the tail of each
-of its brokers' logs is attached to the failure report (section "kaas broker log") and
+of its brokers' logs (Kafka's too) is attached to the failure report ("broker log") and
 its temp dir (data + broker.log) is kept. A broker that died on its own during a test, or
 did not exit 0 on SIGTERM at the end, fails the test's teardown.
 """
@@ -18,6 +23,7 @@ import uuid
 import pytest
 
 from kaas_broker import BrokerError, KaasBroker
+from kafka_ref import KafkaRef, missing_prerequisite
 
 _BROKERS_ATTR = "_kaas_brokers"
 _FAILED_ATTR = "_kaas_failed"
@@ -93,6 +99,44 @@ def kaas_factory(request):
         _finish(request, started)
 
 
+@pytest.fixture(scope="session")
+def kafka_ref(tmp_path_factory):
+    """The session's Apache Kafka node, with its own state file; stopped at session end."""
+    why = missing_prerequisite()
+    if why is not None:
+        pytest.skip("Apache Kafka cannot run here: %s" % why)
+    node = KafkaRef(tmp_path_factory.mktemp("kafka-ref") / "run.state")
+    try:
+        node.start()
+    except Exception as e:  # noqa: BLE001 - every Kafka-side test errors with the reason
+        pytest.fail("could not start Apache Kafka: %s" % e, pytrace=False)
+    print("\nApache Kafka started in %.1fs at %s" % (node.start_seconds, node.bootstrap))
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+# kaas configured as scripts/kafka-ref configures Kafka, where the two defaults differ:
+# Kafka's node runs with group.initial.rebalance.delay.ms=0 (the default is 3 s).
+KAAS_AS_KAFKA_REF = ["--group-initial-rebalance-delay-ms", "0"]
+
+
+@pytest.fixture(params=["kaas", "kafka"])
+def kaas_or_kafka(request):
+    """A fresh kaas broker, or the session's Kafka node: the same test, both brokers."""
+    if request.param == "kaas":
+        broker = _start(request, extra_args=KAAS_AS_KAFKA_REF)
+        try:
+            yield broker
+        finally:
+            _finish(request, [broker])
+    else:
+        node = request.getfixturevalue("kafka_ref")
+        _register(request, node)  # its log tail goes into this test's failure report
+        yield node
+
+
 @pytest.fixture
 def topic_name(request):
     """A topic name unique to this test (letters, digits, '-', '_', '.')."""
@@ -114,7 +158,7 @@ def pytest_runtest_makereport(item, call):
     for b in brokers:
         report.sections.append(
             (
-                "kaas broker log (%s, %s, %s, last %d lines)"
+                "broker log (%s, %s, %s, last %d lines)"
                 % (b.name, b.bootstrap if b.port else "-", b.log_path, lines),
                 b.log_tail(lines),
             )

@@ -7,6 +7,7 @@ use crate::entropy;
 use kaas_core::group::{JoinError, JoinRequest, Protocol};
 use kaas_core::protocol::messages::join_group_response::JoinGroupResponseMember;
 use kaas_core::protocol::messages::{JoinGroupRequest, JoinGroupResponse};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub async fn handle(
@@ -14,15 +15,16 @@ pub async fn handle(
     req: JoinGroupRequest,
     version: i16,
     client_id: &str,
+    peer: SocketAddr,
 ) -> JoinGroupResponse {
     let join = JoinRequest {
         member_id: req.member_id,
         require_known_member_id: version >= 4 && req.group_instance_id.is_none(),
         instance_id: req.group_instance_id,
         client_id: client_id.to_string(),
-        // The peer address is not passed to handlers; DescribeGroups shows
-        // an empty host.
-        client_host: String::new(),
+        // As Kafka shows it (Java's InetAddress.toString() of the peer):
+        // "/127.0.0.1". DescribeGroups reports it as the member's host.
+        client_host: format!("/{}", peer.ip()),
         session_timeout_ms: req.session_timeout_ms,
         // v0 has no rebalance timeout: the session timeout served as both.
         rebalance_timeout_ms: if version == 0 {

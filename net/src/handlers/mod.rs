@@ -35,6 +35,7 @@ use crate::broker::{Broker, Partition};
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{ErrorCode, RequestBody, RequestError, RequestHeader, ResponseBody};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// The APIs kaas serves and the versions of each: (api key, min, max).
@@ -162,7 +163,14 @@ pub fn refuse(error: &RequestError) -> Outcome {
 
 /// Handles a request that `kaas_core::protocol::decode_request` decoded
 /// (so its API and version are ones we serve).
-pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, body: RequestBody) -> Outcome {
+/// `peer` is the client's address, which DescribeGroups shows as each
+/// member's host.
+pub async fn dispatch(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    body: RequestBody,
+    peer: SocketAddr,
+) -> Outcome {
     let version = header.api_version;
     let respond = |body| Outcome::Respond { body, version };
     match body {
@@ -215,7 +223,7 @@ pub async fn dispatch(broker: &Arc<Broker>, header: &RequestHeader, body: Reques
         RequestBody::JoinGroup(req) => {
             let client_id = header.client_id.as_deref().unwrap_or("");
             respond(ResponseBody::JoinGroup(
-                join_group::handle(broker, req, version, client_id).await,
+                join_group::handle(broker, req, version, client_id, peer).await,
             ))
         }
         RequestBody::SyncGroup(req) => respond(ResponseBody::SyncGroup(
