@@ -26,8 +26,10 @@ use rand::Rng;
 use scenarios::Scenario;
 use serde_json::Value;
 use session::{overlap, Session, Versions};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use transcript::{compare, Mismatch, Transcript, Verdict};
 
@@ -57,6 +59,9 @@ struct Args {
     seeds: u64,
     #[arg(long, default_value_t = 1)]
     from: u64,
+    /// Scenarios run at once (each against both brokers).
+    #[arg(long, default_value_t = 4)]
+    jobs: usize,
     /// Operations per generated sequence.
     #[arg(long, default_value_t = 40)]
     steps: usize,
@@ -111,54 +116,88 @@ async fn main() -> ExitCode {
     };
     let started = Instant::now();
     let mut tally = Tally::default();
-    if args.generated {
+    let jobs: Vec<Job> = if args.generated {
         let seeds: Vec<u64> = match args.seed {
             Some(s) => vec![s],
             None => (args.from..args.from + args.seeds).collect(),
         };
-        for seed in seeds {
-            let name = format!("generated/{seed}");
-            let (k, s) = runner
-                .run_both(&name, |sess| {
-                    Box::pin(generated::run(sess, seed, args.steps))
-                })
-                .await;
-            let verdict = compare(&name, &k, &s);
-            runner.report(
-                &name,
-                &k,
-                &s,
-                &verdict,
-                &format!(
+        seeds
+            .into_iter()
+            .map(|seed| Job {
+                name: format!("generated/{seed}"),
+                replay: format!(
                     "scripts/diff --generated --seed {seed} --steps {}",
                     args.steps
                 ),
-            );
-            tally.add(&verdict);
-        }
+                kind: JobKind::Generated {
+                    seed,
+                    steps: args.steps,
+                },
+            })
+            .collect()
     } else {
-        let all = scenarios::all();
-        let chosen: Vec<&Scenario> = all
-            .iter()
+        let chosen: Vec<Job> = scenarios::all()
+            .into_iter()
             .filter(|s| {
                 args.only.is_empty() || args.only.iter().any(|o| s.name.contains(o.as_str()))
+            })
+            .map(|s| Job {
+                name: s.name.to_owned(),
+                replay: format!("scripts/diff --only {}", s.name),
+                kind: JobKind::Written(s),
             })
             .collect();
         if chosen.is_empty() {
             eprintln!("kaas-diff: no scenario matches {:?}", args.only);
             return ExitCode::from(2);
         }
-        for scenario in chosen {
-            let (k, s) = runner.run_both(scenario.name, scenario.run).await;
-            let verdict = compare(scenario.name, &k, &s);
-            runner.report(
-                scenario.name,
-                &k,
-                &s,
-                &verdict,
-                &format!("scripts/diff --only {}", scenario.name),
-            );
+        chosen
+    };
+    let runner = Arc::new(runner);
+    let mut pending = jobs.into_iter().enumerate();
+    let mut running = tokio::task::JoinSet::new();
+    let mut done: BTreeMap<usize, (Job, Transcript, Transcript)> = BTreeMap::new();
+    let mut next_to_report = 0;
+    loop {
+        while running.len() < args.jobs.max(1) {
+            let Some((i, job)) = pending.next() else {
+                break;
+            };
+            let runner = Arc::clone(&runner);
+            running.spawn(async move {
+                let (k, s) = match &job.kind {
+                    JobKind::Written(sc) => runner.run_both(&job.name, sc.run).await,
+                    JobKind::Generated { seed, steps } => {
+                        let (seed, steps) = (*seed, *steps);
+                        runner
+                            .run_both(&job.name, move |sess| {
+                                Box::pin(generated::run(sess, seed, steps))
+                            })
+                            .await
+                    }
+                };
+                (i, job, k, s)
+            });
+        }
+        let Some(joined) = running.join_next().await else {
+            break;
+        };
+        match joined {
+            Ok((i, job, k, s)) => {
+                done.insert(i, (job, k, s));
+            }
+            Err(e) => {
+                eprintln!("kaas-diff: a scenario task failed: {e}");
+                return ExitCode::from(2);
+            }
+        }
+        // Report in the order the scenarios are listed, as soon as each
+        // one's predecessors are reported.
+        while let Some((job, k, s)) = done.remove(&next_to_report) {
+            let verdict = compare(&job.name, &k, &s);
+            runner.report(&job.name, &k, &s, &verdict, &job.replay);
             tally.add(&verdict);
+            next_to_report += 1;
         }
     }
     println!(
@@ -174,6 +213,19 @@ async fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// One scenario to run against both brokers.
+struct Job {
+    name: String,
+    /// The command that runs it again alone.
+    replay: String,
+    kind: JobKind,
+}
+
+enum JobKind {
+    Written(Scenario),
+    Generated { seed: u64, steps: usize },
 }
 
 #[derive(Default)]

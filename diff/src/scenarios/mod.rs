@@ -14,7 +14,7 @@ use crate::session::{Session, Step};
 use std::future::Future;
 use std::pin::Pin;
 
-pub type BoxedRun<'a> = Pin<Box<dyn Future<Output = Step> + 'a>>;
+pub type BoxedRun<'a> = Pin<Box<dyn Future<Output = Step> + Send + 'a>>;
 pub type Run = for<'a> fn(&'a mut Session) -> BoxedRun<'a>;
 
 pub struct Scenario {
