@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent / "e2e_tests"))
 
-from kaas_broker import KaasBroker, _die_with_parent  # noqa: E402
+from kaas_broker import BrokerError, KaasBroker, _die_with_parent  # noqa: E402
 
 KAFKA_REF = REPO / "scripts" / "kafka-ref"
 KAFKA_POM = REPO / "scripts" / "kafka_ref" / "pom.xml"
@@ -361,14 +361,17 @@ class Tools:
             "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records),
             "--group", "bench-compare-%s" % topic, "--timeout", "30000",
         ], label=label)
-        lines = [ln for ln in out.splitlines() if ln.strip()]
+        # A header line, then the figures; a WARNING line (timeout before the
+        # count was reached) may come between them.
         res = None
-        for i, ln in enumerate(lines[:-1]):
+        keys = None
+        for ln in out.splitlines():
+            fields = [f.strip() for f in ln.split(",")]
             if ln.startswith("start.time,"):
-                keys = [k.strip() for k in ln.split(",")]
-                vals = [v.strip() for v in lines[i + 1].split(",")]
-                if len(keys) == len(vals):
-                    res = dict(zip(keys, vals))
+                keys = fields
+            elif keys is not None and len(fields) == len(keys):
+                res = dict(zip(keys, fields))
+                keys = None
         if res is None:
             raise Failed("%s: no summary from ConsumerPerformance\n%s%s" % (label, tail(out), tail(err)))
         got = int(res["data.consumed.in.nMsg"])
@@ -553,7 +556,7 @@ def main(argv=None):
                         failures += in_threads([lambda: measure(name, broker, size)])
         if kaas.died_unexpectedly() is not None:
             failures.append("kaas exited (code %s); log tail:\n%s" % (kaas.died_unexpectedly(), kaas.log_tail(30)))
-    except Failed as e:
+    except (Failed, BrokerError, subprocess.SubprocessError, OSError) as e:
         failures.append(str(e))
     finally:
         tools.kill_all()
