@@ -159,8 +159,9 @@ def find_java():
     if not java and os.environ.get("JAVA_HOME") and os.access(os.path.join(os.environ["JAVA_HOME"], "bin", "java"), os.X_OK):
         java = os.path.join(os.environ["JAVA_HOME"], "bin", "java")
     java = java or shutil.which("java")
-    if not java:
-        raise Failed("java not found (Kafka's tools need Java 17 or newer; set KAAS_KAFKA_REF_JAVA)")
+    if not java or not os.access(java, os.X_OK):
+        raise Failed("java not found%s (Kafka's tools need Java 17 or newer; set KAAS_KAFKA_REF_JAVA)"
+                     % (": %s" % java if java else ""))
     return java
 
 
@@ -210,6 +211,7 @@ class KafkaNode:
         self.env = dict(os.environ, KAAS_KAFKA_REF_STATE=self.state)
         self.bootstrap = None
         self.proc = None
+        self.error = None
         self.lock = threading.Lock()
 
     def begin(self):
@@ -219,12 +221,18 @@ class KafkaNode:
 
     def ready(self):
         with self.lock:
-            if self.bootstrap is None:
-                out, _ = self.proc.communicate(timeout=180)
-                m = re.search(r"^bootstrap=(\S+)$", out, re.M)
+            if self.bootstrap is None and self.error is None:
+                try:
+                    out, _ = self.proc.communicate(timeout=180)
+                except subprocess.TimeoutExpired:
+                    out = ""
+                m = re.search(r"^bootstrap=(\S+)$", out or "", re.M)
                 if self.proc.returncode != 0 or not m:
-                    raise Failed("scripts/kafka-ref start failed (exit %d)" % self.proc.returncode)
-                self.bootstrap = m.group(1)
+                    self.error = "scripts/kafka-ref start failed (exit %s)" % self.proc.returncode
+                else:
+                    self.bootstrap = m.group(1)
+            if self.error is not None:
+                raise Failed(self.error)
             return self.bootstrap
 
     def stop(self):
