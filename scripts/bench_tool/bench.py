@@ -26,7 +26,11 @@ from kaas_broker import KaasBroker  # noqa: E402
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="scripts/bench --compare [--records-100b N] [--records-64k N] [--smoke] runs instead kaas\n"
+               "against Apache Kafka with Kafka's own ProducerPerformance and ConsumerPerformance\n"
+               "(scripts/bench_tool/compare.py; all its options: scripts/bench --compare --help).")
     ap.add_argument("messages", nargs="?", type=int, default=200_000, help="message count (default 200000)")
     ap.add_argument("--size", type=int, default=1024, help="value size in bytes (default 1024)")
     ap.add_argument("--partitions", type=int, default=3, help="topic partitions (default 3)")
