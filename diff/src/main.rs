@@ -13,6 +13,19 @@
 //! kaas-diff --list | --differences                                    what there is
 //! ```
 
+/// Sends `$body` at `$version` and takes the answer apart as
+/// `ResponseBody::$variant`; an answer of another API is written down at
+/// `$step` and ends the scenario. (A closed connection already ends it in
+/// `Session::call`.)
+macro_rules! call_as {
+    ($s:expr, $variant:ident, $version:expr, $body:expr, $step:expr) => {
+        match $s.call($version, $body).await? {
+            kaas_core::protocol::ResponseBody::$variant(r) => r,
+            _ => return Err($s.wrong_answer($step)),
+        }
+    };
+}
+
 mod differences;
 mod generated;
 mod observe;

@@ -102,9 +102,7 @@ impl Session {
             validate_only: false,
             ..Default::default()
         });
-        let ResponseBody::CreateTopics(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, CreateTopics, version, body, step);
         let code = r.topics.first().map_or(-100, |t| t.error_code);
         let partitions_seen = r.topics.first().map_or(-100, |t| t.num_partitions);
         self.observe(
@@ -236,9 +234,7 @@ impl Session {
             self.observe(step, json!("sent, no answer expected"));
             return Ok(());
         }
-        let ResponseBody::Produce(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, Produce, version, body, step);
         let p = r
             .responses
             .first()
@@ -296,9 +292,7 @@ impl Session {
             }],
             ..Default::default()
         });
-        let ResponseBody::Fetch(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, Fetch, version, body, step);
         let p = r
             .responses
             .first()
@@ -335,9 +329,7 @@ impl Session {
     ) -> Step<i64> {
         let version = self.version(list_offsets_request::API_KEY)?;
         let body = list_offsets_body(topic, partition, timestamp, isolation_level);
-        let ResponseBody::ListOffsets(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, ListOffsets, version, body, step);
         let p = r
             .topics
             .first()
@@ -366,9 +358,7 @@ impl Session {
     ) -> Step<Value> {
         let version = self.version(metadata_request::API_KEY)?;
         let body = metadata_body(Some(topics), auto_create);
-        let ResponseBody::Metadata(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, Metadata, version, body, step);
         let seen = self.metadata_topics(&r);
         self.observe(step, seen.clone());
         Ok(seen)
@@ -419,9 +409,7 @@ impl Session {
             timeout_ms: 10_000,
             ..Default::default()
         });
-        let ResponseBody::DeleteRecords(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, DeleteRecords, version, body, step);
         let p = r
             .topics
             .first()
@@ -451,9 +439,7 @@ impl Session {
         // writing down only the answer they act on.
         let mut tries = 0;
         let r = loop {
-            let ResponseBody::InitProducerId(r) = self.call(version, body.clone()).await? else {
-                return Err(self.wrong_answer(step));
-            };
+            let r = call_as!(self, InitProducerId, version, body.clone(), step);
             tries += 1;
             if !matches!(r.error_code, 14..=16) || tries >= 100 {
                 break r;
@@ -539,9 +525,7 @@ impl Session {
             }],
             ..Default::default()
         });
-        let ResponseBody::DescribeConfigs(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, DescribeConfigs, version, body, step);
         let res = r.results.first().cloned().unwrap_or_default();
         self.observe(
             step,
@@ -572,9 +556,7 @@ impl Session {
             validate_only: false,
             ..Default::default()
         });
-        let ResponseBody::CreatePartitions(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, CreatePartitions, version, body, step);
         let code = r.results.first().map_or(-100, |r| r.error_code);
         self.observe(step, json!({"error": err(code)}));
         Ok(code)
@@ -584,12 +566,13 @@ impl Session {
     /// its value is the broker's own, see docs/oracle.md).
     pub async fn leader_epoch(&mut self, topic: &str, partition: i32) -> Step<i32> {
         let version = self.latest_version(metadata_request::API_KEY)?;
-        let ResponseBody::Metadata(m) = self
-            .call(version, metadata_body(Some(&[topic]), false))
-            .await?
-        else {
-            return Err(self.wrong_answer("metadata"));
-        };
+        let m = call_as!(
+            self,
+            Metadata,
+            version,
+            metadata_body(Some(&[topic]), false),
+            "metadata"
+        );
         Ok(m.topics
             .first()
             .and_then(|t| t.partitions.iter().find(|p| p.partition_index == partition))
@@ -621,9 +604,7 @@ impl Session {
             }],
             ..Default::default()
         });
-        let ResponseBody::OffsetForLeaderEpoch(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, OffsetForLeaderEpoch, version, body, step);
         let p = r
             .topics
             .first()
@@ -656,9 +637,7 @@ impl Session {
             }],
             ..Default::default()
         });
-        let ResponseBody::DescribeProducers(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, DescribeProducers, version, body, step);
         let mut parts = Vec::new();
         for pr in r.topics.iter().flat_map(|t| t.partitions.iter()) {
             let mut producers = Vec::new();
@@ -678,6 +657,28 @@ impl Session {
             ));
         }
         self.observe(step, json!(sorted_by_index(parts.into_iter())));
+        Ok(())
+    }
+
+    /// DescribeCluster: its error, how many brokers, whether the controller
+    /// is one of them, whether there is a cluster id, how many are fenced.
+    pub async fn describe_cluster(&mut self, step: &str) -> Step {
+        let version = self.version(describe_cluster_request::API_KEY)?;
+        let body = RequestBody::DescribeCluster(DescribeClusterRequest {
+            endpoint_type: 1,
+            ..Default::default()
+        });
+        let r = call_as!(self, DescribeCluster, version, body, step);
+        self.observe(
+            step,
+            json!({
+                "error": err(r.error_code),
+                "brokers": r.brokers.len(),
+                "controller_is_a_broker": r.brokers.iter().any(|b| b.broker_id == r.controller_id),
+                "cluster_id_present": !r.cluster_id.is_empty(),
+                "fenced": r.brokers.iter().filter(|b| b.is_fenced).count(),
+            }),
+        );
         Ok(())
     }
 
@@ -702,9 +703,7 @@ impl Session {
             timeout_ms: 10_000,
             ..Default::default()
         });
-        let ResponseBody::DeleteTopics(r) = self.call(version, body).await? else {
-            return Err(self.wrong_answer(step));
-        };
+        let r = call_as!(self, DeleteTopics, version, body, step);
         let code = r.responses.first().map_or(-100, |t| t.error_code);
         self.observe(step, json!({"error": err(code)}));
         if code == 0 {

@@ -7,7 +7,7 @@ use crate::observe::err;
 use crate::ops::{plain_batch, TOPIC_KEYS};
 use crate::session::{Session, Step};
 use kaas_core::protocol::messages::*;
-use kaas_core::protocol::{RequestBody, ResponseBody, Uuid};
+use kaas_core::protocol::{RequestBody, Uuid};
 use serde_json::json;
 
 pub fn scenarios() -> Vec<Scenario> {
@@ -97,9 +97,7 @@ async fn create_named(s: &mut Session, step: &str, name: &str) -> Step<i16> {
         timeout_ms: 10_000,
         ..Default::default()
     });
-    let ResponseBody::CreateTopics(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, CreateTopics, version, body, step);
     let code = r.topics.first().map_or(-100, |t| t.error_code);
     s.observe(step, json!({"error": err(code)}));
     Ok(code)
@@ -154,9 +152,7 @@ async fn replication_factors(s: &mut Session) -> Step {
             ..Default::default()
         });
         let step = format!("replication factor {rf}");
-        let ResponseBody::CreateTopics(r) = s.call(version, body).await? else {
-            return Err(s.wrong_answer(&step));
-        };
+        let r = call_as!(s, CreateTopics, version, body, &step);
         let t = r.topics.first().cloned().unwrap_or_default();
         s.observe(
             step,
@@ -198,9 +194,7 @@ async fn validate_only(s: &mut Session) -> Step {
         validate_only: true,
         ..Default::default()
     });
-    let ResponseBody::CreateTopics(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer("validate"));
-    };
+    let r = call_as!(s, CreateTopics, version, body, "validate");
     let res = r.topics.first().cloned().unwrap_or_default();
     s.observe(
         "validate only",
@@ -241,9 +235,7 @@ async fn delete_topics(s: &mut Session) -> Step {
         timeout_ms: 10_000,
         ..Default::default()
     });
-    let ResponseBody::DeleteTopics(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer("delete by name"));
-    };
+    let r = call_as!(s, DeleteTopics, version, body, "delete by name");
     let mut seen: Vec<_> = r
         .responses
         .iter()
@@ -268,9 +260,7 @@ async fn delete_topics(s: &mut Session) -> Step {
             timeout_ms: 10_000,
             ..Default::default()
         });
-        let ResponseBody::DeleteTopics(r) = s.call(version, body).await? else {
-            return Err(s.wrong_answer("delete by id"));
-        };
+        let r = call_as!(s, DeleteTopics, version, body, "delete by id");
         let mut seen: Vec<_> = r
             .responses
             .iter()
@@ -355,9 +345,7 @@ async fn metadata_auto_create(s: &mut Session) -> Step {
     // leader, kaas NONE at once; what a client ends up with is the same.
     let version = s.version(metadata_request::API_KEY)?;
     let body = crate::ops::metadata_body(Some(&[&yes]), true);
-    let ResponseBody::Metadata(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer("auto-create"));
-    };
+    let r = call_as!(s, Metadata, version, body, "auto-create");
     let code = r.topics.first().map_or(-100, |t| t.error_code);
     s.observe("auto-create answered", err(code));
     s.wait_ready(&yes, 1).await?;
@@ -369,9 +357,7 @@ async fn metadata_all(s: &mut Session) -> Step {
     let a = s.create_topic("a", 2).await?;
     let version = s.version(metadata_request::API_KEY)?;
     let body = crate::ops::metadata_body(None, false);
-    let ResponseBody::Metadata(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer("all topics"));
-    };
+    let r = call_as!(s, Metadata, version, body, "all topics");
     let found = r
         .topics
         .iter()
@@ -390,25 +376,7 @@ async fn metadata_all(s: &mut Session) -> Step {
 }
 
 async fn describe_cluster(s: &mut Session) -> Step {
-    let version = s.version(describe_cluster_request::API_KEY)?;
-    let body = RequestBody::DescribeCluster(DescribeClusterRequest {
-        endpoint_type: 1,
-        ..Default::default()
-    });
-    let ResponseBody::DescribeCluster(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer("describe cluster"));
-    };
-    s.observe(
-        "describe cluster",
-        json!({
-            "error": err(r.error_code),
-            "brokers": r.brokers.len(),
-            "controller_is_a_broker": r.brokers.iter().any(|b| b.broker_id == r.controller_id),
-            "cluster_id_present": !r.cluster_id.is_empty(),
-            "fenced": r.brokers.iter().filter(|b| b.is_fenced).count(),
-        }),
-    );
-    Ok(())
+    s.describe_cluster("describe cluster").await
 }
 
 async fn offset_for_leader_epoch(s: &mut Session) -> Step {

@@ -24,7 +24,7 @@ pub fn scenarios() -> Vec<Scenario> {
         scenario!("groups/standalone-offsets", "commit and fetch offsets without group membership", standalone_offsets),
         scenario!("groups/member-commit", "commits checked against member and generation", member_commit),
         scenario!("groups/describe-list-delete", "a group through Stable, Empty and Dead, as DescribeGroups, ListGroups and DeleteGroups see it", describe_list_delete),
-        scenario!("groups/offset-delete", "OffsetDelete refuses topics the group consumes", offset_delete),
+        scenario!("groups/offset-delete", "OffsetDelete refuses topics the group consumes", offset_delete_refuses_subscribed),
     ]
 }
 
@@ -117,9 +117,7 @@ async fn join(s: &mut Session, step: &str, j: &Join<'_>) -> Step<Joined> {
         reason: None,
         ..Default::default()
     });
-    let ResponseBody::JoinGroup(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, JoinGroup, version, body, step);
     let member = s.alias("member", &r.member_id);
     let leader = s.alias("member", &r.leader);
     let mut members: Vec<Value> = Vec::new();
@@ -186,9 +184,7 @@ pub(super) async fn sync(
             .collect(),
         ..Default::default()
     });
-    let ResponseBody::SyncGroup(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, SyncGroup, version, body, step);
     let got = ConsumerProtocolAssignment::decode(
         &mut kaas_core::protocol::Reader::new(r.assignment.slice(2.min(r.assignment.len())..)),
         0,
@@ -202,6 +198,20 @@ pub(super) async fn sync(
     .ok();
     s.observe(step, json!({"error": err(r.error_code), "assignment": got}));
     Ok(r.error_code)
+}
+
+/// SyncGroup of a group's only member, its leader, assigning itself
+/// `partitions` of `topic`.
+pub(super) async fn sync_alone(
+    s: &mut Session,
+    step: &str,
+    group: &str,
+    topic: &str,
+    member: &Joined,
+    partitions: &[i32],
+) -> Step<i16> {
+    let assigned = [(member.member.as_str(), assignment(topic, partitions))];
+    sync(s, step, group, member.generation, &member.member, &assigned).await
 }
 
 pub(super) async fn heartbeat(
@@ -220,9 +230,7 @@ pub(super) async fn heartbeat(
         group_instance_id: instance.map(str::to_owned),
         ..Default::default()
     });
-    let ResponseBody::Heartbeat(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, Heartbeat, version, body, step);
     s.observe(step, json!({"error": err(r.error_code)}));
     Ok(r.error_code)
 }
@@ -240,9 +248,7 @@ pub(super) async fn leave(s: &mut Session, step: &str, group: &str, member: &str
         }],
         ..Default::default()
     });
-    let ResponseBody::LeaveGroup(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, LeaveGroup, version, body, step);
     let members: Vec<_> = r.members.iter().map(|m| err(m.error_code)).collect();
     s.observe(
         step,
@@ -287,9 +293,7 @@ pub(crate) async fn commit(
         }],
         ..Default::default()
     });
-    let ResponseBody::OffsetCommit(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, OffsetCommit, version, body, step);
     let mut parts: Vec<_> = r
         .topics
         .iter()
@@ -340,9 +344,7 @@ pub(crate) async fn fetch_offsets(
             ..Default::default()
         })
     };
-    let ResponseBody::OffsetFetch(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, OffsetFetch, version, body, step);
     let mut parts = Vec::new();
     let mut error = r.error_code;
     for g in &r.groups {
@@ -466,12 +468,13 @@ async fn find_coordinator_scenario_step(
     key_type: i8,
 ) -> Step {
     let version = s.version(find_coordinator_request::API_KEY)?;
-    let ResponseBody::FindCoordinator(r) = s
-        .call(version, find_coordinator(key, key_type, version))
-        .await?
-    else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(
+        s,
+        FindCoordinator,
+        version,
+        find_coordinator(key, key_type, version),
+        step
+    );
     let (code, node) = if version >= 4 {
         r.coordinators
             .first()
@@ -522,15 +525,7 @@ async fn unknown_member(s: &mut Session) -> Step {
     let (t, g) = setup(s, 1).await?;
     heartbeat(s, "heartbeat, group unknown", &g, 1, "nobody", None).await?;
     let j = join_new(s, "join", &Join::new(&g, &t)).await?;
-    sync(
-        s,
-        "sync",
-        &g,
-        j.generation,
-        &j.member,
-        &[(&j.member, assignment(&t, &[0]))],
-    )
-    .await?;
+    sync_alone(s, "sync", &g, &t, &j, &[0]).await?;
     heartbeat(
         s,
         "heartbeat, member unknown",
@@ -557,15 +552,7 @@ async fn illegal_generation(s: &mut Session) -> Step {
         &[],
     )
     .await?;
-    sync(
-        s,
-        "sync",
-        &g,
-        j.generation,
-        &j.member,
-        &[(&j.member, assignment(&t, &[0]))],
-    )
-    .await?;
+    sync_alone(s, "sync", &g, &t, &j, &[0]).await?;
     heartbeat(
         s,
         "heartbeat, wrong generation",
@@ -603,15 +590,7 @@ async fn static_replaced(s: &mut Session) -> Step {
     let mut spec = Join::new(&g, &t);
     spec.instance = Some("instance-1".into());
     let first = join(s, "join static", &spec).await?;
-    sync(
-        s,
-        "sync",
-        &g,
-        first.generation,
-        &first.member,
-        &[(&first.member, assignment(&t, &[0]))],
-    )
-    .await?;
+    sync_alone(s, "sync", &g, &t, &first, &[0]).await?;
     let second = join(s, "rejoin static, no member id", &spec).await?;
     heartbeat(
         s,
@@ -639,15 +618,7 @@ async fn rebalance_timeout(s: &mut Session) -> Step {
     let mut spec = Join::new(&g, &t);
     spec.rebalance_ms = 1500;
     let a = join_new(s, "a joins", &spec).await?;
-    sync(
-        s,
-        "a syncs",
-        &g,
-        a.generation,
-        &a.member,
-        &[(&a.member, assignment(&t, &[0, 1]))],
-    )
-    .await?;
+    sync_alone(s, "a syncs", &g, &t, &a, &[0, 1]).await?;
     // b joins from a second connection; its JoinGroup waits for a.
     let mut side = s.side();
     let b_spec = spec.clone();
@@ -697,15 +668,7 @@ async fn two_members(s: &mut Session) -> Step {
     let (t, g) = setup(s, 2).await?;
     let spec = Join::new(&g, &t);
     let a = join_new(s, "a joins", &spec).await?;
-    sync(
-        s,
-        "a syncs",
-        &g,
-        a.generation,
-        &a.member,
-        &[(&a.member, assignment(&t, &[0, 1]))],
-    )
-    .await?;
+    sync_alone(s, "a syncs", &g, &t, &a, &[0, 1]).await?;
     let mut side = s.side();
     let b_spec = spec.clone();
     let b_join = async move {
@@ -742,15 +705,7 @@ async fn session_timeout_bounds(s: &mut Session) -> Step {
 async fn inconsistent_protocol(s: &mut Session) -> Step {
     let (t, g) = setup(s, 1).await?;
     let a = join_new(s, "a joins", &Join::new(&g, &t)).await?;
-    sync(
-        s,
-        "a syncs",
-        &g,
-        a.generation,
-        &a.member,
-        &[(&a.member, assignment(&t, &[0]))],
-    )
-    .await?;
+    sync_alone(s, "a syncs", &g, &t, &a, &[0]).await?;
     let mut other_type = Join::new(&g, &t);
     other_type.protocol_type = "connect";
     join_new(s, "b with protocol type connect", &other_type).await?;
@@ -803,15 +758,7 @@ async fn standalone_offsets(s: &mut Session) -> Step {
 async fn member_commit(s: &mut Session) -> Step {
     let (t, g) = setup(s, 1).await?;
     let j = join_new(s, "join", &Join::new(&g, &t)).await?;
-    sync(
-        s,
-        "sync",
-        &g,
-        j.generation,
-        &j.member,
-        &[(&j.member, assignment(&t, &[0]))],
-    )
-    .await?;
+    sync_alone(s, "sync", &g, &t, &j, &[0]).await?;
     commit(
         s,
         "commit as the member",
@@ -852,9 +799,7 @@ pub(super) async fn describe(s: &mut Session, step: &str, group: &str) -> Step {
         groups: vec![group.into()],
         ..Default::default()
     });
-    let ResponseBody::DescribeGroups(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, DescribeGroups, version, body, step);
     let g = r.groups.first().cloned().unwrap_or_default();
     let mut members = Vec::new();
     for m in &g.members {
@@ -882,9 +827,7 @@ pub(super) async fn describe(s: &mut Session, step: &str, group: &str) -> Step {
 pub(super) async fn list_has(s: &mut Session, step: &str, group: &str) -> Step {
     let version = s.version(list_groups_request::API_KEY)?;
     let body = RequestBody::ListGroups(ListGroupsRequest::default());
-    let ResponseBody::ListGroups(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, ListGroups, version, body, step);
     let found: Vec<_> = r
         .groups
         .iter()
@@ -901,9 +844,7 @@ pub(super) async fn delete_group(s: &mut Session, step: &str, group: &str) -> St
         groups_names: vec![group.into()],
         ..Default::default()
     });
-    let ResponseBody::DeleteGroups(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer(step));
-    };
+    let r = call_as!(s, DeleteGroups, version, body, step);
     let codes: Vec<_> = r.results.iter().map(|g| err(g.error_code)).collect();
     s.observe(step, json!(codes));
     Ok(())
@@ -914,15 +855,7 @@ async fn describe_list_delete(s: &mut Session) -> Step {
     let mut spec = Join::new(&g, &t);
     spec.instance = Some("instance-1".into());
     let j = join(s, "join static", &spec).await?;
-    sync(
-        s,
-        "sync",
-        &g,
-        j.generation,
-        &j.member,
-        &[(&j.member, assignment(&t, &[0]))],
-    )
-    .await?;
+    sync_alone(s, "sync", &g, &t, &j, &[0]).await?;
     describe(s, "describe stable", &g).await?;
     list_has(s, "listed stable", &g).await?;
     delete_group(s, "delete while it has members", &g).await?;
@@ -937,9 +870,7 @@ async fn describe_list_delete(s: &mut Session) -> Step {
         }],
         ..Default::default()
     });
-    let ResponseBody::LeaveGroup(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer("leave"));
-    };
+    let r = call_as!(s, LeaveGroup, version, body, "leave");
     let members: Vec<_> = r.members.iter().map(|m| err(m.error_code)).collect();
     s.observe(
         "static member leaves",
@@ -954,19 +885,11 @@ async fn describe_list_delete(s: &mut Session) -> Step {
     Ok(())
 }
 
-async fn offset_delete(s: &mut Session) -> Step {
+async fn offset_delete_refuses_subscribed(s: &mut Session) -> Step {
     let (t, g) = setup(s, 1).await?;
     let other = s.create_topic("other", 1).await?;
     let j = join_new(s, "join, subscribed to t", &Join::new(&g, &t)).await?;
-    sync(
-        s,
-        "sync",
-        &g,
-        j.generation,
-        &j.member,
-        &[(&j.member, assignment(&t, &[0]))],
-    )
-    .await?;
+    sync_alone(s, "sync", &g, &t, &j, &[0]).await?;
     commit(s, "commit t", &g, j.generation, &j.member, &t, &[(0, 2)]).await?;
     commit(
         s,
@@ -978,37 +901,38 @@ async fn offset_delete(s: &mut Session) -> Step {
         &[(0, 3)],
     )
     .await?;
+    offset_delete(s, "delete t's offset", &g, &t).await?;
+    offset_delete(s, "delete other's offset", &g, &other).await?;
+    fetch_offsets(s, "what is left", &g, None).await?;
+    Ok(())
+}
+
+/// OffsetDelete of partition 0 of `topic`; observes the group's error and
+/// the partition's.
+pub(super) async fn offset_delete(s: &mut Session, step: &str, group: &str, topic: &str) -> Step {
     let version = s.version(offset_delete_request::API_KEY)?;
-    for (step, topic) in [
-        ("delete t's offset", t.as_str()),
-        ("delete other's offset", other.as_str()),
-    ] {
-        let body = RequestBody::OffsetDelete(OffsetDeleteRequest {
-            group_id: g.clone(),
-            topics: vec![offset_delete_request::OffsetDeleteRequestTopic {
-                name: topic.into(),
-                partitions: vec![offset_delete_request::OffsetDeleteRequestPartition {
-                    partition_index: 0,
-                    ..Default::default()
-                }],
+    let body = RequestBody::OffsetDelete(OffsetDeleteRequest {
+        group_id: group.into(),
+        topics: vec![offset_delete_request::OffsetDeleteRequestTopic {
+            name: topic.into(),
+            partitions: vec![offset_delete_request::OffsetDeleteRequestPartition {
+                partition_index: 0,
                 ..Default::default()
             }],
             ..Default::default()
-        });
-        let ResponseBody::OffsetDelete(r) = s.call(version, body).await? else {
-            return Err(s.wrong_answer(step));
-        };
-        let parts: Vec<_> = r
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .map(|p| err(p.error_code))
-            .collect();
-        s.observe(
-            step,
-            json!({"error": err(r.error_code), "partitions": parts}),
-        );
-    }
-    fetch_offsets(s, "what is left", &g, None).await?;
+        }],
+        ..Default::default()
+    });
+    let r = call_as!(s, OffsetDelete, version, body, step);
+    let parts: Vec<_> = r
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| err(p.error_code))
+        .collect();
+    s.observe(
+        step,
+        json!({"error": err(r.error_code), "partitions": parts}),
+    );
     Ok(())
 }

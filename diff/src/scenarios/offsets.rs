@@ -45,6 +45,14 @@ pub fn scenarios() -> Vec<Scenario> {
     ]
 }
 
+/// Produces one batch whose records carry `times` (relative to t0), the
+/// first being the partition's record number `first`.
+async fn produce_times(s: &mut Session, t: &str, first: i64, times: &[i64]) -> Step {
+    let step = format!("produce times {times:?}");
+    let batch = batch_with_times(s.t0, first, times);
+    s.produce(&step, t, 0, batch, -1).await
+}
+
 /// A batch whose records carry these timestamps (relative to t0).
 fn batch_with_times(t0: i64, first: i64, times: &[i64]) -> bytes::Bytes {
     let mut b = BatchBuilder::new();
@@ -74,22 +82,8 @@ async fn empty(s: &mut Session) -> Step {
 
 async fn by_timestamp(s: &mut Session) -> Step {
     let t = s.create_topic("t", 1).await?;
-    s.produce(
-        "times 0..3",
-        &t,
-        0,
-        batch_with_times(s.t0, 0, &[0, 10, 20]),
-        -1,
-    )
-    .await?;
-    s.produce(
-        "times 30..5",
-        &t,
-        0,
-        batch_with_times(s.t0, 3, &[30, 40]),
-        -1,
-    )
-    .await?;
+    produce_times(s, &t, 0, &[0, 10, 20]).await?;
+    produce_times(s, &t, 3, &[30, 40]).await?;
     for rel in [-5, 0, 5, 10, 25, 40, 41] {
         s.list_offset(&format!("time t0{rel:+}"), &t, 0, s.t0 + rel, 0)
             .await?;
@@ -100,24 +94,9 @@ async fn by_timestamp(s: &mut Session) -> Step {
 
 async fn out_of_order(s: &mut Session) -> Step {
     let t = s.create_topic("t", 1).await?;
-    s.produce(
-        "times 50, 10, 30",
-        &t,
-        0,
-        batch_with_times(s.t0, 0, &[50, 10, 30]),
-        -1,
-    )
-    .await?;
-    s.produce(
-        "times 20, 60",
-        &t,
-        0,
-        batch_with_times(s.t0, 3, &[20, 60]),
-        -1,
-    )
-    .await?;
-    s.produce("time 5", &t, 0, batch_with_times(s.t0, 5, &[5]), -1)
-        .await?;
+    produce_times(s, &t, 0, &[50, 10, 30]).await?;
+    produce_times(s, &t, 3, &[20, 60]).await?;
+    produce_times(s, &t, 5, &[5]).await?;
     for rel in [0, 15, 25, 55, 61] {
         s.list_offset(&format!("time t0+{rel}"), &t, 0, s.t0 + rel, 0)
             .await?;
@@ -128,14 +107,7 @@ async fn out_of_order(s: &mut Session) -> Step {
 
 async fn special(s: &mut Session) -> Step {
     let t = s.create_topic("t", 1).await?;
-    s.produce(
-        "times 0..3",
-        &t,
-        0,
-        batch_with_times(s.t0, 0, &[0, 10, 20]),
-        -1,
-    )
-    .await?;
+    produce_times(s, &t, 0, &[0, 10, 20]).await?;
     for ts in [-3, -4, -5] {
         s.list_offset(&format!("timestamp {ts}"), &t, 0, ts, 0)
             .await?;
@@ -153,22 +125,8 @@ async fn unknown_partition(s: &mut Session) -> Step {
 
 async fn after_delete(s: &mut Session) -> Step {
     let t = s.create_topic("t", 1).await?;
-    s.produce(
-        "times 0..3",
-        &t,
-        0,
-        batch_with_times(s.t0, 0, &[0, 10, 20]),
-        -1,
-    )
-    .await?;
-    s.produce(
-        "times 30..5",
-        &t,
-        0,
-        batch_with_times(s.t0, 3, &[30, 40]),
-        -1,
-    )
-    .await?;
+    produce_times(s, &t, 0, &[0, 10, 20]).await?;
+    produce_times(s, &t, 3, &[30, 40]).await?;
     s.delete_records("delete before 4", &t, 0, 4).await?;
     s.list_offset("earliest", &t, 0, -2, 0).await?;
     s.list_offset("time t0+0", &t, 0, s.t0, 0).await?;
@@ -178,22 +136,8 @@ async fn after_delete(s: &mut Session) -> Step {
 
 async fn max_timestamp_deleted(s: &mut Session) -> Step {
     let t = s.create_topic("t", 1).await?;
-    s.produce(
-        "times 50, 10",
-        &t,
-        0,
-        batch_with_times(s.t0, 0, &[50, 10]),
-        -1,
-    )
-    .await?;
-    s.produce(
-        "times 20, 30",
-        &t,
-        0,
-        batch_with_times(s.t0, 2, &[20, 30]),
-        -1,
-    )
-    .await?;
+    produce_times(s, &t, 0, &[50, 10]).await?;
+    produce_times(s, &t, 2, &[20, 30]).await?;
     s.delete_records("delete before 2", &t, 0, 2).await?;
     s.list_offset("max timestamp", &t, 0, -3, 0).await?;
     s.list_offset("time t0+15", &t, 0, s.t0 + 15, 0).await?;

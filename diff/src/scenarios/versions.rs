@@ -7,15 +7,15 @@
 //! a producer's for InitProducerId and DescribeProducers.
 
 use super::groups::{
-    assignment, commit, coordinator_ready, delete_group, describe, fetch_offsets, heartbeat,
-    join_new, leave, list_has, sync, Join,
+    commit, coordinator_ready, delete_group, describe, fetch_offsets, heartbeat, join_new, leave,
+    list_has, offset_delete, sync_alone, Join,
 };
 use super::Scenario;
 use crate::observe::err;
 use crate::ops::{idempotent_batch, plain_batch, FetchSpec, TOPIC_KEYS};
 use crate::session::{Session, Step};
 use kaas_core::protocol::messages::*;
-use kaas_core::protocol::{RequestBody, ResponseBody};
+use kaas_core::protocol::RequestBody;
 use serde_json::json;
 
 /// The APIs whose schemas kaas's codec has: beyond these, an API is only
@@ -183,9 +183,7 @@ async fn api_versions(s: &mut Session) -> Step {
             client_software_version: "0".into(),
             ..Default::default()
         });
-        let ResponseBody::ApiVersions(r) = s.call(version, body).await? else {
-            return Err(s.wrong_answer("api versions"));
-        };
+        let r = call_as!(s, ApiVersions, version, body, "api versions");
         s.observe(
             format!("ApiVersions v{version}"),
             json!({"error": err(r.error_code), "apis": r.api_keys.len() > 20}),
@@ -255,24 +253,8 @@ async fn topic_cycle(s: &mut Session, short: &str) -> Step {
         s.wait_ready(&t, 3).await?;
     }
     s.metadata("three partitions", &[&t], false).await?;
-    describe_cluster(s).await?;
+    s.describe_cluster("describe cluster").await?;
     s.delete_topic("delete", &t).await?;
-    Ok(())
-}
-
-async fn describe_cluster(s: &mut Session) -> Step {
-    let version = s.version(describe_cluster_request::API_KEY)?;
-    let body = RequestBody::DescribeCluster(DescribeClusterRequest {
-        endpoint_type: 1,
-        ..Default::default()
-    });
-    let ResponseBody::DescribeCluster(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer("describe cluster"));
-    };
-    s.observe(
-        "describe cluster",
-        json!({"error": err(r.error_code), "brokers": r.brokers.len()}),
-    );
     Ok(())
 }
 
@@ -282,47 +264,16 @@ async fn group_cycle(s: &mut Session, short: &str) -> Step {
     let g = s.name(&format!("{short}-g"));
     coordinator_ready(s, &g).await?;
     let j = join_new(s, "join", &Join::new(&g, &t)).await?;
-    let a = assignment(&t, &[0]);
-    sync(s, "sync", &g, j.generation, &j.member, &[(&j.member, a)]).await?;
+    sync_alone(s, "sync", &g, &t, &j, &[0]).await?;
     heartbeat(s, "heartbeat", &g, j.generation, &j.member, None).await?;
     commit(s, "commit", &g, j.generation, &j.member, &t, &[(0, 1)]).await?;
     fetch_offsets(s, "fetch offsets", &g, Some((&t, &[0]))).await?;
     describe(s, "describe", &g).await?;
     list_has(s, "list", &g).await?;
-    offset_delete(s, &g, &t).await?;
+    offset_delete(s, "offset delete", &g, &t).await?;
     leave(s, "leave", &g, &j.member).await?;
-    offset_delete(s, &g, &t).await?;
+    offset_delete(s, "offset delete", &g, &t).await?;
     delete_group(s, "delete group", &g).await?;
-    Ok(())
-}
-
-async fn offset_delete(s: &mut Session, group: &str, topic: &str) -> Step {
-    let version = s.version(offset_delete_request::API_KEY)?;
-    let body = RequestBody::OffsetDelete(OffsetDeleteRequest {
-        group_id: group.into(),
-        topics: vec![offset_delete_request::OffsetDeleteRequestTopic {
-            name: topic.into(),
-            partitions: vec![offset_delete_request::OffsetDeleteRequestPartition {
-                partition_index: 0,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
-    let ResponseBody::OffsetDelete(r) = s.call(version, body).await? else {
-        return Err(s.wrong_answer("offset delete"));
-    };
-    let parts: Vec<_> = r
-        .topics
-        .iter()
-        .flat_map(|t| t.partitions.iter())
-        .map(|p| err(p.error_code))
-        .collect();
-    s.observe(
-        "offset delete",
-        json!({"error": err(r.error_code), "partitions": parts}),
-    );
     Ok(())
 }
 
