@@ -15,3 +15,4 @@ pub mod protocol;
 pub mod record;
 pub mod topic_config;
 pub mod topic_name;
+pub mod txn;

@@ -1,0 +1,307 @@
+//! The coordinator's rules, one function each (KIP-98, KIP-360, KIP-588).
+//! Each takes the current entry and `now`, and returns the entry to persist
+//! (or a typed outcome) without touching anything: the driver writes the
+//! slot file, places markers and answers.
+
+use super::entry::{TxnEntry, NO_PRODUCER_EPOCH};
+use super::state::TxnState;
+use crate::protocol::ErrorCode;
+
+/// `transaction.max.timeout.ms`: the longest transaction a producer may
+/// ask for (Kafka's default, 15 minutes).
+pub const DEFAULT_MAX_TIMEOUT_MS: i32 = 900_000;
+
+/// `transactional.id.expiration.ms`: how long an idle transactional id is
+/// kept (Kafka's default, 7 days).
+pub const DEFAULT_ID_EXPIRATION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// An identity a producer claims in InitProducerId v3+ (KIP-360): the
+/// producer id and epoch it last had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
+/// What an InitProducerId with a transactional id leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Init {
+    /// Persist this entry, then answer with its producer id and epoch.
+    Ready(TxnEntry),
+    /// A transaction was in flight: persist this entry (its transaction
+    /// aborting under a bumped epoch, so the old producer is fenced), owe
+    /// its abort markers, and answer CONCURRENT_TRANSACTIONS: the producer
+    /// retries once the abort completes, and gets the next epoch.
+    AbortFirst(TxnEntry),
+}
+
+/// What an EndTxn leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// Persist this prepared entry, write its markers, then [`complete`].
+    Prepare(TxnEntry),
+    /// The same EndTxn already completed (a retry): answer success.
+    AlreadyComplete,
+}
+
+/// The transaction timeout a producer asks for must be positive and at
+/// most `transaction.max.timeout.ms`: else INVALID_TRANSACTION_TIMEOUT.
+pub fn validate_transaction_timeout(timeout_ms: i32, max_timeout_ms: i32) -> Result<(), ErrorCode> {
+    if timeout_ms <= 0 || timeout_ms > max_timeout_ms {
+        return Err(ErrorCode::InvalidTransactionTimeout);
+    }
+    Ok(())
+}
+
+/// An epoch this close to `i16::MAX` cannot be bumped again: the next
+/// InitProducerId rotates to a fresh producer id instead.
+pub fn epoch_is_exhausted(epoch: i16) -> bool {
+    epoch >= i16::MAX - 1
+}
+
+/// KIP-360: a claimed identity is honoured when the entry has no epoch yet
+/// (it was just created), when it names the current producer id (the
+/// epoch is checked by [`bumped_epochs`]), or when it names the previous
+/// producer id with an exhausted epoch (a retry of the rotation whose
+/// answer was lost). Anything else is a fenced producer.
+pub fn claim_is_valid(entry: &TxnEntry, claim: Claim) -> bool {
+    entry.producer_epoch == NO_PRODUCER_EPOCH
+        || claim.producer_id == entry.producer_id
+        || (claim.producer_id == entry.prev_producer_id && epoch_is_exhausted(claim.producer_epoch))
+}
+
+/// KIP-360's epoch rule for a re-initialization without rotation:
+/// `(epoch, last_epoch)` to persist.
+/// - no claim: bump; the last epoch is forgotten (-1);
+/// - the claim names the current epoch (or there is none yet): bump, and
+///   remember the current one as the last;
+/// - the claim names the last epoch: a retry of that bump, answer the
+///   current epoch again without bumping;
+/// - else PRODUCER_FENCED.
+pub fn bumped_epochs(
+    entry: &TxnEntry,
+    claimed_epoch: Option<i16>,
+) -> Result<(i16, i16), ErrorCode> {
+    let bumped = entry.producer_epoch.saturating_add(1);
+    match claimed_epoch {
+        None => Ok((bumped, NO_PRODUCER_EPOCH)),
+        Some(e) if entry.producer_epoch == NO_PRODUCER_EPOCH || e == entry.producer_epoch => {
+            Ok((bumped, entry.producer_epoch))
+        }
+        Some(e) if e == entry.last_producer_epoch => {
+            Ok((entry.producer_epoch, entry.last_producer_epoch))
+        }
+        Some(_) => Err(ErrorCode::ProducerFenced),
+    }
+}
+
+/// InitProducerId with a transactional id (KIP-98, KIP-360). `entry` is
+/// the id's current entry, `None` for an id never seen (or expired);
+/// `fresh_pid` draws a new producer id, called only when one is needed.
+/// The caller has validated the timeout ([`validate_transaction_timeout`]).
+pub fn init_producer_id(
+    entry: Option<&TxnEntry>,
+    transactional_id: &str,
+    timeout_ms: i32,
+    claim: Option<Claim>,
+    mut fresh_pid: impl FnMut() -> i64,
+    now_ms: i64,
+) -> Result<Init, ErrorCode> {
+    let mut next = match entry {
+        Some(e) => e.clone(),
+        None => TxnEntry::new(transactional_id, fresh_pid(), timeout_ms, now_ms),
+    };
+    if let Some(c) = claim {
+        if !claim_is_valid(&next, c) {
+            return Err(ErrorCode::ProducerFenced);
+        }
+    }
+    match next.state {
+        TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::Dead => {
+            Err(ErrorCode::ConcurrentTransactions)
+        }
+        TxnState::Ongoing => Ok(Init::AbortFirst(fence_and_abort(&next, now_ms))),
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
+            let claimed_epoch = claim.map(|c| c.producer_epoch);
+            if epoch_is_exhausted(next.producer_epoch)
+                && claimed_epoch.is_none_or(|e| e == next.producer_epoch)
+            {
+                // Rotation: a fresh producer id at epoch 0; the old identity
+                // stays claimable by a producer that missed this answer.
+                next.prev_producer_id = next.producer_id;
+                next.last_producer_epoch = if claim.is_some() {
+                    next.producer_epoch
+                } else {
+                    NO_PRODUCER_EPOCH
+                };
+                next.producer_id = fresh_pid();
+                next.producer_epoch = 0;
+            } else {
+                let (epoch, last) = bumped_epochs(&next, claimed_epoch)?;
+                next.producer_epoch = epoch;
+                next.last_producer_epoch = last;
+            }
+            next.state = TxnState::Empty;
+            next.timeout_ms = timeout_ms;
+            next.partitions.clear();
+            next.groups.clear();
+            next.start_ms = -1;
+            next.last_update_ms = now_ms;
+            Ok(Init::Ready(next))
+        }
+    }
+}
+
+/// Every transactional request but InitProducerId names the producer id and
+/// epoch it acts for: another producer id is INVALID_PRODUCER_ID_MAPPING,
+/// another epoch PRODUCER_FENCED.
+pub fn check_producer(
+    entry: &TxnEntry,
+    producer_id: i64,
+    producer_epoch: i16,
+) -> Result<(), ErrorCode> {
+    if producer_id != entry.producer_id {
+        return Err(ErrorCode::InvalidProducerIdMapping);
+    }
+    if producer_epoch != entry.producer_epoch {
+        return Err(ErrorCode::ProducerFenced);
+    }
+    Ok(())
+}
+
+/// AddPartitionsToTxn / AddOffsetsToTxn: the transaction becomes (or stays)
+/// Ongoing with these partitions and groups added; it begins now if none
+/// was in flight. While its markers are being written, CONCURRENT_TRANSACTIONS
+/// (the producer retries). `None`: nothing new, nothing to persist.
+pub fn add_to_transaction(
+    entry: &TxnEntry,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: &[(String, i32)],
+    groups: &[String],
+    now_ms: i64,
+) -> Result<Option<TxnEntry>, ErrorCode> {
+    check_producer(entry, producer_id, producer_epoch)?;
+    match entry.state {
+        TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::Dead => {
+            return Err(ErrorCode::ConcurrentTransactions)
+        }
+        TxnState::Ongoing
+            if partitions.iter().all(|p| entry.partitions.contains(p))
+                && groups.iter().all(|g| entry.groups.contains(g)) =>
+        {
+            return Ok(None)
+        }
+        _ => {}
+    }
+    let mut next = entry.clone();
+    if next.state != TxnState::Ongoing {
+        next.start_ms = now_ms;
+    }
+    next.state = TxnState::Ongoing;
+    next.partitions.extend(partitions.iter().cloned());
+    next.groups.extend(groups.iter().cloned());
+    next.last_update_ms = now_ms;
+    Ok(Some(next))
+}
+
+/// EndTxn (transaction version 1): Ongoing moves to PrepareCommit or
+/// PrepareAbort, keeping its partitions and groups as the markers owed.
+/// A retry after completion in the same direction succeeds; while the
+/// same direction is still being written, CONCURRENT_TRANSACTIONS (the
+/// producer retries); the other direction, or no transaction at all, is
+/// INVALID_TXN_STATE.
+pub fn end_txn(
+    entry: &TxnEntry,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    now_ms: i64,
+) -> Result<End, ErrorCode> {
+    check_producer(entry, producer_id, producer_epoch)?;
+    match (entry.state, commit) {
+        (TxnState::Ongoing, _) => {
+            let mut next = entry.clone();
+            next.state = if commit {
+                TxnState::PrepareCommit
+            } else {
+                TxnState::PrepareAbort
+            };
+            next.last_update_ms = now_ms;
+            Ok(End::Prepare(next))
+        }
+        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+            Ok(End::AlreadyComplete)
+        }
+        (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+            Err(ErrorCode::ConcurrentTransactions)
+        }
+        _ => Err(ErrorCode::InvalidTxnState),
+    }
+}
+
+/// Once every marker of a prepared transaction is durable: Complete*, the
+/// partition and group lists cleared (nothing is owed any more). `None`
+/// if the entry is not prepared (already completed by a racing pass).
+pub fn complete(entry: &TxnEntry, now_ms: i64) -> Option<TxnEntry> {
+    let state = match entry.state {
+        TxnState::PrepareCommit => TxnState::CompleteCommit,
+        TxnState::PrepareAbort => TxnState::CompleteAbort,
+        _ => return None,
+    };
+    let mut next = entry.clone();
+    next.state = state;
+    next.partitions.clear();
+    next.groups.clear();
+    next.last_update_ms = now_ms;
+    Some(next)
+}
+
+/// The reaper's test: an Ongoing transaction past its start plus its
+/// timeout is aborted.
+pub fn has_timed_out(entry: &TxnEntry, now_ms: i64) -> bool {
+    entry.state == TxnState::Ongoing && entry.start_ms + i64::from(entry.timeout_ms) < now_ms
+}
+
+/// Aborts an Ongoing transaction from the coordinator's side (the reaper,
+/// or an InitProducerId that finds it in flight): PrepareAbort under a
+/// bumped epoch, so the producer that began it is fenced everywhere and
+/// cannot commit it afterwards (KAFKA-6119); its partitions and groups are
+/// kept, as the abort markers are owed exactly as for a client abort.
+pub fn fence_and_abort(entry: &TxnEntry, now_ms: i64) -> TxnEntry {
+    let mut next = entry.clone();
+    next.producer_epoch = next.producer_epoch.saturating_add(1);
+    next.last_producer_epoch = NO_PRODUCER_EPOCH;
+    next.state = TxnState::PrepareAbort;
+    next.last_update_ms = now_ms;
+    next
+}
+
+/// `transactional.id.expiration.ms`: an idle id untouched for that long is
+/// forgotten (a transaction in flight or being completed never expires).
+pub fn has_expired(entry: &TxnEntry, now_ms: i64, expiration_ms: i64) -> bool {
+    entry.state.is_idle() && entry.last_update_ms <= now_ms.saturating_sub(expiration_ms)
+}
+
+/// The fenced error a request version can carry: PRODUCER_FENCED (KIP-588)
+/// from InitProducerId v4, AddPartitionsToTxn v2, AddOffsetsToTxn v2,
+/// EndTxn v2 and TxnOffsetCommit v3; INVALID_PRODUCER_EPOCH before.
+pub fn fenced_error_for(api_key: i16, version: i16) -> ErrorCode {
+    use crate::protocol::messages::{
+        add_offsets_to_txn_request, add_partitions_to_txn_request, end_txn_request,
+        init_producer_id_request, txn_offset_commit_request,
+    };
+    let first_with_producer_fenced = match api_key {
+        init_producer_id_request::API_KEY => 4,
+        add_partitions_to_txn_request::API_KEY
+        | add_offsets_to_txn_request::API_KEY
+        | end_txn_request::API_KEY => 2,
+        txn_offset_commit_request::API_KEY => 3,
+        _ => 0,
+    };
+    if version >= first_with_producer_fenced {
+        ErrorCode::ProducerFenced
+    } else {
+        ErrorCode::InvalidProducerEpoch
+    }
+}

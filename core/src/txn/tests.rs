@@ -1,0 +1,505 @@
+use super::rules::*;
+use super::*;
+use crate::protocol::ErrorCode;
+use proptest::prelude::*;
+
+const ID: &str = "tx";
+const NOW: i64 = 1_000_000;
+
+fn fresh() -> impl FnMut() -> i64 {
+    || 7000
+}
+
+fn ready(r: Result<Init, ErrorCode>) -> TxnEntry {
+    match r {
+        Ok(Init::Ready(e)) => e,
+        other => panic!("expected Ready, got {other:?}"),
+    }
+}
+
+/// A new id initialized once: producer 7000 at epoch 0.
+fn initialized() -> TxnEntry {
+    ready(init_producer_id(None, ID, 60_000, None, fresh(), NOW))
+}
+
+fn parts(list: &[(&str, i32)]) -> Vec<(String, i32)> {
+    list.iter().map(|(t, p)| (t.to_string(), *p)).collect()
+}
+
+fn ongoing() -> TxnEntry {
+    let e = initialized();
+    add_to_transaction(
+        &e,
+        7000,
+        0,
+        &parts(&[("t", 0), ("t", 1)]),
+        &["g".into()],
+        NOW + 5,
+    )
+    .expect("added")
+    .expect("changed")
+}
+
+fn claim(producer_id: i64, producer_epoch: i16) -> Option<Claim> {
+    Some(Claim {
+        producer_id,
+        producer_epoch,
+    })
+}
+
+#[test]
+fn validate_transaction_timeout_refuses_zero_negative_and_above_the_maximum() {
+    let max = DEFAULT_MAX_TIMEOUT_MS;
+    assert_eq!(validate_transaction_timeout(1, max), Ok(()));
+    assert_eq!(validate_transaction_timeout(max, max), Ok(()));
+    for bad in [0, -1, max + 1] {
+        assert_eq!(
+            validate_transaction_timeout(bad, max),
+            Err(ErrorCode::InvalidTransactionTimeout)
+        );
+    }
+}
+
+#[test]
+fn first_init_allocates_a_producer_id_at_epoch_0() {
+    let e = initialized();
+    assert_eq!((e.producer_id, e.producer_epoch), (7000, 0));
+    assert_eq!(e.last_producer_epoch, NO_PRODUCER_EPOCH);
+    assert_eq!(e.state, TxnState::Empty);
+    // A claim on an id never seen (the producer's state expired) is honoured
+    // with a fresh producer id, as Kafka does.
+    let e = ready(init_producer_id(
+        None,
+        ID,
+        60_000,
+        claim(42, 9),
+        fresh(),
+        NOW,
+    ));
+    assert_eq!((e.producer_id, e.producer_epoch), (7000, 0));
+}
+
+#[test]
+fn init_without_a_claim_bumps_the_epoch_and_forgets_the_last() {
+    let e = initialized();
+    let next = ready(init_producer_id(
+        Some(&e),
+        ID,
+        60_000,
+        None,
+        || unreachable!(),
+        NOW,
+    ));
+    assert_eq!((next.producer_id, next.producer_epoch), (7000, 1));
+    assert_eq!(next.last_producer_epoch, NO_PRODUCER_EPOCH);
+}
+
+#[test]
+fn init_claiming_the_current_epoch_bumps_and_remembers_it() {
+    let e = initialized();
+    let next = ready(init_producer_id(
+        Some(&e),
+        ID,
+        60_000,
+        claim(7000, 0),
+        || unreachable!(),
+        NOW,
+    ));
+    assert_eq!((next.producer_epoch, next.last_producer_epoch), (1, 0));
+}
+
+#[test]
+fn init_claiming_the_last_epoch_is_a_retry_answered_without_a_bump() {
+    let e = initialized();
+    let bumped = ready(init_producer_id(
+        Some(&e),
+        ID,
+        60_000,
+        claim(7000, 0),
+        || unreachable!(),
+        NOW,
+    ));
+    let retry = ready(init_producer_id(
+        Some(&bumped),
+        ID,
+        60_000,
+        claim(7000, 0),
+        || unreachable!(),
+        NOW,
+    ));
+    assert_eq!((retry.producer_epoch, retry.last_producer_epoch), (1, 0));
+}
+
+#[test]
+fn init_claiming_another_epoch_is_producer_fenced() {
+    let e = initialized();
+    let bumped = ready(init_producer_id(
+        Some(&e),
+        ID,
+        60_000,
+        None,
+        || unreachable!(),
+        NOW,
+    ));
+    let bumped = ready(init_producer_id(
+        Some(&bumped),
+        ID,
+        60_000,
+        None,
+        || unreachable!(),
+        NOW,
+    ));
+    assert_eq!(
+        init_producer_id(
+            Some(&bumped),
+            ID,
+            60_000,
+            claim(7000, 0),
+            || unreachable!(),
+            NOW
+        ),
+        Err(ErrorCode::ProducerFenced)
+    );
+}
+
+#[test]
+fn init_claiming_another_producer_id_is_producer_fenced() {
+    let e = initialized();
+    assert_eq!(
+        init_producer_id(Some(&e), ID, 60_000, claim(6999, 0), || unreachable!(), NOW),
+        Err(ErrorCode::ProducerFenced)
+    );
+}
+
+#[test]
+fn init_on_an_exhausted_epoch_rotates_to_a_fresh_producer_id() {
+    let mut e = initialized();
+    e.producer_epoch = i16::MAX - 1;
+    let next = ready(init_producer_id(
+        Some(&e),
+        ID,
+        60_000,
+        claim(7000, i16::MAX - 1),
+        || 8000,
+        NOW,
+    ));
+    assert_eq!((next.producer_id, next.producer_epoch), (8000, 0));
+    assert_eq!(
+        (next.prev_producer_id, next.last_producer_epoch),
+        (7000, i16::MAX - 1)
+    );
+    // The producer missed that answer and claims its old identity again:
+    // a valid claim (previous id, exhausted epoch), answered as a retry.
+    let retry = ready(init_producer_id(
+        Some(&next),
+        ID,
+        60_000,
+        claim(7000, i16::MAX - 1),
+        || unreachable!(),
+        NOW,
+    ));
+    assert_eq!((retry.producer_id, retry.producer_epoch), (8000, 0));
+}
+
+#[test]
+fn init_with_a_transaction_in_flight_aborts_it_under_a_bumped_epoch() {
+    let e = ongoing();
+    match init_producer_id(Some(&e), ID, 60_000, None, || unreachable!(), NOW + 10) {
+        Ok(Init::AbortFirst(next)) => {
+            assert_eq!(next.state, TxnState::PrepareAbort);
+            assert_eq!(next.producer_epoch, 1);
+            assert_eq!(next.partitions, e.partitions, "the abort markers are owed");
+            assert_eq!(next.groups, e.groups);
+            // The producer that began it is fenced.
+            assert_eq!(
+                end_txn(&next, 7000, 0, true, NOW + 11),
+                Err(ErrorCode::ProducerFenced)
+            );
+        }
+        other => panic!("expected AbortFirst, got {other:?}"),
+    }
+}
+
+#[test]
+fn init_while_markers_are_written_is_concurrent_transactions() {
+    let Ok(End::Prepare(prepared)) = end_txn(&ongoing(), 7000, 0, true, NOW + 10) else {
+        panic!("prepared")
+    };
+    assert_eq!(
+        init_producer_id(Some(&prepared), ID, 60_000, None, || unreachable!(), NOW),
+        Err(ErrorCode::ConcurrentTransactions)
+    );
+}
+
+#[test]
+fn add_to_transaction_begins_an_ongoing_transaction() {
+    let e = ongoing();
+    assert_eq!(e.state, TxnState::Ongoing);
+    assert_eq!(e.start_ms, NOW + 5);
+    assert_eq!(e.partitions.len(), 2);
+    let more = add_to_transaction(&e, 7000, 0, &parts(&[("u", 0)]), &[], NOW + 9)
+        .expect("added")
+        .expect("changed");
+    assert_eq!(
+        more.start_ms,
+        NOW + 5,
+        "the transaction began at its first add"
+    );
+    assert_eq!(more.partitions.len(), 3);
+}
+
+#[test]
+fn add_to_transaction_of_known_partitions_changes_nothing() {
+    let e = ongoing();
+    assert_eq!(
+        add_to_transaction(&e, 7000, 0, &parts(&[("t", 1)]), &["g".into()], NOW + 9),
+        Ok(None)
+    );
+}
+
+#[test]
+fn add_to_transaction_checks_the_producer_id_then_the_epoch() {
+    let e = ongoing();
+    let p = parts(&[("u", 0)]);
+    assert_eq!(
+        add_to_transaction(&e, 1, 0, &p, &[], NOW),
+        Err(ErrorCode::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        add_to_transaction(&e, 7000, 3, &p, &[], NOW),
+        Err(ErrorCode::ProducerFenced)
+    );
+}
+
+#[test]
+fn add_to_transaction_while_prepared_is_concurrent_transactions() {
+    let Ok(End::Prepare(prepared)) = end_txn(&ongoing(), 7000, 0, false, NOW + 10) else {
+        panic!("prepared")
+    };
+    assert_eq!(
+        add_to_transaction(&prepared, 7000, 0, &parts(&[("u", 0)]), &[], NOW),
+        Err(ErrorCode::ConcurrentTransactions)
+    );
+}
+
+#[test]
+fn end_txn_prepares_in_the_asked_direction_keeping_the_markers_owed() {
+    let e = ongoing();
+    for (commit, state) in [
+        (true, TxnState::PrepareCommit),
+        (false, TxnState::PrepareAbort),
+    ] {
+        let Ok(End::Prepare(p)) = end_txn(&e, 7000, 0, commit, NOW + 10) else {
+            panic!("prepared")
+        };
+        assert_eq!(p.state, state);
+        assert_eq!(
+            (p.partitions.clone(), p.groups.clone()),
+            (e.partitions.clone(), e.groups.clone())
+        );
+        // The same EndTxn again while the markers are written: retry later.
+        assert_eq!(
+            end_txn(&p, 7000, 0, commit, NOW),
+            Err(ErrorCode::ConcurrentTransactions)
+        );
+        assert_eq!(
+            end_txn(&p, 7000, 0, !commit, NOW),
+            Err(ErrorCode::InvalidTxnState)
+        );
+    }
+}
+
+#[test]
+fn end_txn_retried_after_completion_succeeds_and_the_other_direction_is_invalid_txn_state() {
+    let Ok(End::Prepare(p)) = end_txn(&ongoing(), 7000, 0, true, NOW + 10) else {
+        panic!("prepared")
+    };
+    let done = complete(&p, NOW + 20).expect("completed");
+    assert_eq!(end_txn(&done, 7000, 0, true, NOW), Ok(End::AlreadyComplete));
+    assert_eq!(
+        end_txn(&done, 7000, 0, false, NOW),
+        Err(ErrorCode::InvalidTxnState)
+    );
+}
+
+#[test]
+fn end_txn_on_empty_is_invalid_txn_state() {
+    let e = initialized();
+    assert_eq!(
+        end_txn(&e, 7000, 0, true, NOW),
+        Err(ErrorCode::InvalidTxnState)
+    );
+    assert_eq!(
+        end_txn(&e, 7000, 1, true, NOW),
+        Err(ErrorCode::ProducerFenced)
+    );
+    assert_eq!(
+        end_txn(&e, 1, 0, true, NOW),
+        Err(ErrorCode::InvalidProducerIdMapping)
+    );
+}
+
+#[test]
+fn complete_clears_the_partitions_and_groups() {
+    let Ok(End::Prepare(p)) = end_txn(&ongoing(), 7000, 0, false, NOW + 10) else {
+        panic!("prepared")
+    };
+    let done = complete(&p, NOW + 20).expect("completed");
+    assert_eq!(done.state, TxnState::CompleteAbort);
+    assert!(done.partitions.is_empty() && done.groups.is_empty());
+    assert_eq!(
+        complete(&done, NOW + 30),
+        None,
+        "a racing pass finds nothing to do"
+    );
+}
+
+#[test]
+fn reaper_aborts_an_ongoing_transaction_past_its_timeout_under_a_bumped_epoch() {
+    let e = ongoing();
+    assert!(!has_timed_out(&e, e.start_ms + 60_000));
+    assert!(has_timed_out(&e, e.start_ms + 60_001));
+    assert!(
+        !has_timed_out(&initialized(), NOW + 10_000_000),
+        "only Ongoing times out"
+    );
+    let aborted = fence_and_abort(&e, e.start_ms + 60_001);
+    assert_eq!(
+        (aborted.state, aborted.producer_epoch),
+        (TxnState::PrepareAbort, 1)
+    );
+    assert_eq!(aborted.partitions, e.partitions);
+    // The producer coming back with its old epoch is fenced (KAFKA-6119).
+    assert_eq!(
+        end_txn(&aborted, 7000, 0, true, NOW),
+        Err(ErrorCode::ProducerFenced)
+    );
+}
+
+#[test]
+fn idle_ids_expire_after_the_expiration_time_and_busy_ones_never() {
+    let e = initialized();
+    let exp = DEFAULT_ID_EXPIRATION_MS;
+    assert!(!has_expired(&e, e.last_update_ms + exp - 1, exp));
+    assert!(has_expired(&e, e.last_update_ms + exp, exp));
+    let busy = ongoing();
+    assert!(!has_expired(&busy, busy.last_update_ms + 10 * exp, exp));
+}
+
+#[test]
+fn fenced_error_is_producer_fenced_from_kip_588_versions() {
+    assert_eq!(fenced_error_for(22, 3), ErrorCode::InvalidProducerEpoch);
+    assert_eq!(fenced_error_for(22, 4), ErrorCode::ProducerFenced);
+    for api in [24, 25, 26] {
+        assert_eq!(fenced_error_for(api, 1), ErrorCode::InvalidProducerEpoch);
+        assert_eq!(fenced_error_for(api, 2), ErrorCode::ProducerFenced);
+    }
+    assert_eq!(fenced_error_for(28, 2), ErrorCode::InvalidProducerEpoch);
+    assert_eq!(fenced_error_for(28, 3), ErrorCode::ProducerFenced);
+}
+
+/// One client or coordinator action on a transactional id.
+#[derive(Debug, Clone)]
+enum Op {
+    /// InitProducerId; the claim: none, the producer's view, or a stale one.
+    Init(u8),
+    Add(u8),
+    End(bool),
+    /// The markers became durable.
+    Complete,
+    /// The reaper runs far in the future.
+    Reap,
+    /// A request with the epoch before the last one the producer was given.
+    StaleEnd,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..3).prop_map(Op::Init),
+        (0u8..4).prop_map(Op::Add),
+        any::<bool>().prop_map(Op::End),
+        Just(Op::Complete),
+        Just(Op::Reap),
+        Just(Op::StaleEnd),
+    ]
+}
+
+proptest! {
+    /// Drives the machine with random actions against a model of what must
+    /// hold whatever the order: transitions are legal, a producer id's epoch
+    /// never goes back, the id rotates only from an exhausted epoch, what is
+    /// owed is kept until completion and cleared after, and an epoch the
+    /// coordinator has moved past is always refused.
+    #[test]
+    fn transitions_keep_the_coordinator_invariants(
+        ops in proptest::collection::vec(op(), 1..60),
+        start_epoch in prop_oneof![Just(0i16), Just(i16::MAX - 4)],
+    ) {
+        let mut next_pid = 100i64;
+        let mut e = ready(init_producer_id(None, ID, 1_000, None, || 99, 0));
+        e.producer_epoch = start_epoch;
+        // The identity the producer last received.
+        let mut mine = (e.producer_id, e.producer_epoch);
+        let mut now = 0i64;
+        for op in ops {
+            now += 10;
+            let before = e.clone();
+            let after: Option<TxnEntry> = match op {
+                Op::Init(which) => {
+                    let c = match which {
+                        0 => None,
+                        1 => claim(mine.0, mine.1),
+                        _ => claim(mine.0, mine.1.saturating_sub(2)),
+                    };
+                    match init_producer_id(Some(&e), ID, 1_000, c, || { next_pid += 1; next_pid }, now) {
+                        Ok(Init::Ready(n)) => { mine = (n.producer_id, n.producer_epoch); Some(n) }
+                        Ok(Init::AbortFirst(n)) => Some(n),
+                        Err(code) => {
+                            prop_assert!(matches!(code, ErrorCode::ProducerFenced | ErrorCode::ConcurrentTransactions));
+                            None
+                        }
+                    }
+                }
+                Op::Add(n) => {
+                    let p = parts(&[("t", i32::from(n))]);
+                    add_to_transaction(&e, mine.0, mine.1, &p, &[], now).ok().flatten()
+                }
+                Op::End(commit) => match end_txn(&e, mine.0, mine.1, commit, now) {
+                    Ok(End::Prepare(n)) => Some(n),
+                    _ => None,
+                },
+                Op::Complete => complete(&e, now),
+                Op::Reap => {
+                    let later = now + 10_000;
+                    has_timed_out(&e, later).then(|| fence_and_abort(&e, later))
+                }
+                Op::StaleEnd => {
+                    if mine.1 > 0 || e.producer_epoch > mine.1 {
+                        let stale = if e.producer_epoch > mine.1 { mine.1 } else { mine.1 - 1 };
+                        prop_assert!(end_txn(&e, mine.0, stale, true, now).is_err());
+                    }
+                    None
+                }
+            };
+            if let Some(n) = after {
+                if n.state != before.state {
+                    prop_assert!(before.state.may_move_to(n.state) || (before.state.is_idle() && n.state == TxnState::Empty),
+                        "{:?} -> {:?}", before.state, n.state);
+                }
+                if n.producer_id == before.producer_id {
+                    prop_assert!(n.producer_epoch >= before.producer_epoch);
+                } else {
+                    prop_assert!(epoch_is_exhausted(before.producer_epoch));
+                    prop_assert_eq!(n.producer_epoch, 0);
+                }
+                if n.state.is_prepared() && before.state == TxnState::Ongoing {
+                    prop_assert_eq!(&n.partitions, &before.partitions);
+                }
+                if n.state.is_idle() {
+                    prop_assert!(n.partitions.is_empty() && n.groups.is_empty());
+                }
+                e = n;
+            }
+        }
+    }
+}
