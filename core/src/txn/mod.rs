@@ -9,12 +9,15 @@
 //!   and groups, EndTxn, completing once the markers are durable, the
 //!   timeout reaper's abort, expiry. Each returns the entry to persist or a
 //!   typed outcome; the driver persists, places markers and answers.
+//! - [`slot`]: the durable state of one transaction slot file and the
+//!   operations applied to it.
 //!
 //! Time is an argument (`now_ms`), fresh producer ids come from a closure:
 //! nothing here reads a clock or touches a file.
 
 pub mod entry;
 pub mod rules;
+pub mod slot;
 pub mod state;
 
 #[cfg(test)]
@@ -22,4 +25,5 @@ mod tests;
 
 pub use entry::{TxnEntry, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 pub use rules::{Claim, End, Init};
+pub use slot::{TxnSlotError, TxnSlotOp, TxnSlotState};
 pub use state::TxnState;
