@@ -32,7 +32,9 @@
 #[cfg(test)]
 mod tests;
 
-use crate::producer::{encode_snapshot, BatchIdentity, Classification, ProducerTable};
+use crate::producer::{
+    check_marker, encode_snapshot, BatchIdentity, Classification, CompletedTxn, ProducerTable,
+};
 use crate::protocol::ErrorCode;
 use std::collections::BTreeSet;
 
@@ -80,6 +82,52 @@ pub struct IncomingBatch {
 pub struct SnapshotWrite {
     pub offset: i64,
     pub bytes: Vec<u8>,
+}
+
+/// A transaction marker to write: the coordinator's decision for one
+/// producer's transaction on this partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IncomingMarker {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+}
+
+/// Where a marker goes and, for an abort, what the aborted index records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkerWritten {
+    pub offset: i64,
+    pub aborted: Option<AbortedTxn>,
+}
+
+/// One entry of a segment's aborted-transactions index (`.txnindex`, the
+/// layout Kafka uses): the aborted transaction's producer, its first and
+/// last offset (the marker), and the last stable offset when it completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub last_stable_offset: i64,
+}
+
+/// read_committed Fetch: the aborted transactions a consumer must know to
+/// drop aborted records from `fetch_offset` up to `upper` (exclusive): those
+/// that end at or after the fetch offset and began before the upper bound,
+/// as `(producer id, first offset)`, in the order they began.
+pub fn aborted_transactions_in_range(
+    aborted: &[AbortedTxn],
+    fetch_offset: i64,
+    upper: i64,
+) -> Vec<(i64, i64)> {
+    let mut found: Vec<(i64, i64)> = aborted
+        .iter()
+        .filter(|a| a.last_offset >= fetch_offset && a.first_offset < upper)
+        .map(|a| (a.producer_id, a.first_offset))
+        .collect();
+    found.sort_by_key(|&(pid, first)| (first, pid));
+    found
 }
 
 /// What the driver must do after an event.
@@ -219,6 +267,54 @@ impl PartitionState {
             base_offset,
             last_offset,
         })
+    }
+
+    /// Decides the offset of a transaction marker (COMMIT or ABORT control
+    /// batch) the coordinator asks to write, and closes the producer's open
+    /// transaction: the last stable offset moves past it once it is
+    /// durable. An aborted transaction is returned for the aborted index.
+    /// Refused with the codes of [`check_marker`].
+    pub fn append_marker(
+        &mut self,
+        marker: &IncomingMarker,
+        now_ms: i64,
+    ) -> Result<MarkerWritten, ErrorCode> {
+        if self.failed {
+            return Err(ErrorCode::KafkaStorageError);
+        }
+        check_marker(
+            self.producers.get(marker.producer_id),
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+        )?;
+        let offset = self.log_end;
+        self.log_end += 1;
+        let completed = self.producers.record_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            marker.commit,
+            offset,
+            now_ms,
+        );
+        self.open_transactions
+            .remove(&(completed.first_offset, marker.producer_id));
+        let aborted = completed.aborted.then(|| AbortedTxn {
+            producer_id: completed.producer_id,
+            first_offset: completed.first_offset,
+            last_offset: completed.last_offset,
+            last_stable_offset: self.first_unstable_offset_after(&completed),
+        });
+        Ok(MarkerWritten { offset, aborted })
+    }
+
+    /// Kafka's "last stable offset" of a completed transaction, kept in the
+    /// aborted index: the first offset of the earliest transaction still
+    /// open, else the offset after the marker.
+    fn first_unstable_offset_after(&self, completed: &CompletedTxn) -> i64 {
+        self.open_transactions
+            .first()
+            .map_or(completed.last_offset + 1, |&(first, _)| first)
     }
 
     /// Everything below `offset` is fsync'd. Moves the high watermark and

@@ -314,3 +314,126 @@ proptest! {
         }
     }
 }
+
+fn transactional(pid: i64, epoch: i16, first_seq: i32, records: i32) -> IncomingBatch {
+    let mut b = idempotent(pid, epoch, first_seq, records);
+    if let Some(id) = b.identity.as_mut() {
+        id.is_transactional = true;
+    }
+    b
+}
+
+fn marker(pid: i64, epoch: i16, coordinator_epoch: i32, commit: bool) -> IncomingMarker {
+    IncomingMarker {
+        producer_id: pid,
+        producer_epoch: epoch,
+        coordinator_epoch,
+        commit,
+    }
+}
+
+#[test]
+fn a_marker_closes_the_open_transaction_and_the_last_stable_offset_moves_past_it() {
+    let mut p = fresh();
+    p.append(&plain(2), 0).expect("appended");
+    p.append(&transactional(7, 0, 0, 3), 0).expect("appended"); // 2..=4
+    p.append(&plain(1), 0).expect("appended"); // 5
+    p.durable_up_to(6);
+    assert_eq!(p.last_stable_offset(), 2, "stops at the open transaction");
+    let written = p.append_marker(&marker(7, 0, 0, true), 0).expect("written");
+    assert_eq!(
+        written,
+        MarkerWritten {
+            offset: 6,
+            aborted: None
+        }
+    );
+    assert_eq!(p.log_end_offset(), 7);
+    assert_eq!(
+        p.last_stable_offset(),
+        6,
+        "up to the high watermark until the marker is durable"
+    );
+    p.durable_up_to(7);
+    assert_eq!(p.last_stable_offset(), 7);
+}
+
+#[test]
+fn an_abort_marker_is_recorded_for_the_aborted_index() {
+    let mut p = fresh();
+    p.append(&transactional(7, 0, 0, 2), 0).expect("appended"); // 0..=1
+    p.append(&transactional(8, 0, 0, 1), 0).expect("appended"); // 2
+    let written = p
+        .append_marker(&marker(7, 0, 0, false), 0)
+        .expect("written");
+    assert_eq!(
+        written.aborted,
+        Some(AbortedTxn {
+            producer_id: 7,
+            first_offset: 0,
+            last_offset: 3,
+            last_stable_offset: 2,
+        }),
+        "the other producer's transaction is still open at 2"
+    );
+    // A transaction that wrote nothing here is closed at its marker.
+    let written = p
+        .append_marker(&marker(9, 0, 0, false), 0)
+        .expect("written");
+    assert_eq!(
+        written.aborted.map(|a| (a.first_offset, a.last_offset)),
+        Some((4, 4))
+    );
+}
+
+#[test]
+fn a_marker_from_an_older_coordinator_epoch_is_transaction_coordinator_fenced() {
+    let mut p = fresh();
+    p.append(&transactional(7, 0, 0, 1), 0).expect("appended");
+    p.append_marker(&marker(7, 0, 3, true), 0).expect("written");
+    p.append(&transactional(7, 0, 1, 1), 0).expect("appended");
+    assert_eq!(
+        p.append_marker(&marker(7, 0, 2, true), 0),
+        Err(ErrorCode::TransactionCoordinatorFenced)
+    );
+    assert_eq!(p.log_end_offset(), 3, "nothing written");
+    assert!(p.append_marker(&marker(7, 0, 3, true), 0).is_ok());
+}
+
+#[test]
+fn a_marker_with_an_older_producer_epoch_is_invalid_producer_epoch() {
+    let mut p = fresh();
+    p.append(&transactional(7, 2, 0, 1), 0).expect("appended");
+    assert_eq!(
+        p.append_marker(&marker(7, 1, 0, false), 0),
+        Err(ErrorCode::InvalidProducerEpoch)
+    );
+    // A marker at a bumped epoch (a coordinator abort, KIP-360) is written
+    // and starts that epoch: the old epoch's batches are fenced.
+    assert!(p.append_marker(&marker(7, 3, 0, false), 0).is_ok());
+    assert_eq!(
+        p.append(&transactional(7, 2, 1, 1), 0),
+        Err(ErrorCode::InvalidProducerEpoch)
+    );
+}
+
+#[test]
+fn aborted_transactions_in_range_are_those_overlapping_the_fetch() {
+    let a = |pid, first, last| AbortedTxn {
+        producer_id: pid,
+        first_offset: first,
+        last_offset: last,
+        last_stable_offset: last + 1,
+    };
+    let index = [a(1, 0, 4), a(2, 10, 12), a(3, 3, 20)];
+    assert_eq!(
+        aborted_transactions_in_range(&index, 5, 11),
+        vec![(3, 3), (2, 10)]
+    );
+    assert_eq!(aborted_transactions_in_range(&index, 0, 3), vec![(1, 0)]);
+    assert_eq!(aborted_transactions_in_range(&index, 21, 30), vec![]);
+    assert_eq!(
+        aborted_transactions_in_range(&index, 4, 10),
+        vec![(1, 0), (3, 3)]
+    );
+}

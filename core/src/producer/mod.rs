@@ -15,7 +15,7 @@ pub use pid::{local_pid_range, pid_for, PidBlock, PID_BLOCK_SIZE};
 pub use snapshot::{decode_snapshot, encode_snapshot, SnapshotError};
 
 use crate::protocol::ErrorCode;
-use crate::record::{RecordBatch, NO_PRODUCER_EPOCH, NO_SEQUENCE};
+use crate::record::{ControlType, RecordBatch, NO_PRODUCER_EPOCH, NO_SEQUENCE};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -94,6 +94,38 @@ impl ProducerEntry {
     pub fn last_seq(&self) -> i32 {
         self.batches.back().map_or(NO_SEQUENCE, |b| b.last_seq)
     }
+}
+
+/// A transaction a marker closed on one partition: what the aborted
+/// index records for an abort (`first_offset..=last_offset`, the marker
+/// last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub aborted: bool,
+}
+
+/// A transaction marker is refused if it carries an older producer epoch
+/// than the producer's (INVALID_PRODUCER_EPOCH), or an older coordinator
+/// epoch than the last marker for this producer (a deposed coordinator:
+/// TRANSACTION_COORDINATOR_FENCED), in that order, as Kafka checks them.
+pub fn check_marker(
+    entry: Option<&ProducerEntry>,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+) -> Result<(), ErrorCode> {
+    let Some(entry) = entry else {
+        return Ok(());
+    };
+    if producer_epoch < entry.epoch {
+        return Err(ErrorCode::InvalidProducerEpoch);
+    }
+    if coordinator_epoch < entry.coordinator_epoch {
+        return Err(ErrorCode::TransactionCoordinatorFenced);
+    }
+    Ok(())
 }
 
 /// The decision for one incoming batch.
@@ -248,23 +280,71 @@ impl ProducerTable {
         None
     }
 
+    /// Records a transaction marker written at `offset` (checked first with
+    /// [`check_marker`]): it closes the producer's open transaction, and
+    /// the transaction it closes is returned for the aborted index. A
+    /// marker for a producer with no open transaction here (the
+    /// transaction wrote nothing to this partition) closes an empty one at
+    /// the marker's own offset, as Kafka records it.
+    pub fn record_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+        offset: i64,
+        now_ms: i64,
+    ) -> CompletedTxn {
+        let entry = self
+            .entries
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry::new(producer_id));
+        // A marker written at a bumped epoch (KIP-360 aborts, and every
+        // transaction end under KIP-890) starts that epoch: as in
+        // `record_append`, the old epoch's batches are forgotten, or the
+        // producer's first batch of the new epoch would be taken for a retry
+        // of an old one.
+        if producer_epoch > entry.epoch {
+            entry.epoch = producer_epoch;
+            entry.batches.clear();
+        }
+        entry.coordinator_epoch = coordinator_epoch;
+        entry.last_update_ms = now_ms;
+        let first_offset = entry.current_txn_first_offset.take().unwrap_or(offset);
+        CompletedTxn {
+            producer_id,
+            first_offset,
+            last_offset: offset,
+            aborted: !commit,
+        }
+    }
+
     /// Rebuilds state from a batch found in the log during recovery: no
     /// validation (it was validated when appended), same bookkeeping.
     pub fn replay(&mut self, batch: &RecordBatch, now_ms: i64) {
         if batch.is_control() {
             // A transaction marker closes the producer's open transaction.
-            if let Some(entry) = self.entries.get_mut(&batch.producer_id()) {
-                entry.current_txn_first_offset = None;
-                // A marker written at a bumped epoch (KIP-360 aborts, and
-                // every transaction end under KIP-890) starts that epoch:
-                // as in `record_append`, the old epoch's batches are
-                // forgotten, or the producer's first batch of the new epoch
-                // would be taken for a retry of an old one.
-                if batch.producer_epoch() > entry.epoch {
-                    entry.epoch = batch.producer_epoch();
-                    entry.batches.clear();
-                }
-            }
+            // One whose record cannot be read still closes it (it was
+            // validated when written); its coordinator epoch is then kept.
+            let marker = crate::record::parse_end_txn_marker(batch).ok().flatten();
+            let known_epoch = self
+                .entries
+                .get(&batch.producer_id())
+                .map(|e| e.coordinator_epoch);
+            let coordinator_epoch = marker
+                .as_ref()
+                .map(|m| m.coordinator_epoch)
+                .or(known_epoch)
+                .unwrap_or(-1);
+            let commit = marker.is_none_or(|m| m.control_type == ControlType::Commit);
+            self.record_marker(
+                batch.producer_id(),
+                batch.producer_epoch(),
+                coordinator_epoch,
+                commit,
+                batch.base_offset(),
+                now_ms,
+            );
             return;
         }
         if let Some(id) = BatchIdentity::of(batch) {
