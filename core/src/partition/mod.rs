@@ -31,6 +31,7 @@
 
 #[cfg(test)]
 mod tests;
+pub mod txn_index;
 
 use crate::producer::{
     check_marker, encode_snapshot, BatchIdentity, Classification, CompletedTxn, ProducerTable,

@@ -1,0 +1,134 @@
+//! A segment's aborted-transactions index (`<base offset>.txnindex`): one
+//! fixed-size entry per transaction aborted in the segment, in the order
+//! their markers were written, in Kafka's layout (so the files read the same
+//! as Kafka's):
+//!
+//! ```text
+//! version i16 (0) | producer id i64 | first offset i64 | last offset i64 | last stable offset i64
+//! ```
+//!
+//! Appended, never rewritten: a crash can leave a torn last entry, which a
+//! reader drops (the marker it describes is then rebuilt from the log by
+//! recovery, which replays the segment's markers).
+
+use super::AbortedTxn;
+
+/// Bytes of one entry.
+pub const ENTRY_BYTES: usize = 34;
+
+/// The only entry version there is.
+pub const ENTRY_VERSION: i16 = 0;
+
+/// Why an index could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnIndexError {
+    /// The entry at this byte position has a version we do not know.
+    UnknownVersion { position: usize, version: i16 },
+}
+
+/// One entry in the index's layout.
+pub fn encode_entry(a: &AbortedTxn) -> [u8; ENTRY_BYTES] {
+    let mut out = [0u8; ENTRY_BYTES];
+    out[0..2].copy_from_slice(&ENTRY_VERSION.to_be_bytes());
+    out[2..10].copy_from_slice(&a.producer_id.to_be_bytes());
+    out[10..18].copy_from_slice(&a.first_offset.to_be_bytes());
+    out[18..26].copy_from_slice(&a.last_offset.to_be_bytes());
+    out[26..34].copy_from_slice(&a.last_stable_offset.to_be_bytes());
+    out
+}
+
+/// Reads an index file's content: every whole entry, in order, and the
+/// number of trailing bytes of a torn last entry (dropped).
+pub fn decode_index(bytes: &[u8]) -> Result<(Vec<AbortedTxn>, usize), TxnIndexError> {
+    let whole = bytes.len() / ENTRY_BYTES;
+    let mut out = Vec::with_capacity(whole);
+    for (i, e) in bytes.chunks_exact(ENTRY_BYTES).enumerate() {
+        let version = i16::from_be_bytes([e[0], e[1]]);
+        if version != ENTRY_VERSION {
+            return Err(TxnIndexError::UnknownVersion {
+                position: i * ENTRY_BYTES,
+                version,
+            });
+        }
+        let at = |from: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&e[from..from + 8]);
+            i64::from_be_bytes(b)
+        };
+        out.push(AbortedTxn {
+            producer_id: at(2),
+            first_offset: at(10),
+            last_offset: at(18),
+            last_stable_offset: at(26),
+        });
+    }
+    Ok((out, bytes.len() % ENTRY_BYTES))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn aborted(pid: i64, first: i64) -> AbortedTxn {
+        AbortedTxn {
+            producer_id: pid,
+            first_offset: first,
+            last_offset: first + 3,
+            last_stable_offset: first + 4,
+        }
+    }
+
+    #[test]
+    fn an_entry_has_kafkas_layout() {
+        let e = encode_entry(&aborted(0x0102, 7));
+        assert_eq!(&e[0..2], &[0, 0], "version 0");
+        assert_eq!(&e[2..10], &0x0102i64.to_be_bytes());
+        assert_eq!(&e[10..18], &7i64.to_be_bytes());
+        assert_eq!(&e[18..26], &10i64.to_be_bytes());
+        assert_eq!(&e[26..34], &11i64.to_be_bytes());
+    }
+
+    #[test]
+    fn a_torn_last_entry_is_dropped_and_counted() {
+        let mut bytes = encode_entry(&aborted(1, 0)).to_vec();
+        bytes.extend_from_slice(&encode_entry(&aborted(2, 10))[..20]);
+        assert_eq!(decode_index(&bytes), Ok((vec![aborted(1, 0)], 20)));
+    }
+
+    #[test]
+    fn an_unknown_entry_version_is_an_error() {
+        let mut bytes = encode_entry(&aborted(1, 0)).to_vec();
+        let mut second = encode_entry(&aborted(2, 10));
+        second[1] = 9;
+        bytes.extend_from_slice(&second);
+        assert_eq!(
+            decode_index(&bytes),
+            Err(TxnIndexError::UnknownVersion {
+                position: 34,
+                version: 9
+            })
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn entries_read_back_as_written(
+            entries in proptest::collection::vec((any::<i64>(), any::<i64>(), any::<i64>(), any::<i64>()), 0..20)
+        ) {
+            let entries: Vec<AbortedTxn> = entries
+                .into_iter()
+                .map(|(producer_id, first_offset, last_offset, last_stable_offset)| AbortedTxn {
+                    producer_id, first_offset, last_offset, last_stable_offset,
+                })
+                .collect();
+            let bytes: Vec<u8> = entries.iter().flat_map(encode_entry).collect();
+            prop_assert_eq!(decode_index(&bytes), Ok((entries, 0)));
+        }
+
+        #[test]
+        fn any_bytes_decode_without_panicking(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_index(&bytes);
+        }
+    }
+}
