@@ -13,6 +13,7 @@ pub mod env;
 pub mod handlers;
 pub mod log;
 pub mod server;
+pub mod slot_store;
 pub mod volume;
 
 pub use broker::Broker;

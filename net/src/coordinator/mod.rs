@@ -7,21 +7,24 @@
 //! - One timer task sleeps until the core's next deadline (or until a
 //!   request may have created an earlier one) and then ticks the core; it
 //!   also runs offset retention every `offsets_retention_check_interval_ms`.
-//! - Slot changes are queued per slot; one writer task per slot drains the
-//!   queue, applies everything queued to a copy of the slot, writes it once
-//!   (tmp + fsync + rename) and only then installs it and answers the
-//!   requests that waited: many concurrent commits cost one fsync, and no
-//!   reader ever sees an offset a crash could take back.
+//! - Slot changes are queued per slot and written by the shared slot store
+//!   (`crate::slot_store`): one writer per slot applies everything queued
+//!   to a copy of the slot, writes it once (tmp + fsync + rename) and only
+//!   then installs it and answers the requests that waited: many concurrent
+//!   commits cost one fsync, and no reader ever sees an offset a crash
+//!   could take back.
 //!
 //! Group membership is in memory only: after a restart members rejoin, as
 //! they do in Kafka when a coordinator moves. Offsets survive.
 
 #[cfg(test)]
 mod tests;
-mod writer;
 
 use crate::broker::ownership;
 use crate::env::Env;
+use crate::slot_store::{
+    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, WriteDone,
+};
 use crate::volume::Volume;
 use kaas_core::cluster::{
     check_slot_access, coordinator_slot, Claim, ClusterView, COORDINATOR_SLOTS,
@@ -48,22 +51,11 @@ use tokio::sync::{oneshot, Notify};
 /// a dropped coordinator this way).
 const MAX_TIMER_SLEEP_MS: i64 = 10_000;
 
-/// What a writer reports to the requests waiting for a slot write.
-type WriteDone = oneshot::Sender<Result<(), ErrorCode>>;
-
-#[derive(Default)]
-struct SlotQueue {
-    ops: Vec<SlotOp>,
-    done: Vec<WriteDone>,
-    /// A writer task is running for this slot.
-    writing: bool,
-}
-
 struct Inner {
     core: Coordinator,
     joins: HashMap<Waiter, oneshot::Sender<JoinResult>>,
     syncs: HashMap<Waiter, oneshot::Sender<SyncResult>>,
-    queues: Vec<SlotQueue>,
+    queues: SlotQueues<SlotOp>,
 }
 
 pub struct GroupCoordinator {
@@ -125,9 +117,7 @@ impl GroupCoordinator {
                 core,
                 joins: HashMap::new(),
                 syncs: HashMap::new(),
-                queues: (0..COORDINATOR_SLOTS)
-                    .map(|_| SlotQueue::default())
-                    .collect(),
+                queues: SlotQueues::new(COORDINATOR_SLOTS),
             }),
             volume,
             env,
@@ -195,22 +185,18 @@ impl GroupCoordinator {
             if let SlotOp::Meta { group, meta } = &op {
                 tracing::debug!(%group, generation = meta.generation, empty = meta.empty_since_ms.is_some(), "group changed");
             }
-            if let Some(q) = inner.queues.get_mut(slot as usize) {
-                q.ops.push(op);
+            if inner.queues.push_op(slot, op) {
                 touched.push(slot);
             }
         }
         if let Some((slot, tx)) = done {
-            if let Some(q) = inner.queues.get_mut(slot as usize) {
-                q.done.push(tx);
+            if inner.queues.push_done(slot, tx) {
                 touched.push(slot);
             }
         }
         for slot in touched {
-            let q = &mut inner.queues[slot as usize];
-            if !q.writing {
-                q.writing = true;
-                tokio::spawn(self.clone().run_writer(slot));
+            if inner.queues.claim_writer(slot) {
+                tokio::spawn(slot_store::run_writer(self.clone(), slot));
             }
         }
         if from_request {
@@ -446,9 +432,67 @@ impl GroupCoordinator {
     }
 }
 
-/// Waits for a slot write; a writer that went away counts as a failed write.
-async fn wait_written(rx: oneshot::Receiver<Result<(), ErrorCode>>) -> Result<(), ErrorCode> {
-    rx.await.unwrap_or(Err(ErrorCode::NotCoordinator))
+/// Group slot files written by the shared slot store.
+impl SlotFile for SlotState {
+    type Op = SlotOp;
+
+    fn apply(&mut self, op: &SlotOp) -> bool {
+        SlotState::apply(self, op)
+    }
+
+    fn bump_version(&mut self) {
+        self.version += 1;
+    }
+
+    fn encode(&self) -> io::Result<Vec<u8>> {
+        SlotState::encode(self).map_err(io::Error::other)
+    }
+}
+
+impl SlotOwner for GroupCoordinator {
+    type File = SlotState;
+
+    fn take_round(&self, slot: u32) -> Option<Round<SlotState>> {
+        let mut inner = self.lock();
+        let state = inner.core.slot(slot).cloned()?;
+        let (ops, done) = inner.queues.take(slot)?;
+        Some(Round { ops, done, state })
+    }
+
+    fn finish_round(&self, slot: u32, outcome: RoundOutcome<SlotState>) -> Result<(), ErrorCode> {
+        let mut inner = self.lock();
+        let now = self.env.now_ms();
+        match outcome {
+            RoundOutcome::Unchanged => Ok(()),
+            RoundOutcome::Written(state) => {
+                inner.core.install_slot(state, now);
+                Ok(())
+            }
+            RoundOutcome::Failed(e) => {
+                tracing::error!(slot, error = %e, "cannot write group slot file; its changes are refused");
+                // Deletions already forgot their groups in memory; the
+                // slot still has their offsets, so bring them back.
+                if let Some(current) = inner.core.slot(slot).cloned() {
+                    inner.core.install_slot(current, now);
+                }
+                // As Kafka answers when its log append fails on storage:
+                // the client looks up the coordinator again and retries.
+                Err(ErrorCode::NotCoordinator)
+            }
+        }
+    }
+
+    fn slot_path(&self, slot: u32) -> String {
+        group_slot_file(slot)
+    }
+
+    fn volume(&self) -> &Arc<dyn Volume> {
+        &self.volume
+    }
+
+    fn env(&self) -> &Env {
+        &self.env
+    }
 }
 
 async fn run_timers(

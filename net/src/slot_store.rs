@@ -1,0 +1,186 @@
+//! Group commit for coordinator slot files, shared by every coordinator
+//! that keeps its state in `slot-<N>.json` files (consumer groups now,
+//! transactions next).
+//!
+//! Changes to a slot are queued, under the owner's lock, as ops together
+//! with the requests waiting for them to be durable. One writer task per
+//! slot drains the queue: each round takes everything queued so far,
+//! applies it to a copy of the slot's durable state, writes the file once
+//! (tmp + fsync + rename, on the IO runner, off the async workers), and
+//! only then hands the copy back to the owner to install and answers the
+//! waiting requests. Ops queued during a write go into the next round, so
+//! many concurrent changes cost one fsync, and no reader ever sees a state
+//! a crash could take back.
+
+use crate::env::{Env, IoKind};
+use crate::volume::Volume;
+use kaas_core::protocol::ErrorCode;
+use std::io;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// The durable state of one slot, as written to its file.
+pub trait SlotFile: Clone + Send + 'static {
+    type Op: Send + 'static;
+    /// Applies `op`; whether the state changed (an unchanged state is not
+    /// written).
+    fn apply(&mut self, op: &Self::Op) -> bool;
+    /// Called once before a changed state is written: the file's version
+    /// counter moves on.
+    fn bump_version(&mut self);
+    fn encode(&self) -> io::Result<Vec<u8>>;
+}
+
+/// What a writer reports to a request waiting for its slot's write.
+pub type WriteDone = oneshot::Sender<Result<(), ErrorCode>>;
+
+/// Waits for a slot write; a writer that went away counts as a failed
+/// write, answered as a storage failure at a coordinator is answered.
+pub async fn wait_written(rx: oneshot::Receiver<Result<(), ErrorCode>>) -> Result<(), ErrorCode> {
+    rx.await.unwrap_or(Err(ErrorCode::NotCoordinator))
+}
+
+/// The queued ops and waiting requests of every slot. Lives inside the
+/// owner's lock, so ops are queued in the order the owner decided them.
+pub struct SlotQueues<Op> {
+    queues: Vec<SlotQueue<Op>>,
+}
+
+struct SlotQueue<Op> {
+    ops: Vec<Op>,
+    done: Vec<WriteDone>,
+    /// A writer task is running for this slot.
+    writing: bool,
+}
+
+/// One round of a slot's writer: what was queued, and the durable state it
+/// applies to.
+pub struct Round<F: SlotFile> {
+    pub ops: Vec<F::Op>,
+    pub done: Vec<WriteDone>,
+    pub state: F,
+}
+
+impl<Op> SlotQueues<Op> {
+    pub fn new(slots: u32) -> SlotQueues<Op> {
+        SlotQueues {
+            queues: (0..slots)
+                .map(|_| SlotQueue {
+                    ops: Vec::new(),
+                    done: Vec::new(),
+                    writing: false,
+                })
+                .collect(),
+        }
+    }
+
+    /// Queues `op` for `slot`; false for a slot that does not exist.
+    pub fn push_op(&mut self, slot: u32, op: Op) -> bool {
+        match self.queues.get_mut(slot as usize) {
+            Some(q) => {
+                q.ops.push(op);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `done` is told once everything queued so far for `slot` is durable.
+    pub fn push_done(&mut self, slot: u32, done: WriteDone) -> bool {
+        match self.queues.get_mut(slot as usize) {
+            Some(q) => {
+                q.done.push(done);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Marks `slot` as having a writer; true if the caller must start one
+    /// (none was running).
+    pub fn claim_writer(&mut self, slot: u32) -> bool {
+        match self.queues.get_mut(slot as usize) {
+            Some(q) if !q.writing => {
+                q.writing = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes everything queued for `slot`, or `None` (and the writer
+    /// stops) when nothing is.
+    pub fn take(&mut self, slot: u32) -> Option<(Vec<Op>, Vec<WriteDone>)> {
+        let q = self.queues.get_mut(slot as usize)?;
+        if q.ops.is_empty() && q.done.is_empty() {
+            q.writing = false;
+            return None;
+        }
+        Some((std::mem::take(&mut q.ops), std::mem::take(&mut q.done)))
+    }
+}
+
+/// How a round ended.
+pub enum RoundOutcome<F> {
+    /// Nothing queued changed the state: nothing was written.
+    Unchanged,
+    /// This state is durable.
+    Written(F),
+    /// The write failed: the file is as it was.
+    Failed(io::Error),
+}
+
+/// The coordinator that owns slot states: lends a round, takes it back.
+/// Both calls run under the owner's own lock.
+pub trait SlotOwner: Send + Sync + 'static {
+    type File: SlotFile;
+    /// The slot's next round: its queue and current durable state; `None`
+    /// when the queue is drained (the writer then stops).
+    fn take_round(&self, slot: u32) -> Option<Round<Self::File>>;
+    /// The round's outcome: a written state is durable and is installed;
+    /// after a failed write, whatever the owner already changed in memory
+    /// for the round must be undone. Returns what the waiting requests are
+    /// told.
+    fn finish_round(&self, slot: u32, outcome: RoundOutcome<Self::File>) -> Result<(), ErrorCode>;
+    fn slot_path(&self, slot: u32) -> String;
+    fn volume(&self) -> &Arc<dyn Volume>;
+    fn env(&self) -> &Env;
+}
+
+/// The writer task of one slot: rounds until the queue is drained.
+pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
+    while let Some(Round {
+        ops,
+        done,
+        mut state,
+    }) = owner.take_round(slot)
+    {
+        let mut changed = false;
+        for op in &ops {
+            changed |= state.apply(op);
+        }
+        let outcome = if changed {
+            state.bump_version();
+            match write(owner.as_ref(), slot, &state).await {
+                Ok(()) => RoundOutcome::Written(state),
+                Err(e) => RoundOutcome::Failed(e),
+            }
+        } else {
+            RoundOutcome::Unchanged
+        };
+        let result = owner.finish_round(slot, outcome);
+        for tx in done {
+            let _ = tx.send(result);
+        }
+    }
+}
+
+async fn write<O: SlotOwner>(owner: &O, slot: u32, state: &O::File) -> io::Result<()> {
+    let bytes = state.encode()?;
+    let volume = owner.volume().clone();
+    let path = owner.slot_path(slot);
+    owner
+        .env()
+        .blocking(IoKind::Fsync, move || volume.write_atomic(&path, &bytes))
+        .await
+}
