@@ -8,7 +8,10 @@
 //! diverging requests after it.
 
 use crate::ops::{idempotent_batch, plain_batch, FetchSpec};
-use crate::scenarios::groups::{commit, coordinator_ready, fetch_offsets};
+use crate::scenarios::groups::{
+    assignment, commit, coordinator_ready, describe, fetch_offsets, heartbeat, join, join_new,
+    leave, sync, Join,
+};
 use crate::session::{Session, Step};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -73,10 +76,31 @@ enum Op {
         offset: i64,
     },
     FetchOffsets,
+    /// A group membership step of this plan's one consumer.
+    Member(MemberOp),
     DescribeProducers {
         topic: usize,
     },
     Metadata,
+}
+
+/// What the plan's consumer does in its group. It acts with the member id
+/// and generation its own broker gave it (aliased in the transcript), so
+/// both runs send the same requests while the brokers agree.
+#[derive(Debug, Clone, Copy)]
+enum MemberOp {
+    /// JoinGroup: as a new member, or rejoining with its member id.
+    Join,
+    /// SyncGroup as the leader, assigning itself every partition of t0.
+    Sync,
+    Heartbeat,
+    /// OffsetCommit with its member id and generation.
+    Commit {
+        partition: i32,
+        offset: i64,
+    },
+    Leave,
+    Describe,
 }
 
 /// What the plan believes about one partition.
@@ -115,7 +139,7 @@ fn draw(seed: u64, steps: usize) -> Plan {
         let grows = model[topic].len() < 4;
         let p = &mut model[topic][partition];
         let partition_i32 = partition as i32;
-        let op = match rng.gen_range(0..100) {
+        let op = match rng.gen_range(0..112) {
             0..=19 => {
                 let records = rng.gen_range(1..=5);
                 let first = p.log_end;
@@ -202,8 +226,19 @@ fn draw(seed: u64, steps: usize) -> Plan {
                     offset,
                 }
             }
-            89..=92 => Op::FetchOffsets,
-            93..=96 => Op::DescribeProducers { topic },
+            89..=90 => Op::FetchOffsets,
+            91..=106 => Op::Member(match rng.gen_range(0..8) {
+                0..=2 => MemberOp::Join,
+                3 => MemberOp::Sync,
+                4 => MemberOp::Heartbeat,
+                5 => MemberOp::Commit {
+                    partition: 0,
+                    offset: rng.gen_range(0..=model[0][0].log_end),
+                },
+                6 => MemberOp::Leave,
+                _ => MemberOp::Describe,
+            }),
+            107..=109 => Op::DescribeProducers { topic },
             _ => Op::Metadata,
         };
         if let Op::AddPartition { topic } = op {
@@ -227,6 +262,8 @@ pub async fn run(s: &mut Session, seed: u64, steps: usize) -> Step {
     let group = s.name("g");
     coordinator_ready(s, &group).await?;
     let (pid, epoch) = s.init_producer_id("init producer id").await?;
+    // The consumer's member id and generation, as its broker gave them.
+    let mut member: Option<(String, i32)> = None;
     for (i, op) in plan.ops.iter().enumerate() {
         let label = |what: &str| format!("{i}: {what}");
         match *op {
@@ -359,6 +396,9 @@ pub async fn run(s: &mut Session, seed: u64, steps: usize) -> Step {
             Op::FetchOffsets => {
                 fetch_offsets(s, &label("fetch committed offsets"), &group, None).await?;
             }
+            Op::Member(m) => {
+                member_step(s, &label, m, &group, &names[0], partitions[0], &mut member).await?;
+            }
             Op::DescribeProducers { topic } => {
                 let all: Vec<i32> = (0..partitions[topic]).collect();
                 s.describe_producers(
@@ -375,6 +415,61 @@ pub async fn run(s: &mut Session, seed: u64, steps: usize) -> Step {
         }
     }
     s.observe("done", json!(plan.ops.len()));
+    Ok(())
+}
+
+/// One membership step of the plan's consumer; `member` follows what its
+/// broker answered.
+async fn member_step(
+    s: &mut Session,
+    label: &impl Fn(&str) -> String,
+    op: MemberOp,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+    member: &mut Option<(String, i32)>,
+) -> Step {
+    let (id, generation) = member.clone().unwrap_or_else(|| (String::new(), -1));
+    match op {
+        MemberOp::Join => {
+            let mut spec = Join::new(group, topic);
+            spec.member = id;
+            let joined = if member.is_some() {
+                join(s, &label("rejoin"), &spec).await?
+            } else {
+                join_new(s, &label("join"), &spec).await?
+            };
+            if joined.error == 0 {
+                *member = Some((joined.member, joined.generation));
+            }
+        }
+        MemberOp::Sync => {
+            let all: Vec<i32> = (0..partitions).collect();
+            let assigned = [(id.as_str(), assignment(topic, &all))];
+            sync(s, &label("sync"), group, generation, &id, &assigned).await?;
+        }
+        MemberOp::Heartbeat => {
+            heartbeat(s, &label("heartbeat"), group, generation, &id, None).await?;
+        }
+        MemberOp::Commit { partition, offset } => {
+            let step = label(&format!("member commit t0/{partition} at {offset}"));
+            commit(
+                s,
+                &step,
+                group,
+                generation,
+                &id,
+                topic,
+                &[(partition, offset)],
+            )
+            .await?;
+        }
+        MemberOp::Leave => {
+            leave(s, &label("leave"), group, &id).await?;
+            *member = None;
+        }
+        MemberOp::Describe => describe(s, &label("describe group"), group).await?,
+    }
     Ok(())
 }
 

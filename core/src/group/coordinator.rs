@@ -455,11 +455,10 @@ impl Coordinator {
                     } else {
                         Bytes::new()
                     },
-                    assignment: if stable {
-                        m.assignment.clone()
-                    } else {
-                        Bytes::new()
-                    },
+                    // Kafka 4 shows a member's current assignment in every
+                    // state (its protocol metadata only when Stable): during
+                    // a rebalance that is the previous generation's.
+                    assignment: m.assignment.clone(),
                 })
                 .collect(),
         })

@@ -1775,3 +1775,25 @@ fn an_empty_group_whose_last_offsets_offset_delete_removed_stays_until_the_clean
         Err(ErrorCode::GroupIdNotFound)
     );
 }
+
+#[test]
+fn describe_shows_the_current_assignment_in_every_state_and_metadata_only_when_stable() {
+    let mut h = H::new();
+    let (ids, generation) = h.stable_group(1, &["t"]);
+    // The member rejoins with another subscription: a rebalance begins.
+    if let Err(w) = h.join(&ids[0], None, &["t", "u"]) {
+        h.advance_until_answered(w, REBALANCE as i64);
+    }
+    let d = h.c.describe_group(G).expect("exists");
+    assert_eq!(d.state, GroupState::CompletingRebalance);
+    assert_eq!(d.protocol_data, "", "no protocol outside Stable");
+    assert!(
+        d.members[0].metadata.is_empty(),
+        "no metadata outside Stable"
+    );
+    assert_eq!(
+        d.members[0].assignment.as_ref(),
+        ids[0].as_bytes(),
+        "generation {generation}'s assignment until the next SyncGroup"
+    );
+}

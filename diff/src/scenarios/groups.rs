@@ -44,7 +44,7 @@ fn subscription(topics: &[&str]) -> Bytes {
     buf.freeze()
 }
 
-pub(super) fn assignment(topic: &str, partitions: &[i32]) -> Bytes {
+pub(crate) fn assignment(topic: &str, partitions: &[i32]) -> Bytes {
     let a = ConsumerProtocolAssignment {
         assigned_partitions: vec![consumer_protocol_assignment::TopicPartition {
             topic: topic.into(),
@@ -62,9 +62,9 @@ pub(super) fn assignment(topic: &str, partitions: &[i32]) -> Bytes {
 
 /// One JoinGroup's parameters.
 #[derive(Clone)]
-pub(super) struct Join<'a> {
+pub(crate) struct Join<'a> {
     pub(super) group: &'a str,
-    pub(super) member: String,
+    pub(crate) member: String,
     pub(super) instance: Option<String>,
     pub(super) session_ms: i32,
     pub(super) rebalance_ms: i32,
@@ -74,7 +74,7 @@ pub(super) struct Join<'a> {
 }
 
 impl<'a> Join<'a> {
-    pub(super) fn new(group: &'a str, topic: &str) -> Join<'a> {
+    pub(crate) fn new(group: &'a str, topic: &str) -> Join<'a> {
         Join {
             group,
             member: String::new(),
@@ -89,13 +89,13 @@ impl<'a> Join<'a> {
 }
 
 /// What a JoinGroup answered.
-pub(super) struct Joined {
-    pub(super) error: i16,
-    pub(super) generation: i32,
-    pub(super) member: String,
+pub(crate) struct Joined {
+    pub(crate) error: i16,
+    pub(crate) generation: i32,
+    pub(crate) member: String,
 }
 
-async fn join(s: &mut Session, step: &str, j: &Join<'_>) -> Step<Joined> {
+pub(crate) async fn join(s: &mut Session, step: &str, j: &Join<'_>) -> Step<Joined> {
     let version = s.version(join_group_request::API_KEY)?;
     let topics: Vec<&str> = j.topics.iter().map(String::as_str).collect();
     let body = RequestBody::JoinGroup(JoinGroupRequest {
@@ -146,7 +146,7 @@ async fn join(s: &mut Session, step: &str, j: &Join<'_>) -> Step<Joined> {
 
 /// Joins as a new dynamic member the way clients do: the first JoinGroup
 /// gets MEMBER_ID_REQUIRED and a member id, the second joins with it.
-pub(super) async fn join_new(s: &mut Session, step: &str, j: &Join<'_>) -> Step<Joined> {
+pub(crate) async fn join_new(s: &mut Session, step: &str, j: &Join<'_>) -> Step<Joined> {
     let first = join(s, &format!("{step} (no member id)"), j).await?;
     if first.error != 79 {
         return Ok(first);
@@ -158,7 +158,7 @@ pub(super) async fn join_new(s: &mut Session, step: &str, j: &Join<'_>) -> Step<
     join(s, step, &again).await
 }
 
-pub(super) async fn sync(
+pub(crate) async fn sync(
     s: &mut Session,
     step: &str,
     group: &str,
@@ -214,7 +214,7 @@ pub(super) async fn sync_alone(
     sync(s, step, group, member.generation, &member.member, &assigned).await
 }
 
-pub(super) async fn heartbeat(
+pub(crate) async fn heartbeat(
     s: &mut Session,
     step: &str,
     group: &str,
@@ -235,7 +235,7 @@ pub(super) async fn heartbeat(
     Ok(r.error_code)
 }
 
-pub(super) async fn leave(s: &mut Session, step: &str, group: &str, member: &str) -> Step {
+pub(crate) async fn leave(s: &mut Session, step: &str, group: &str, member: &str) -> Step {
     let version = s.version(leave_group_request::API_KEY)?;
     let body = RequestBody::LeaveGroup(LeaveGroupRequest {
         group_id: group.into(),
@@ -793,7 +793,7 @@ async fn member_commit(s: &mut Session) -> Step {
     Ok(())
 }
 
-pub(super) async fn describe(s: &mut Session, step: &str, group: &str) -> Step {
+pub(crate) async fn describe(s: &mut Session, step: &str, group: &str) -> Step {
     let version = s.version(describe_groups_request::API_KEY)?;
     let body = RequestBody::DescribeGroups(DescribeGroupsRequest {
         groups: vec![group.into()],
