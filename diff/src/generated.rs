@@ -10,7 +10,7 @@
 use crate::ops::{idempotent_batch, plain_batch, FetchSpec};
 use crate::scenarios::groups::{
     assignment, commit, coordinator_ready, describe, fetch_offsets, heartbeat, join, join_new,
-    leave, sync, Join,
+    leave, sync, wait_described, Join,
 };
 use crate::session::{Session, Step};
 use rand::rngs::SmallRng;
@@ -468,7 +468,10 @@ async fn member_step(
             leave(s, &label("leave"), group, &id).await?;
             *member = None;
         }
-        MemberOp::Describe => describe(s, &label("describe group"), group).await?,
+        MemberOp::Describe => {
+            wait_described(s, group, usize::from(member.is_some())).await?;
+            describe(s, &label("describe group"), group).await?
+        }
     }
     Ok(())
 }

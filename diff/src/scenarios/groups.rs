@@ -824,6 +824,34 @@ pub(crate) async fn describe(s: &mut Session, step: &str, group: &str) -> Step {
     Ok(())
 }
 
+/// Waits (not observed, at most 3 s) until DescribeGroups shows `members`
+/// members: Kafka 4's group coordinator answers reads from its last
+/// committed state, so right after a JoinGroup or LeaveGroup it may still
+/// describe the group as it was. A client polling DescribeGroups sees the
+/// change a moment later; the scenario looks once it is there.
+pub(crate) async fn wait_described(s: &mut Session, group: &str, members: usize) -> Step {
+    let version = s.latest_version(describe_groups_request::API_KEY)?;
+    let body = RequestBody::DescribeGroups(DescribeGroupsRequest {
+        groups: vec![group.into()],
+        ..Default::default()
+    });
+    for _ in 0..30 {
+        if let crate::session::Answer::Body(ResponseBody::DescribeGroups(r)) =
+            s.try_call(version, &body).await
+        {
+            let settled = r.groups.first().is_some_and(|g| {
+                (g.error_code == 0 && g.members.len() == members)
+                    || (members == 0 && g.error_code == 69)
+            });
+            if settled {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 pub(super) async fn list_has(s: &mut Session, step: &str, group: &str) -> Step {
     let version = s.version(list_groups_request::API_KEY)?;
     let body = RequestBody::ListGroups(ListGroupsRequest::default());
