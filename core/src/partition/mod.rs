@@ -275,11 +275,7 @@ impl PartitionState {
     /// transaction: the last stable offset moves past it once it is
     /// durable. An aborted transaction is returned for the aborted index.
     /// Refused with the codes of [`check_marker`].
-    pub fn append_marker(
-        &mut self,
-        marker: &IncomingMarker,
-        now_ms: i64,
-    ) -> Result<MarkerWritten, ErrorCode> {
+    pub fn append_marker(&mut self, marker: &IncomingMarker) -> Result<MarkerWritten, ErrorCode> {
         if self.failed {
             return Err(ErrorCode::KafkaStorageError);
         }
@@ -296,7 +292,6 @@ impl PartitionState {
             marker.coordinator_epoch,
             marker.commit,
             offset,
-            now_ms,
         );
         self.open_transactions
             .remove(&(completed.first_offset, marker.producer_id));

@@ -340,7 +340,7 @@ fn a_marker_closes_the_open_transaction_and_the_last_stable_offset_moves_past_it
     p.append(&plain(1), 0).expect("appended"); // 5
     p.durable_up_to(6);
     assert_eq!(p.last_stable_offset(), 2, "stops at the open transaction");
-    let written = p.append_marker(&marker(7, 0, 0, true), 0).expect("written");
+    let written = p.append_marker(&marker(7, 0, 0, true)).expect("written");
     assert_eq!(
         written,
         MarkerWritten {
@@ -363,9 +363,7 @@ fn an_abort_marker_is_recorded_for_the_aborted_index() {
     let mut p = fresh();
     p.append(&transactional(7, 0, 0, 2), 0).expect("appended"); // 0..=1
     p.append(&transactional(8, 0, 0, 1), 0).expect("appended"); // 2
-    let written = p
-        .append_marker(&marker(7, 0, 0, false), 0)
-        .expect("written");
+    let written = p.append_marker(&marker(7, 0, 0, false)).expect("written");
     assert_eq!(
         written.aborted,
         Some(AbortedTxn {
@@ -377,9 +375,7 @@ fn an_abort_marker_is_recorded_for_the_aborted_index() {
         "the other producer's transaction is still open at 2"
     );
     // A transaction that wrote nothing here is closed at its marker.
-    let written = p
-        .append_marker(&marker(9, 0, 0, false), 0)
-        .expect("written");
+    let written = p.append_marker(&marker(9, 0, 0, false)).expect("written");
     assert_eq!(
         written.aborted.map(|a| (a.first_offset, a.last_offset)),
         Some((4, 4))
@@ -390,14 +386,14 @@ fn an_abort_marker_is_recorded_for_the_aborted_index() {
 fn a_marker_from_an_older_coordinator_epoch_is_transaction_coordinator_fenced() {
     let mut p = fresh();
     p.append(&transactional(7, 0, 0, 1), 0).expect("appended");
-    p.append_marker(&marker(7, 0, 3, true), 0).expect("written");
+    p.append_marker(&marker(7, 0, 3, true)).expect("written");
     p.append(&transactional(7, 0, 1, 1), 0).expect("appended");
     assert_eq!(
-        p.append_marker(&marker(7, 0, 2, true), 0),
+        p.append_marker(&marker(7, 0, 2, true)),
         Err(ErrorCode::TransactionCoordinatorFenced)
     );
     assert_eq!(p.log_end_offset(), 3, "nothing written");
-    assert!(p.append_marker(&marker(7, 0, 3, true), 0).is_ok());
+    assert!(p.append_marker(&marker(7, 0, 3, true)).is_ok());
 }
 
 #[test]
@@ -405,12 +401,12 @@ fn a_marker_with_an_older_producer_epoch_is_invalid_producer_epoch() {
     let mut p = fresh();
     p.append(&transactional(7, 2, 0, 1), 0).expect("appended");
     assert_eq!(
-        p.append_marker(&marker(7, 1, 0, false), 0),
+        p.append_marker(&marker(7, 1, 0, false)),
         Err(ErrorCode::InvalidProducerEpoch)
     );
     // A marker at a bumped epoch (a coordinator abort, KIP-360) is written
     // and starts that epoch: the old epoch's batches are fenced.
-    assert!(p.append_marker(&marker(7, 3, 0, false), 0).is_ok());
+    assert!(p.append_marker(&marker(7, 3, 0, false)).is_ok());
     assert_eq!(
         p.append(&transactional(7, 2, 1, 1), 0),
         Err(ErrorCode::InvalidProducerEpoch)

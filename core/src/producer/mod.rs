@@ -293,7 +293,6 @@ impl ProducerTable {
         coordinator_epoch: i32,
         commit: bool,
         offset: i64,
-        now_ms: i64,
     ) -> CompletedTxn {
         let entry = self
             .entries
@@ -308,8 +307,9 @@ impl ProducerTable {
             entry.epoch = producer_epoch;
             entry.batches.clear();
         }
+        // The idle clock (`last_update_ms`) is left alone: it follows the
+        // producer's own batches, as recovery's replay has always had it.
         entry.coordinator_epoch = coordinator_epoch;
-        entry.last_update_ms = now_ms;
         let first_offset = entry.current_txn_first_offset.take().unwrap_or(offset);
         CompletedTxn {
             producer_id,
@@ -343,7 +343,6 @@ impl ProducerTable {
                 coordinator_epoch,
                 commit,
                 batch.base_offset(),
-                now_ms,
             );
             return;
         }
