@@ -33,6 +33,17 @@ const TRANSACTIONS_LATER: &str =
 const CONFIGS_LATER: &str =
     "Topic configs are fixed at creation until the config APIs issue adds AlterConfigs and IncrementalAlterConfigs.";
 
+/// An API Kafka advertises with `kafka` versions and kaas does not serve.
+const fn unserved(step: &'static str, kafka: &'static str, why: &'static str) -> Known {
+    Known {
+        scenario: "versions/api-versions",
+        step,
+        kafka,
+        kaas: "null",
+        why,
+    }
+}
+
 fn parse(s: &str) -> Option<Value> {
     serde_json::from_str(s).ok()
 }
@@ -45,69 +56,15 @@ pub static KNOWN: &[Known] = &[
         kaas: "[3,13]",
         why: "kaas stores record batches of format v2 only, which Produce carries from v3 on; Kafka 4 still accepts v0-v2 (message formats 0 and 1) for old clients and converts them.",
     },
-    Known {
-        scenario: "versions/api-versions",
-        step: "24 AddPartitionsToTxn",
-        kafka: "[0,5]",
-        kaas: "null",
-        why: TRANSACTIONS_LATER,
-    },
-    Known {
-        scenario: "versions/api-versions",
-        step: "25 AddOffsetsToTxn",
-        kafka: "[0,4]",
-        kaas: "null",
-        why: TRANSACTIONS_LATER,
-    },
-    Known {
-        scenario: "versions/api-versions",
-        step: "26 EndTxn",
-        kafka: "[0,5]",
-        kaas: "null",
-        why: TRANSACTIONS_LATER,
-    },
-    Known {
-        scenario: "versions/api-versions",
-        step: "27 WriteTxnMarkers",
-        kafka: "[1,1]",
-        kaas: "null",
-        why: TRANSACTIONS_LATER,
-    },
-    Known {
-        scenario: "versions/api-versions",
-        step: "28 TxnOffsetCommit",
-        kafka: "[0,5]",
-        kaas: "null",
-        why: TRANSACTIONS_LATER,
-    },
-    Known {
-        scenario: "versions/api-versions",
-        step: "65 DescribeTransactions",
-        kafka: "[0,0]",
-        kaas: "null",
-        why: TRANSACTIONS_LATER,
-    },
-    Known {
-        scenario: "versions/api-versions",
-        step: "66 ListTransactions",
-        kafka: "[0,2]",
-        kaas: "null",
-        why: TRANSACTIONS_LATER,
-    },
-    Known {
-        scenario: "versions/api-versions",
-        step: "33 AlterConfigs",
-        kafka: "[0,2]",
-        kaas: "null",
-        why: CONFIGS_LATER,
-    },
-    Known {
-        scenario: "versions/api-versions",
-        step: "44 IncrementalAlterConfigs",
-        kafka: "[0,1]",
-        kaas: "null",
-        why: CONFIGS_LATER,
-    },
+    unserved("24 AddPartitionsToTxn", "[0,5]", TRANSACTIONS_LATER),
+    unserved("25 AddOffsetsToTxn", "[0,4]", TRANSACTIONS_LATER),
+    unserved("26 EndTxn", "[0,5]", TRANSACTIONS_LATER),
+    unserved("27 WriteTxnMarkers", "[1,1]", TRANSACTIONS_LATER),
+    unserved("28 TxnOffsetCommit", "[0,5]", TRANSACTIONS_LATER),
+    unserved("65 DescribeTransactions", "[0,0]", TRANSACTIONS_LATER),
+    unserved("66 ListTransactions", "[0,2]", TRANSACTIONS_LATER),
+    unserved("33 AlterConfigs", "[0,2]", CONFIGS_LATER),
+    unserved("44 IncrementalAlterConfigs", "[0,1]", CONFIGS_LATER),
     Known {
         scenario: "versions/api-versions",
         step: "35 DescribeLogDirs",

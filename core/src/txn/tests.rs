@@ -40,6 +40,14 @@ fn ongoing() -> TxnEntry {
     .expect("changed")
 }
 
+/// `ongoing()` after an EndTxn in the given direction.
+fn prepared(commit: bool) -> TxnEntry {
+    match end_txn(&ongoing(), 7000, 0, commit, NOW + 10) {
+        Ok(End::Prepare(p)) => p,
+        other => panic!("expected Prepare, got {other:?}"),
+    }
+}
+
 fn claim(producer_id: i64, producer_epoch: i16) -> Option<Claim> {
     Some(Claim {
         producer_id,
@@ -222,9 +230,7 @@ fn init_with_a_transaction_in_flight_aborts_it_under_a_bumped_epoch() {
 
 #[test]
 fn init_while_markers_are_written_is_concurrent_transactions() {
-    let Ok(End::Prepare(prepared)) = end_txn(&ongoing(), 7000, 0, true, NOW + 10) else {
-        panic!("prepared")
-    };
+    let prepared = prepared(true);
     assert_eq!(
         init_producer_id(Some(&prepared), ID, 60_000, None, || unreachable!(), NOW),
         Err(ErrorCode::ConcurrentTransactions)
@@ -273,9 +279,7 @@ fn add_to_transaction_checks_the_producer_id_then_the_epoch() {
 
 #[test]
 fn add_to_transaction_while_prepared_is_concurrent_transactions() {
-    let Ok(End::Prepare(prepared)) = end_txn(&ongoing(), 7000, 0, false, NOW + 10) else {
-        panic!("prepared")
-    };
+    let prepared = prepared(false);
     assert_eq!(
         add_to_transaction(&prepared, 7000, 0, &parts(&[("u", 0)]), &[], NOW),
         Err(ErrorCode::ConcurrentTransactions)
@@ -311,9 +315,7 @@ fn end_txn_prepares_in_the_asked_direction_keeping_the_markers_owed() {
 
 #[test]
 fn end_txn_retried_after_completion_succeeds_and_the_other_direction_is_invalid_txn_state() {
-    let Ok(End::Prepare(p)) = end_txn(&ongoing(), 7000, 0, true, NOW + 10) else {
-        panic!("prepared")
-    };
+    let p = prepared(true);
     let done = complete(&p, NOW + 20).expect("completed");
     assert_eq!(end_txn(&done, 7000, 0, true, NOW), Ok(End::AlreadyComplete));
     assert_eq!(
@@ -341,9 +343,7 @@ fn end_txn_on_empty_is_invalid_txn_state() {
 
 #[test]
 fn complete_clears_the_partitions_and_groups() {
-    let Ok(End::Prepare(p)) = end_txn(&ongoing(), 7000, 0, false, NOW + 10) else {
-        panic!("prepared")
-    };
+    let p = prepared(false);
     let done = complete(&p, NOW + 20).expect("completed");
     assert_eq!(done.state, TxnState::CompleteAbort);
     assert!(done.partitions.is_empty() && done.groups.is_empty());
