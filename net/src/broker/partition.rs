@@ -24,10 +24,12 @@ use crate::log::{persist_log_start_offset, remove_segments, LogConfig, Partition
 use crate::volume::Volume;
 use bytes::Bytes;
 use kaas_core::cluster::Claim;
-use kaas_core::partition::{AppendDecision, Effects, IncomingBatch, PartitionState, Recovered};
+use kaas_core::partition::{
+    AppendDecision, Effects, IncomingBatch, IncomingMarker, PartitionState, Recovered,
+};
 use kaas_core::producer::{BatchIdentity, ProducerTable};
 use kaas_core::protocol::ErrorCode;
-use kaas_core::record::RecordBatch;
+use kaas_core::record::{build_control_batch, ControlType, EndTxnMarker, RecordBatch};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -220,6 +222,55 @@ impl Partition {
                 // Whatever the append left behind is unknown: part of it
                 // may be written. Stop acknowledging.
                 tracing::error!(topic = %self.topic, partition = self.index, error = %e, "append failed; partition stops accepting writes");
+                self.fail();
+                Err(ErrorCode::KafkaStorageError)
+            }
+        }
+    }
+
+    /// Writes a transaction marker (the COMMIT or ABORT control batch the
+    /// coordinator decided) and returns its offset. The rules decide under
+    /// the lane, as for `append`, so the marker lands at the offset they
+    /// gave it: a stale coordinator (TRANSACTION_COORDINATOR_FENCED) or
+    /// producer epoch (INVALID_PRODUCER_EPOCH) is refused and writes
+    /// nothing. Like `append` it does not wait for the fsync: the caller
+    /// awaits `wait_durable(offset + 1)`, and only then does the last stable
+    /// offset move past the transaction.
+    pub async fn write_marker(&self, marker: IncomingMarker) -> Result<i64, ErrorCode> {
+        self.check_open()?;
+        let mut lane = self.log.clone().lock_owned().await;
+        let written = self.state().append_marker(&marker)?;
+        let control_type = if marker.commit {
+            ControlType::Commit
+        } else {
+            ControlType::Abort
+        };
+        // The marker's timestamp is the broker's clock, as Kafka stamps it;
+        // the leader epoch is stamped by the log like any append.
+        let batch = build_control_batch(
+            marker.producer_id,
+            marker.producer_epoch,
+            self.env.now_ms(),
+            EndTxnMarker {
+                control_type,
+                coordinator_epoch: marker.coordinator_epoch,
+            },
+        );
+        let offset = written.offset;
+        let result = self
+            .env
+            .blocking(IoKind::Buffered, move || lane.append_at(offset, &batch))
+            .await;
+        match result {
+            Ok(info) => {
+                if info.rolled {
+                    self.state().segment_rolled();
+                }
+                self.flush_wanted.notify_one();
+                Ok(offset)
+            }
+            Err(e) => {
+                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "marker write failed; partition stops accepting writes");
                 self.fail();
                 Err(ErrorCode::KafkaStorageError)
             }
