@@ -316,6 +316,9 @@ impl Runner {
             for m in &v.unexpected {
                 print_mismatch(m);
             }
+            if let Some(why) = &v.unrunnable {
+                println!("      could not run: {why}");
+            }
             for d in &v.stale {
                 println!(
                     "      documented difference at step {:?} no longer occurs: {}",
