@@ -1199,6 +1199,31 @@ impl Session {
         Ok(())
     }
 
+    /// Waits (not observed) until DescribeTransactions shows `id` in a
+    /// state other than `state`, at most `wait`.
+    pub async fn txn_left_state(&mut self, id: &str, state: &str, wait: Duration) -> Step {
+        let version = self.latest_version(describe_transactions_request::API_KEY)?;
+        let deadline = tokio::time::Instant::now() + wait;
+        while tokio::time::Instant::now() < deadline {
+            let body = RequestBody::DescribeTransactions(DescribeTransactionsRequest {
+                transactional_ids: vec![id.into()],
+                ..Default::default()
+            });
+            if let Answer::Body(ResponseBody::DescribeTransactions(r)) =
+                self.try_call(version, &body).await
+            {
+                if r.transaction_states
+                    .iter()
+                    .all(|t| t.error_code == 0 && t.transaction_state != state)
+                {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
     /// A transactional Produce of records `first..first+n` at `seq`.
     pub async fn produce_txn(
         &mut self,
@@ -1409,11 +1434,26 @@ impl Session {
         producers: &[i64],
     ) -> Step {
         let version = self.version(list_transactions_request::API_KEY)?;
+        self.list_transactions_with(step, version, states, producers, (-1, None))
+            .await
+    }
+
+    /// [`list_transactions`](Self::list_transactions) at `version`, with
+    /// the duration filter (v1+, ms; -1 none) and the transactional id
+    /// pattern (v2+).
+    pub async fn list_transactions_with(
+        &mut self,
+        step: &str,
+        version: i16,
+        states: &[&str],
+        producers: &[i64],
+        (duration_ms, pattern): (i64, Option<&str>),
+    ) -> Step {
         let body = RequestBody::ListTransactions(ListTransactionsRequest {
             state_filters: states.iter().map(|s| (*s).to_owned()).collect(),
             producer_id_filters: producers.to_vec(),
-            duration_filter: -1,
-            transactional_id_pattern: None,
+            duration_filter: duration_ms,
+            transactional_id_pattern: pattern.map(str::to_owned),
             ..Default::default()
         });
         let r = call_as!(self, ListTransactions, version, body, step);

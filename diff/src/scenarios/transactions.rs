@@ -23,6 +23,7 @@ use crate::ops::{FetchSpec, Txn, TXN_TIMEOUT_MS};
 use crate::session::{Session, Step, Stop};
 use kaas_core::protocol::messages::*;
 use serde_json::json;
+use std::time::Duration;
 
 pub fn scenarios() -> Vec<Scenario> {
     vec![
@@ -38,6 +39,7 @@ pub fn scenarios() -> Vec<Scenario> {
         scenario!("txn/commit", "a transaction committed: markers, last stable offset, the next transaction", commit),
         scenario!("txn/abort", "a transaction aborted: markers, the aborted list of a read_committed fetch", abort),
         scenario!("txn/commit-tv1", "a whole transaction the way a pre-KIP-890 client runs it (Produce v11, EndTxn v4)", commit_tv1),
+        scenario!("txn/timeout-abort", "a transaction open longer than its timeout is aborted by the coordinator; its producer is fenced", timeout_abort),
         scenario!("txn/end-txn-empty", "EndTxn with nothing in the transaction (every version)", end_txn_empty),
         scenario!("txn/end-txn-retry", "EndTxn retried after completion: the same outcome is NONE, the other INVALID_TXN_STATE (every version)", end_txn_retry),
         scenario!("txn/end-txn-fenced", "EndTxn with a wrong epoch, a wrong producer id, an unknown transactional id (every version)", end_txn_fenced),
@@ -551,6 +553,38 @@ async fn commit_tv1(s: &mut Session) -> Step {
     Ok(())
 }
 
+async fn timeout_abort(s: &mut Session) -> Step {
+    let t = s.create_topic("t", 1).await?;
+    let id = s.name("tx");
+    s.txn_coordinator_ready(&id).await?;
+    let v = s.version(init_producer_id_request::API_KEY)?;
+    let (_, tx) = s
+        .init_txn_at("init, timeout 1 s", v, &id, 1000, None)
+        .await?;
+    s.add_partitions("add t-0", &tx, &[(&t, &[0])]).await?;
+    s.produce_txn("produce", &t, 0, &tx, 0, (0, 1)).await?;
+    // Kafka looks for expired transactions every 10 s
+    // (transaction.abort.timed.out.transaction.cleanup.interval.ms):
+    // when is the broker's business, that it happens is the rule.
+    s.txn_left_state(&id, "Ongoing", Duration::from_secs(40))
+        .await?;
+    s.txn_settled(&id).await?;
+    s.describe_transactions("describe once aborted", &[&id])
+        .await?;
+    s.produce_txn("the producer produces", &t, 0, &tx, 1, (1, 1))
+        .await?;
+    s.add_partitions("the producer adds t-0", &tx, &[(&t, &[0])])
+        .await?;
+    let ev = s.version(end_txn_request::API_KEY)?;
+    s.end_txn_at("the producer commits", ev, &tx, true).await?;
+    let mut rc = FetchSpec::at(0, 0);
+    rc.isolation_level = 1;
+    s.fetch("fetch read_committed", &t, rc).await?;
+    s.init_txn_at("init again", v, &id, TXN_TIMEOUT_MS, None)
+        .await?;
+    Ok(())
+}
+
 async fn end_txn_empty(s: &mut Session) -> Step {
     for v in versions(s, end_txn_request::API_KEY)? {
         let tx = s
@@ -984,6 +1018,45 @@ async fn describe_list(s: &mut Session) -> Step {
         .await?;
     s.list_transactions("list an unknown state", &["Bogus", "Ongoing"], &pids)
         .await?;
+    let lv = s.version(list_transactions_request::API_KEY)?;
+    if lv >= 1 {
+        s.list_transactions_with(
+            "list running over an hour",
+            lv,
+            &[],
+            &pids,
+            (3_600_000, None),
+        )
+        .await?;
+    }
+    if lv >= 2 {
+        // The whole id, anchored (the run's prefix holds '.', escaped).
+        let full = format!("^{}$", ongoing.id.replace('.', "\\."));
+        s.list_transactions_with(
+            "list by a pattern of the whole id",
+            lv,
+            &[],
+            &pids,
+            (-1, Some(&full)),
+        )
+        .await?;
+        s.list_transactions_with(
+            "list by a pattern of part of the id",
+            lv,
+            &[],
+            &pids,
+            (-1, Some("tx-(empty|ongoing)")),
+        )
+        .await?;
+        s.list_transactions_with(
+            "list by a pattern matching nothing",
+            lv,
+            &[],
+            &pids,
+            (-1, Some("^nothing$")),
+        )
+        .await?;
+    }
     s.end_txn("ongoing: abort", &ongoing, false).await?;
     s.list_transactions("list after the abort", &[], &pids)
         .await?;
