@@ -167,15 +167,26 @@ async fn main() -> ExitCode {
         chosen
     };
     let runner = Arc::new(runner);
-    let mut pending = jobs.into_iter().enumerate();
+    let mut pending = jobs.into_iter().enumerate().peekable();
     let mut running = tokio::task::JoinSet::new();
+    // Whether the job running now must run alone (scenarios::ALONE).
+    let mut alone_running = false;
     let mut done: BTreeMap<usize, (Job, Transcript, Transcript)> = BTreeMap::new();
     let mut next_to_report = 0;
     loop {
-        while running.len() < args.jobs.max(1) {
+        while running.len() < args.jobs.max(1) && !alone_running {
+            let Some((_, next)) = pending.peek() else {
+                break;
+            };
+            let alone =
+                matches!(&next.kind, JobKind::Written(sc) if scenarios::ALONE.contains(&sc.name));
+            if alone && !running.is_empty() {
+                break;
+            }
             let Some((i, job)) = pending.next() else {
                 break;
             };
+            alone_running = alone;
             let runner = Arc::clone(&runner);
             running.spawn(async move {
                 let (k, s) = match &job.kind {
@@ -195,6 +206,7 @@ async fn main() -> ExitCode {
         let Some(joined) = running.join_next().await else {
             break;
         };
+        alone_running = false;
         match joined {
             Ok((i, job, k, s)) => {
                 done.insert(i, (job, k, s));
@@ -303,6 +315,9 @@ impl Runner {
             println!("FAIL  {name}    replay: {replay}");
             for m in &v.unexpected {
                 print_mismatch(m);
+            }
+            if let Some(why) = &v.unrunnable {
+                println!("      could not run: {why}");
             }
             for d in &v.stale {
                 println!(

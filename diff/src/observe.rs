@@ -3,7 +3,7 @@
 
 use crate::session::Session;
 use bytes::Bytes;
-use kaas_core::record::{split_batches, Tail};
+use kaas_core::record::{parse_end_txn_marker, split_batches, ControlType, Tail};
 use serde_json::{json, Value};
 
 /// An error code as Kafka names it (the number too when we do not know
@@ -141,7 +141,22 @@ pub fn batches(s: &mut Session, records: Option<&Bytes>) -> Value {
     for batch in walk.by_ref() {
         let pid = s.alias("pid", batch.producer_id());
         let mut recs = Vec::new();
-        for r in batch.records() {
+        if batch.is_control() {
+            // A transaction marker: its type is what a consumer acts on.
+            // Its timestamp is the coordinator's clock and its value the
+            // coordinator's epoch, both the broker's own business.
+            let what = match parse_end_txn_marker(&batch) {
+                Ok(Some(m)) => match m.control_type {
+                    ControlType::Commit => json!("COMMIT"),
+                    ControlType::Abort => json!("ABORT"),
+                    ControlType::Other(t) => json!(format!("control type {t}")),
+                },
+                Ok(None) => json!("control record"),
+                Err(e) => json!(format!("unreadable marker: {e}")),
+            };
+            recs.push(json!([batch.base_offset(), "marker", what]));
+        }
+        for r in batch.records().filter(|_| !batch.is_control()) {
             match r {
                 Ok(r) => recs.push(json!([
                     r.offset,
@@ -175,6 +190,27 @@ pub fn batches(s: &mut Session, records: Option<&Bytes>) -> Value {
         out.push(json!(format!("corrupt batch: {error:?}")));
     }
     json!(out)
+}
+
+/// A producer id and epoch by role, not value: the id as its alias
+/// (`pid1`, the same alias fetched batches use) and the epoch relative to
+/// the first epoch this scenario saw of that id (`pid1 epoch+0`, then
+/// `pid1 epoch+1` after a bump). Producer ids are random by nature on
+/// both brokers; epochs are counted from where each id started, so a bump
+/// reads the same whatever the id's history. A negative id (none) is
+/// written as it is.
+pub fn producer(s: &mut Session, producer_id: i64, epoch: i16) -> Value {
+    if producer_id < 0 {
+        return json!(format!("{producer_id} epoch {epoch}"));
+    }
+    let pid = s.alias("pid", producer_id);
+    let first = *s.first_epochs.entry(producer_id).or_insert(epoch);
+    let rel = i32::from(epoch) - i32::from(first);
+    let sign = if rel < 0 { "" } else { "+" };
+    json!(format!(
+        "{} epoch{sign}{rel}",
+        pid.as_str().unwrap_or_default()
+    ))
 }
 
 /// Short values as text; long ones (bulk test data) by length only.

@@ -5,7 +5,7 @@
 //! offsets, watermarks, records. Throttle times, error messages, node ids
 //! and endpoints are left out (they are the broker's own business).
 
-use crate::observe::{batches, err};
+use crate::observe::{batches, err, producer};
 use crate::session::{Answer, Session, Step, Stop};
 use bytes::Bytes;
 use kaas_core::protocol::messages::*;
@@ -222,9 +222,27 @@ impl Session {
         records: Bytes,
         acks: i16,
     ) -> Step {
+        self.produce_as(step, version, None, topic, partition, records, acks)
+            .await
+    }
+
+    /// [`produce_at`](Self::produce_at) with the request's transactional
+    /// id (a transactional batch needs one).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn produce_as(
+        &mut self,
+        step: &str,
+        version: i16,
+        transactional_id: Option<&str>,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        acks: i16,
+    ) -> Step {
         let mut body =
             kaas_net::client::single_partition_produce(topic, partition, records, acks, 10_000);
         if let RequestBody::Produce(p) = &mut body {
+            p.transactional_id = transactional_id.map(str::to_owned);
             for t in &mut p.topic_data {
                 t.topic_id = self.topic_id(topic);
             }
@@ -300,7 +318,16 @@ impl Session {
             .cloned()
             .unwrap_or_default();
         let seen = batches(self, p.records.as_ref());
-        let aborted = p.aborted_transactions.as_ref().map(|a| a.len());
+        // The aborted transactions a read_committed consumer skips: each
+        // producer (aliased) and its transaction's first offset.
+        let aborted = p.aborted_transactions.as_ref().map(|a| {
+            let mut list: Vec<Value> = a
+                .iter()
+                .map(|t| json!([self.alias("pid", t.producer_id), t.first_offset]))
+                .collect();
+            list.sort_by_key(|v| v.to_string());
+            list
+        });
         self.observe(
             step,
             json!({
@@ -726,6 +753,726 @@ impl Session {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        Ok(())
+    }
+}
+
+/// A transactional producer as a scenario drives it: its transactional id
+/// (full name) and the producer id and epoch its broker gave it.
+#[derive(Debug, Clone)]
+pub struct Txn {
+    pub id: String,
+    pub pid: i64,
+    pub epoch: i16,
+}
+
+impl Txn {
+    /// The same producer claiming another epoch (a zombie, or a producer
+    /// from the future).
+    pub fn with_epoch(&self, epoch: i16) -> Txn {
+        Txn {
+            epoch,
+            ..self.clone()
+        }
+    }
+
+    /// The same transactional id claiming a producer id it was never given.
+    pub fn with_pid(&self, pid: i64) -> Txn {
+        Txn {
+            pid,
+            ..self.clone()
+        }
+    }
+}
+
+/// One transaction of a batched AddPartitionsToTxn (v4+): the producer,
+/// whether to only verify, and partitions of topics (full names).
+pub type BatchedAdd<'a> = (&'a Txn, bool, &'a [(&'a str, &'a [i32])]);
+
+/// The transaction timeout scenarios ask for: long enough that no
+/// transaction times out while a scenario runs.
+pub const TXN_TIMEOUT_MS: i32 = 60_000;
+
+/// A batch of `n` transactional records (keys and values as
+/// [`plain_batch`]).
+pub fn txn_batch(t0: i64, first: i64, n: i64, txn: &Txn, seq: i32) -> Bytes {
+    records(
+        BatchBuilder::transactional(txn.pid, txn.epoch, seq),
+        t0,
+        first,
+        n,
+    )
+}
+
+/// Errors on which a transactional request is retried unobserved, as
+/// clients retry them: the coordinator is loading, not available yet, or
+/// elsewhere (a fresh Kafka creates its transaction log on first use).
+fn coordinator_not_ready(code: i16) -> bool {
+    matches!(code, 14..=16)
+}
+
+/// How long the unobserved waits on a transaction coordinator may take.
+const TXN_WAIT: Duration = Duration::from_secs(30);
+
+pub fn find_coordinator_body(key: &str, key_type: i8, version: i16) -> RequestBody {
+    RequestBody::FindCoordinator(FindCoordinatorRequest {
+        key: if version < 4 {
+            key.into()
+        } else {
+            String::new()
+        },
+        key_type,
+        coordinator_keys: if version >= 4 {
+            vec![key.into()]
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
+    })
+}
+
+impl Session {
+    /// FindCoordinator of `key` as `key_type`; observes the error and
+    /// whether a node was named; returns the error.
+    pub async fn find_coordinator(
+        &mut self,
+        step: &str,
+        version: i16,
+        key: &str,
+        key_type: i8,
+    ) -> Step<i16> {
+        let body = find_coordinator_body(key, key_type, version);
+        let r = call_as!(self, FindCoordinator, version, body, step);
+        let (code, node) = if version >= 4 {
+            r.coordinators
+                .first()
+                .map_or((-100, -1), |c| (c.error_code, c.node_id))
+        } else {
+            (r.error_code, r.node_id)
+        };
+        self.observe(step, json!({"error": err(code), "has_node": node >= 0}));
+        Ok(code)
+    }
+
+    /// Waits (not observed) until the coordinator of transactional id
+    /// `id` answers FindCoordinator: a fresh Kafka creates its transaction
+    /// log (50 partitions) on the first lookup.
+    pub async fn txn_coordinator_ready(&mut self, id: &str) -> Step {
+        let version = self.latest_version(find_coordinator_request::API_KEY)?;
+        let deadline = tokio::time::Instant::now() + TXN_WAIT;
+        loop {
+            let body = find_coordinator_body(id, 1, version);
+            if let Answer::Body(ResponseBody::FindCoordinator(r)) =
+                self.try_call(version, &body).await
+            {
+                let code = if version >= 4 {
+                    r.coordinators.first().map_or(-100, |c| c.error_code)
+                } else {
+                    r.error_code
+                };
+                if code == 0 {
+                    return Ok(());
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                self.observe("transaction coordinator", json!("never available"));
+                return Err(Stop(format!("no transaction coordinator for {id}")));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// InitProducerId for transactional id `id` (full name) at `version`,
+    /// with `timeout_ms` and, from v3, an optional claim of the producer id
+    /// and epoch the producer last had. Retries (unobserved) while the
+    /// coordinator is not ready; observes the error and the producer by
+    /// role; returns the error and the producer it was given.
+    pub async fn init_txn_at(
+        &mut self,
+        step: &str,
+        version: i16,
+        id: &str,
+        timeout_ms: i32,
+        claim: Option<(i64, i16)>,
+    ) -> Step<(i16, Txn)> {
+        let r = self
+            .init_txn_unobserved(step, version, id, timeout_ms, claim, false)
+            .await?;
+        self.init_txn_answer(step, id, r)
+    }
+
+    /// InitProducerId retried (unobserved) while it answers
+    /// CONCURRENT_TRANSACTIONS, as clients retry it, for at most 30 s;
+    /// observes the answer it stops at.
+    pub async fn init_txn_retried(
+        &mut self,
+        step: &str,
+        version: i16,
+        id: &str,
+    ) -> Step<(i16, Txn)> {
+        let r = self
+            .init_txn_unobserved(step, version, id, TXN_TIMEOUT_MS, None, true)
+            .await?;
+        self.init_txn_answer(step, id, r)
+    }
+
+    async fn init_txn_unobserved(
+        &mut self,
+        step: &str,
+        version: i16,
+        id: &str,
+        timeout_ms: i32,
+        claim: Option<(i64, i16)>,
+        retry_concurrent: bool,
+    ) -> Step<InitProducerIdResponse> {
+        let (producer_id, producer_epoch) = claim.unwrap_or((-1, -1));
+        let body = RequestBody::InitProducerId(InitProducerIdRequest {
+            transactional_id: Some(id.into()),
+            transaction_timeout_ms: timeout_ms,
+            producer_id,
+            producer_epoch,
+            ..Default::default()
+        });
+        let deadline = tokio::time::Instant::now() + TXN_WAIT;
+        loop {
+            let r = call_as!(self, InitProducerId, version, body.clone(), step);
+            let retry =
+                coordinator_not_ready(r.error_code) || (retry_concurrent && r.error_code == 51);
+            if !retry || tokio::time::Instant::now() >= deadline {
+                return Ok(r);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn init_txn_answer(
+        &mut self,
+        step: &str,
+        id: &str,
+        r: InitProducerIdResponse,
+    ) -> Step<(i16, Txn)> {
+        let who = producer(self, r.producer_id, r.producer_epoch);
+        self.observe(step, json!({"error": err(r.error_code), "producer": who}));
+        Ok((
+            r.error_code,
+            Txn {
+                id: id.to_owned(),
+                pid: r.producer_id,
+                epoch: r.producer_epoch,
+            },
+        ))
+    }
+
+    /// A fresh transactional producer for this run's id `short`: waits for
+    /// its coordinator, then InitProducerId at the highest common version;
+    /// anything but success ends the scenario.
+    pub async fn init_txn(&mut self, step: &str, short: &str) -> Step<Txn> {
+        let id = self.name(short);
+        self.txn_coordinator_ready(&id).await?;
+        let version = self.version(init_producer_id_request::API_KEY)?;
+        let (code, txn) = self
+            .init_txn_at(step, version, &id, TXN_TIMEOUT_MS, None)
+            .await?;
+        if code != 0 {
+            return Err(Stop(format!("InitProducerId for {id}: {code}")));
+        }
+        Ok(txn)
+    }
+
+    /// AddPartitionsToTxn in the client's form (v0-v3): `partitions` of
+    /// topics (full names); observes every partition's error, sorted by
+    /// topic and partition; returns the first non-zero error (0 if none).
+    pub async fn add_partitions_at(
+        &mut self,
+        step: &str,
+        version: i16,
+        txn: &Txn,
+        partitions: &[(&str, &[i32])],
+    ) -> Step<i16> {
+        let topics = partitions
+            .iter()
+            .map(
+                |(t, ps)| add_partitions_to_txn_request::AddPartitionsToTxnTopic {
+                    name: (*t).into(),
+                    partitions: ps.to_vec(),
+                    ..Default::default()
+                },
+            )
+            .collect();
+        let body = RequestBody::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+            v3_and_below_transactional_id: txn.id.clone(),
+            v3_and_below_producer_id: txn.pid,
+            v3_and_below_producer_epoch: txn.epoch,
+            v3_and_below_topics: topics,
+            ..Default::default()
+        });
+        let r = call_as!(self, AddPartitionsToTxn, version, body, step);
+        let seen = self.partition_results(&r.results_by_topic_v3_and_below);
+        let first = r
+            .results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| t.results_by_partition.iter())
+            .map(|p| p.partition_error_code)
+            .find(|&c| c != 0)
+            .unwrap_or(0);
+        self.observe(step, seen);
+        Ok(first)
+    }
+
+    /// AddPartitionsToTxn at the highest common version of the client's
+    /// form (v3 and below).
+    pub async fn add_partitions(
+        &mut self,
+        step: &str,
+        txn: &Txn,
+        partitions: &[(&str, &[i32])],
+    ) -> Step<i16> {
+        let version = self.version(add_partitions_to_txn_request::API_KEY)?.min(3);
+        self.add_partitions_at(step, version, txn, partitions).await
+    }
+
+    fn partition_results(
+        &self,
+        topics: &[add_partitions_to_txn_response::AddPartitionsToTxnTopicResult],
+    ) -> Value {
+        let mut seen: Vec<Value> = topics
+            .iter()
+            .flat_map(|t| {
+                t.results_by_partition.iter().map(|p| {
+                    json!([
+                        self.local(&t.name),
+                        p.partition_index,
+                        err(p.partition_error_code)
+                    ])
+                })
+            })
+            .collect();
+        seen.sort_by_key(|v| v.to_string());
+        json!(seen)
+    }
+
+    /// AddPartitionsToTxn in the batched form (v4+): several transactions
+    /// at once, each with `verify_only`; observes the top-level error and,
+    /// per transactional id (local name, sorted), every partition's error.
+    pub async fn add_partitions_batched(
+        &mut self,
+        step: &str,
+        version: i16,
+        txns: &[BatchedAdd<'_>],
+    ) -> Step {
+        let transactions = txns
+            .iter()
+            .map(|(txn, verify_only, parts)| {
+                add_partitions_to_txn_request::AddPartitionsToTxnTransaction {
+                    transactional_id: txn.id.clone(),
+                    producer_id: txn.pid,
+                    producer_epoch: txn.epoch,
+                    verify_only: *verify_only,
+                    topics: parts
+                        .iter()
+                        .map(
+                            |(t, ps)| add_partitions_to_txn_request::AddPartitionsToTxnTopic {
+                                name: (*t).into(),
+                                partitions: ps.to_vec(),
+                                ..Default::default()
+                            },
+                        )
+                        .collect(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let body = RequestBody::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+            transactions,
+            ..Default::default()
+        });
+        let r = call_as!(self, AddPartitionsToTxn, version, body, step);
+        let mut per_txn: Vec<Value> = r
+            .results_by_transaction
+            .iter()
+            .map(|t| {
+                json!([
+                    self.local(&t.transactional_id),
+                    self.partition_results(&t.topic_results)
+                ])
+            })
+            .collect();
+        per_txn.sort_by_key(|v| v.to_string());
+        self.observe(
+            step,
+            json!({"error": err(r.error_code), "transactions": per_txn}),
+        );
+        Ok(())
+    }
+
+    /// AddOffsetsToTxn of `group` (full name); observes and returns the error.
+    pub async fn add_offsets_at(
+        &mut self,
+        step: &str,
+        version: i16,
+        txn: &Txn,
+        group: &str,
+    ) -> Step<i16> {
+        let body = RequestBody::AddOffsetsToTxn(AddOffsetsToTxnRequest {
+            transactional_id: txn.id.clone(),
+            producer_id: txn.pid,
+            producer_epoch: txn.epoch,
+            group_id: group.into(),
+            ..Default::default()
+        });
+        let r = call_as!(self, AddOffsetsToTxn, version, body, step);
+        self.observe(step, json!({"error": err(r.error_code)}));
+        Ok(r.error_code)
+    }
+
+    pub async fn add_offsets(&mut self, step: &str, txn: &Txn, group: &str) -> Step<i16> {
+        let version = self.version(add_offsets_to_txn_request::API_KEY)?;
+        self.add_offsets_at(step, version, txn, group).await
+    }
+
+    /// EndTxn (commit or abort) at `version`; observes the error and, from
+    /// v5 (KIP-890: the epoch is bumped at every transaction's end), the
+    /// producer the answer names. Returns the error and the producer to
+    /// go on with (the answer's from v5 on success, else `txn` unchanged).
+    pub async fn end_txn_at(
+        &mut self,
+        step: &str,
+        version: i16,
+        txn: &Txn,
+        commit: bool,
+    ) -> Step<(i16, Txn)> {
+        let body = RequestBody::EndTxn(EndTxnRequest {
+            transactional_id: txn.id.clone(),
+            producer_id: txn.pid,
+            producer_epoch: txn.epoch,
+            committed: commit,
+            ..Default::default()
+        });
+        let r = call_as!(self, EndTxn, version, body, step);
+        let mut seen = json!({"error": err(r.error_code)});
+        let mut next = txn.clone();
+        if version >= 5 {
+            seen["producer"] = producer(self, r.producer_id, r.producer_epoch);
+            if r.error_code == 0 && r.producer_id >= 0 {
+                next.pid = r.producer_id;
+                next.epoch = r.producer_epoch;
+            }
+        }
+        self.observe(step, seen);
+        Ok((r.error_code, next))
+    }
+
+    /// EndTxn at the highest common version; then waits (unobserved) until
+    /// the transaction is complete, so the next step does not race the
+    /// markers. Returns the producer to go on with.
+    pub async fn end_txn(&mut self, step: &str, txn: &Txn, commit: bool) -> Step<Txn> {
+        let version = self.version(end_txn_request::API_KEY)?;
+        let (_, next) = self.end_txn_at(step, version, txn, commit).await?;
+        self.txn_settled(&txn.id).await?;
+        Ok(next)
+    }
+
+    /// Waits (not observed) until DescribeTransactions shows `id` in no
+    /// Prepare* state: Kafka answers EndTxn once the outcome is logged and
+    /// writes the markers after.
+    pub async fn txn_settled(&mut self, id: &str) -> Step {
+        let version = self.latest_version(describe_transactions_request::API_KEY)?;
+        let deadline = tokio::time::Instant::now() + TXN_WAIT;
+        while tokio::time::Instant::now() < deadline {
+            let body = RequestBody::DescribeTransactions(DescribeTransactionsRequest {
+                transactional_ids: vec![id.into()],
+                ..Default::default()
+            });
+            if let Answer::Body(ResponseBody::DescribeTransactions(r)) =
+                self.try_call(version, &body).await
+            {
+                let settled = r.transaction_states.iter().all(|t| {
+                    !coordinator_not_ready(t.error_code)
+                        && !t.transaction_state.starts_with("Prepare")
+                });
+                if settled {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits (not observed) until DescribeTransactions shows `id` in a
+    /// state other than `state`, at most `wait`.
+    pub async fn txn_left_state(&mut self, id: &str, state: &str, wait: Duration) -> Step {
+        let version = self.latest_version(describe_transactions_request::API_KEY)?;
+        let deadline = tokio::time::Instant::now() + wait;
+        while tokio::time::Instant::now() < deadline {
+            let body = RequestBody::DescribeTransactions(DescribeTransactionsRequest {
+                transactional_ids: vec![id.into()],
+                ..Default::default()
+            });
+            if let Answer::Body(ResponseBody::DescribeTransactions(r)) =
+                self.try_call(version, &body).await
+            {
+                if r.transaction_states
+                    .iter()
+                    .all(|t| t.error_code == 0 && t.transaction_state != state)
+                {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
+    /// A transactional Produce of records `first..first+n` at `seq`.
+    pub async fn produce_txn(
+        &mut self,
+        step: &str,
+        topic: &str,
+        partition: i32,
+        txn: &Txn,
+        seq: i32,
+        (first, n): (i64, i64),
+    ) -> Step {
+        let batch = txn_batch(self.t0, first, n, txn, seq);
+        let version = self.version(produce_request::API_KEY)?;
+        self.produce_as(step, version, Some(&txn.id), topic, partition, batch, -1)
+            .await
+    }
+
+    /// TxnOffsetCommit of `offsets` of `topic` for `group`, as a member
+    /// (`generation`, `member`; -1 and "" for none) from v3; observes each
+    /// partition's error.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_offset_commit_at(
+        &mut self,
+        step: &str,
+        version: i16,
+        txn: &Txn,
+        group: &str,
+        (generation, member): (i32, &str),
+        topic: &str,
+        offsets: &[(i32, i64)],
+    ) -> Step {
+        let body = RequestBody::TxnOffsetCommit(TxnOffsetCommitRequest {
+            transactional_id: txn.id.clone(),
+            group_id: group.into(),
+            producer_id: txn.pid,
+            producer_epoch: txn.epoch,
+            generation_id: generation,
+            member_id: member.into(),
+            group_instance_id: None,
+            topics: vec![txn_offset_commit_request::TxnOffsetCommitRequestTopic {
+                name: topic.into(),
+                partitions: offsets
+                    .iter()
+                    .map(
+                        |&(p, o)| txn_offset_commit_request::TxnOffsetCommitRequestPartition {
+                            partition_index: p,
+                            committed_offset: o,
+                            committed_leader_epoch: -1,
+                            committed_metadata: Some(format!("txn at {o}")),
+                            ..Default::default()
+                        },
+                    )
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let r = call_as!(self, TxnOffsetCommit, version, body, step);
+        let mut parts: Vec<Value> = r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| json!([self.local(&t.name), p.partition_index, err(p.error_code)]))
+            })
+            .collect();
+        parts.sort_by_key(|v| v.to_string());
+        self.observe(step, json!(parts));
+        Ok(())
+    }
+
+    /// OffsetFetch of `partitions` of `topic` for `group`, with
+    /// `require_stable` (v7+); observes the error and per partition its
+    /// offset, metadata and error.
+    pub async fn fetch_offsets_stable(
+        &mut self,
+        step: &str,
+        group: &str,
+        topic: &str,
+        partitions: &[i32],
+        require_stable: bool,
+    ) -> Step {
+        let version = self.version(offset_fetch_request::API_KEY)?;
+        let body = if version >= 8 {
+            RequestBody::OffsetFetch(OffsetFetchRequest {
+                groups: vec![offset_fetch_request::OffsetFetchRequestGroup {
+                    group_id: group.into(),
+                    member_id: None,
+                    member_epoch: -1,
+                    topics: Some(vec![offset_fetch_request::OffsetFetchRequestTopics {
+                        name: topic.into(),
+                        topic_id: self.topic_id(topic),
+                        partition_indexes: partitions.to_vec(),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }],
+                require_stable,
+                ..Default::default()
+            })
+        } else {
+            RequestBody::OffsetFetch(OffsetFetchRequest {
+                group_id: group.into(),
+                topics: Some(vec![offset_fetch_request::OffsetFetchRequestTopic {
+                    name: topic.into(),
+                    partition_indexes: partitions.to_vec(),
+                    ..Default::default()
+                }]),
+                require_stable,
+                ..Default::default()
+            })
+        };
+        let r = call_as!(self, OffsetFetch, version, body, step);
+        let mut error = r.error_code;
+        let mut parts = Vec::new();
+        for g in &r.groups {
+            error = error.max(g.error_code);
+            for t in &g.topics {
+                for p in &t.partitions {
+                    parts.push(json!([
+                        self.local(&t.name),
+                        p.partition_index,
+                        p.committed_offset,
+                        p.metadata,
+                        err(p.error_code)
+                    ]));
+                }
+            }
+        }
+        for t in &r.topics {
+            for p in &t.partitions {
+                parts.push(json!([
+                    self.local(&t.name),
+                    p.partition_index,
+                    p.committed_offset,
+                    p.metadata,
+                    err(p.error_code)
+                ]));
+            }
+        }
+        parts.sort_by_key(|v| v.to_string());
+        self.observe(step, json!({"error": err(error), "partitions": parts}));
+        Ok(())
+    }
+
+    /// DescribeTransactions of transactional ids (full names); observes,
+    /// per id in the order asked, its error, state, timeout, whether a
+    /// start time is set, the producer by role and its partitions.
+    pub async fn describe_transactions(&mut self, step: &str, ids: &[&str]) -> Step {
+        let version = self.version(describe_transactions_request::API_KEY)?;
+        let body = RequestBody::DescribeTransactions(DescribeTransactionsRequest {
+            transactional_ids: ids.iter().map(|i| (*i).to_owned()).collect(),
+            ..Default::default()
+        });
+        let r = call_as!(self, DescribeTransactions, version, body, step);
+        let mut seen = Vec::new();
+        for t in &r.transaction_states {
+            let mut topics: Vec<Value> = t
+                .topics
+                .iter()
+                .map(|tp| {
+                    let name = self.local(&tp.topic);
+                    if name.starts_with("<foreign") {
+                        // __consumer_offsets (AddOffsetsToTxn): which of
+                        // its partitions holds a group is the broker's own
+                        // layout; how many are in the transaction is not.
+                        return json!([name, format!("{} partition(s)", tp.partitions.len())]);
+                    }
+                    let mut ps = tp.partitions.clone();
+                    ps.sort();
+                    json!([name, ps])
+                })
+                .collect();
+            topics.sort_by_key(|v| v.to_string());
+            let who = if t.error_code == 0 {
+                producer(self, t.producer_id, t.producer_epoch)
+            } else {
+                json!(null)
+            };
+            seen.push(json!({
+                "id": self.local(&t.transactional_id),
+                "error": err(t.error_code),
+                "state": t.transaction_state,
+                "timeout_ms": t.transaction_timeout_ms,
+                // The start is the coordinator's clock: whether there is
+                // one (-1: none) is what a client can rely on.
+                "started": if t.error_code == 0 {
+                    json!(t.transaction_start_time_ms >= 0)
+                } else {
+                    json!(t.transaction_start_time_ms)
+                },
+                "producer": who,
+                "topics": topics,
+            }));
+        }
+        self.observe(step, json!(seen));
+        Ok(())
+    }
+
+    /// ListTransactions with `states` (names), narrowed to `producers` (so
+    /// other scenarios' transactions stay out) and to this run's names;
+    /// observes the error, the unknown state filters and the transactions
+    /// found, sorted.
+    pub async fn list_transactions(
+        &mut self,
+        step: &str,
+        states: &[&str],
+        producers: &[i64],
+    ) -> Step {
+        let version = self.version(list_transactions_request::API_KEY)?;
+        self.list_transactions_with(step, version, states, producers, (-1, None))
+            .await
+    }
+
+    /// [`list_transactions`](Self::list_transactions) at `version`, with
+    /// the duration filter (v1+, ms; -1 none) and the transactional id
+    /// pattern (v2+).
+    pub async fn list_transactions_with(
+        &mut self,
+        step: &str,
+        version: i16,
+        states: &[&str],
+        producers: &[i64],
+        (duration_ms, pattern): (i64, Option<&str>),
+    ) -> Step {
+        let body = RequestBody::ListTransactions(ListTransactionsRequest {
+            state_filters: states.iter().map(|s| (*s).to_owned()).collect(),
+            producer_id_filters: producers.to_vec(),
+            duration_filter: duration_ms,
+            transactional_id_pattern: pattern.map(str::to_owned),
+            ..Default::default()
+        });
+        let r = call_as!(self, ListTransactions, version, body, step);
+        let mut found: Vec<Value> = Vec::new();
+        for t in &r.transaction_states {
+            let id = self.local(&t.transactional_id);
+            if id.starts_with("<foreign") {
+                continue;
+            }
+            let pid = self.alias("pid", t.producer_id);
+            found.push(json!([id, pid, t.transaction_state]));
+        }
+        found.sort_by_key(|v| v.to_string());
+        let mut unknown = r.unknown_state_filters.clone();
+        unknown.sort();
+        self.observe(
+            step,
+            json!({"error": err(r.error_code), "unknown_states": unknown, "transactions": found}),
+        );
         Ok(())
     }
 }

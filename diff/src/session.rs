@@ -68,6 +68,9 @@ pub struct Session {
     /// topics by id.
     pub(crate) topic_ids: HashMap<String, Uuid>,
     alias_counts: HashMap<&'static str, usize>,
+    /// The first epoch seen of each producer id, for epochs written down
+    /// relative to it (observe::producer).
+    pub(crate) first_epochs: HashMap<i64, i16>,
     versions: Versions,
     /// Versions a scenario fixed for an API (the version sweeps), used
     /// instead of the highest common one.
@@ -87,6 +90,7 @@ impl Session {
             aliases: HashMap::new(),
             topic_ids: HashMap::new(),
             alias_counts: HashMap::new(),
+            first_epochs: HashMap::new(),
             versions,
             pinned: HashMap::new(),
             t0,

@@ -44,12 +44,26 @@ pub struct Verdict {
     /// Documented differences of this scenario that did not show up: the
     /// list is out of date, which also fails the suite.
     pub stale: Vec<&'static Known>,
+    /// Why the scenario could not run at all (an API it needs is not
+    /// served by both brokers): equal transcripts then prove nothing, so
+    /// it fails until both serve it.
+    pub unrunnable: Option<String>,
 }
 
 impl Verdict {
     pub fn passed(&self) -> bool {
-        self.unexpected.is_empty() && self.stale.is_empty()
+        self.unexpected.is_empty() && self.stale.is_empty() && self.unrunnable.is_none()
     }
+}
+
+/// What the harness writes when a scenario needs an API version the two
+/// brokers do not both serve (session.rs).
+const NOT_SERVED: &str = "is not served by both brokers";
+
+fn unrunnable(t: &Transcript) -> Option<String> {
+    let last = t.entries.last()?;
+    let text = last.value.as_str()?;
+    (last.step == "stopped" && text.contains(NOT_SERVED)).then(|| text.to_owned())
 }
 
 /// Compares step by step. The steps line up because both runs execute the
@@ -85,6 +99,7 @@ pub fn compare_with(
             None => verdict.unexpected.push(mismatch),
         }
     }
+    verdict.unrunnable = unrunnable(kafka).or_else(|| unrunnable(kaas));
     verdict.stale = known
         .iter()
         .filter(|d| {
@@ -129,6 +144,17 @@ mod tests {
         let v = compare_with("other", &a, &b, LIST);
         assert!(!v.passed());
         assert_eq!(v.unexpected[0].step, "x");
+    }
+
+    #[test]
+    fn a_scenario_that_could_not_run_fails() {
+        let a = t(&[
+            ("x", json!(1)),
+            ("stopped", json!("api 24 is not served by both brokers")),
+        ]);
+        let v = compare_with("other", &a, &a.clone(), LIST);
+        assert!(v.unexpected.is_empty() && !v.passed());
+        assert!(v.unrunnable.is_some());
     }
 
     #[test]
