@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use kaas_core::group::GroupConfig;
+use kaas_core::txn::TxnConfig;
 use kaas_net::config::{
     BrokerConfig, LogDefaults, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP,
     DEFAULT_QUEUED_MAX_REQUEST_BYTES,
@@ -100,6 +101,20 @@ struct ServeArgs {
     /// How often expired offsets are removed (offsets.retention.check.interval.ms).
     #[arg(long, default_value_t = GroupConfig::default().offsets_retention_check_interval_ms)]
     offsets_retention_check_interval_ms: i64,
+    /// Longest transaction timeout a producer may ask for (transaction.max.timeout.ms).
+    #[arg(long, default_value_t = TxnConfig::default().max_timeout_ms)]
+    transaction_max_timeout_ms: i32,
+    /// How often transactions past their timeout are aborted and prepared
+    /// ones completed (transaction.abort.timed.out.transaction.cleanup.interval.ms).
+    #[arg(long, default_value_t = TxnConfig::default().abort_timed_out_interval_ms)]
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: i64,
+    /// How long an idle transactional id is kept (transactional.id.expiration.ms).
+    #[arg(long, default_value_t = TxnConfig::default().id_expiration_ms)]
+    transactional_id_expiration_ms: i64,
+    /// How often expired transactional ids are removed
+    /// (transaction.remove.expired.transaction.cleanup.interval.ms).
+    #[arg(long, default_value_t = TxnConfig::default().remove_expired_interval_ms)]
+    transaction_remove_expired_transaction_cleanup_interval_ms: i64,
 }
 
 fn main() -> std::process::ExitCode {
@@ -166,6 +181,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         offsets_retention_ms: args.offsets_retention_minutes.saturating_mul(60_000),
         offsets_retention_check_interval_ms: args.offsets_retention_check_interval_ms.max(1),
         ..GroupConfig::default()
+    };
+    config.txn = TxnConfig {
+        max_timeout_ms: args.transaction_max_timeout_ms,
+        id_expiration_ms: args.transactional_id_expiration_ms,
+        abort_timed_out_interval_ms: args
+            .transaction_abort_timed_out_transaction_cleanup_interval_ms
+            .max(1),
+        remove_expired_interval_ms: args
+            .transaction_remove_expired_transaction_cleanup_interval_ms
+            .max(1),
     };
     if let Some(adv) = &args.advertised {
         let (host, port) = adv

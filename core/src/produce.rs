@@ -54,15 +54,17 @@ fn batch_error_code(e: &BatchError) -> ErrorCode {
     }
 }
 
-/// Batches that no producer state can admit. Idempotent batches are
-/// classified against the partition's producer state (`crate::producer`)
-/// under the partition lock; transactional ones need a transaction this
-/// broker coordinates, and kaas does not coordinate transactions yet, so
-/// they are refused with INVALID_TXN_STATE rather than appended without
-/// their atomicity.
-pub fn admit_batch(batch: &RecordBatch) -> Result<(), ErrorCode> {
-    if batch.is_transactional() {
-        return Err(ErrorCode::InvalidTxnState);
+/// Batches no producer may write: control batches (transaction markers)
+/// are written by the transaction coordinator only; from a client they
+/// are INVALID_RECORD, as in Kafka. A transactional batch needs the
+/// transactional id it belongs to (ProduceRequest v3+ carries it): without
+/// one Kafka's authorizer refuses it, TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+pub fn admit_batch(batch: &RecordBatch, transactional_id: Option<&str>) -> Result<(), ErrorCode> {
+    if batch.is_control() {
+        return Err(ErrorCode::InvalidRecord);
+    }
+    if batch.is_transactional() && transactional_id.is_none_or(str::is_empty) {
+        return Err(ErrorCode::TransactionalIdAuthorizationFailed);
     }
     Ok(())
 }
@@ -77,6 +79,33 @@ mod tests {
             .push_record(NewRecord::new(1000, Some(b"k"), Some(b"v")))
             .build()
             .into_bytes()
+    }
+
+    #[test]
+    fn admit_batch_refuses_control_batches_and_transactional_ones_without_their_id() {
+        use crate::record::{build_control_batch, ControlType, EndTxnMarker};
+        let plain = RecordBatch::new(batch()).expect("batch");
+        assert_eq!(admit_batch(&plain, None), Ok(()));
+        let txn = BatchBuilder::transactional(5, 0, 0)
+            .push_record(NewRecord::new(1000, None, Some(b"v")))
+            .build();
+        assert_eq!(admit_batch(&txn, Some("tx")), Ok(()));
+        let unauthorized = Err(ErrorCode::TransactionalIdAuthorizationFailed);
+        assert_eq!(admit_batch(&txn, None), unauthorized);
+        assert_eq!(admit_batch(&txn, Some("")), unauthorized);
+        let marker = build_control_batch(
+            5,
+            0,
+            1000,
+            EndTxnMarker {
+                control_type: ControlType::Commit,
+                coordinator_epoch: 0,
+            },
+        );
+        assert_eq!(
+            admit_batch(&marker, Some("tx")),
+            Err(ErrorCode::InvalidRecord)
+        );
     }
 
     #[test]

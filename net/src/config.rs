@@ -31,6 +31,9 @@ pub struct BrokerConfig {
     pub capture_dir: Option<PathBuf>,
     /// Consumer group and committed-offset settings (`group.*`, `offsets.*`).
     pub group: kaas_core::group::GroupConfig,
+    /// Transaction coordinator settings (`transaction.*`,
+    /// `transactional.id.*`).
+    pub txn: kaas_core::txn::TxnConfig,
     /// Most client connections open at once; a connection over the cap is
     /// accepted and closed at once (Kafka's `max.connections`).
     pub max_connections: usize,
@@ -101,6 +104,7 @@ impl BrokerConfig {
             producer_id_expiration_ms: kaas_core::producer::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
             capture_dir: None,
             group: kaas_core::group::GroupConfig::default(),
+            txn: kaas_core::txn::TxnConfig::default(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             queued_max_request_bytes: DEFAULT_QUEUED_MAX_REQUEST_BYTES,

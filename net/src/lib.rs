@@ -14,6 +14,7 @@ pub mod handlers;
 pub mod log;
 pub mod server;
 pub mod slot_store;
+pub mod transactions;
 pub mod volume;
 
 pub use broker::Broker;

@@ -312,6 +312,87 @@ impl Coordinator {
         now_ms: i64,
         out: &mut Output,
     ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
+        let (meta, outcomes, accepted) = self.accept_offsets(req, None, now_ms)?;
+        if !accepted.is_empty() {
+            let op = SlotOp::Commit {
+                group: req.group_id.clone(),
+                meta,
+                offsets: accepted,
+            };
+            out.ops.push((coordinator_slot(&req.group_id), op));
+        }
+        Ok(outcomes)
+    }
+
+    /// TxnOffsetCommit (KIP-98, KIP-447): validated as an OffsetCommit from
+    /// a transaction (a member may commit during CompletingRebalance, and
+    /// v3+ checks member, generation and instance id against the live
+    /// group); accepted offsets are staged under the producer's
+    /// transaction by one `StageTxnOffsets` op, invisible to OffsetFetch
+    /// until [`complete_txn`](Self::complete_txn) commits them.
+    pub fn stage_txn_offsets(
+        &mut self,
+        req: &CommitRequest,
+        producer_id: i64,
+        producer_epoch: i16,
+        now_ms: i64,
+        out: &mut Output,
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
+        let (meta, outcomes, accepted) =
+            self.accept_offsets(req, Some((producer_id, producer_epoch)), now_ms)?;
+        if !accepted.is_empty() {
+            let op = SlotOp::StageTxnOffsets {
+                group: req.group_id.clone(),
+                meta,
+                producer_id,
+                producer_epoch,
+                offsets: accepted,
+            };
+            out.ops.push((coordinator_slot(&req.group_id), op));
+        }
+        Ok(outcomes)
+    }
+
+    /// The transaction of `producer_id` ended, its markers durable: its
+    /// staged offsets for `group_id` become committed (or are dropped on
+    /// abort) once the returned op is written. Nothing staged: no op.
+    pub fn complete_txn(
+        &mut self,
+        group_id: &str,
+        producer_id: i64,
+        commit: bool,
+        out: &mut Output,
+    ) {
+        let staged = self
+            .record(group_id)
+            .is_some_and(|r| r.pending_txn.contains_key(&producer_id));
+        if staged {
+            let op = SlotOp::CompleteTxn {
+                group: group_id.to_string(),
+                producer_id,
+                commit,
+            };
+            out.ops.push((coordinator_slot(group_id), op));
+        }
+    }
+
+    /// The shared checks of OffsetCommit and TxnOffsetCommit (`txn`: the
+    /// producer of a transactional one): the group's metadata to write, one
+    /// outcome per offset, and the accepted offsets.
+    #[allow(clippy::type_complexity)]
+    fn accept_offsets(
+        &mut self,
+        req: &CommitRequest,
+        txn: Option<(i64, i16)>,
+        now_ms: i64,
+    ) -> Result<
+        (
+            GroupMeta,
+            Vec<Result<(), ErrorCode>>,
+            Vec<(String, i32, OffsetEntry)>,
+        ),
+        ErrorCode,
+    > {
         if !self.groups.contains_key(&req.group_id) {
             if req.generation >= 0 {
                 return Err(if req.missing_group_is_not_found {
@@ -333,7 +414,7 @@ impl Coordinator {
             &req.member_id,
             req.instance_id.as_deref(),
             req.generation,
-            false,
+            txn.is_some(),
         )?;
         g.commit_keeps_alive(&req.member_id, now_ms);
         let expire_timestamp_ms = offsets::expire_timestamp_for(req.retention_time_ms, now_ms);
@@ -357,15 +438,7 @@ impl Coordinator {
                 },
             ));
         }
-        if !accepted.is_empty() {
-            let op = SlotOp::Commit {
-                group: req.group_id.clone(),
-                meta: meta_of(g),
-                offsets: accepted,
-            };
-            out.ops.push((coordinator_slot(&req.group_id), op));
-        }
-        Ok(outcomes)
+        Ok((meta_of(g), outcomes, accepted))
     }
 
     /// OffsetFetch of one group. `topics`: `None` for every committed

@@ -1323,6 +1323,76 @@ fn require_stable_with_a_pending_transactional_offset_is_unstable_offset_commit(
 }
 
 #[test]
+fn txn_offset_commit_stages_offsets_that_only_complete_txn_commits() {
+    let mut h = H::new();
+    h.commit("", -1, &[("t", 0, 1)]).expect("committed");
+    h.write();
+    let req = CommitRequest {
+        group_id: G.into(),
+        member_id: String::new(),
+        instance_id: None,
+        generation: -1,
+        retention_time_ms: -1,
+        missing_group_is_not_found: false,
+        offsets: vec![CommitOffset {
+            topic: "t".into(),
+            partition: 0,
+            offset: 5,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    };
+    let mut out = Output::default();
+    let staged = h.c.stage_txn_offsets(&req, 42, 0, h.now, &mut out);
+    assert_eq!(staged, Ok(vec![Ok(())]));
+    h.finish(out);
+    h.write();
+    let ask = [("t".to_string(), vec![0])];
+    assert_eq!(h.committed("t", 0), 1, "staged offsets are invisible");
+    assert_eq!(
+        h.c.fetch_offsets(G, Some(&ask), true)[0].1[0].committed,
+        Err(ErrorCode::UnstableOffsetCommit)
+    );
+    // Another producer's transaction has nothing staged: no op.
+    let mut out = Output::default();
+    h.c.complete_txn(G, 43, true, &mut out);
+    assert!(out.ops.is_empty());
+    h.c.complete_txn(G, 42, true, &mut out);
+    h.finish(out);
+    h.write();
+    assert_eq!(h.committed("t", 0), 5);
+}
+
+#[test]
+fn txn_offset_commit_from_a_stale_generation_is_illegal_generation() {
+    let mut h = H::new();
+    let (members, generation) = h.stable_group(1, &["t"]);
+    let req = CommitRequest {
+        group_id: G.into(),
+        member_id: members[0].clone(),
+        instance_id: None,
+        generation: generation - 1,
+        retention_time_ms: -1,
+        missing_group_is_not_found: false,
+        offsets: vec![],
+    };
+    let mut out = Output::default();
+    assert_eq!(
+        h.c.stage_txn_offsets(&req, 42, 0, h.now, &mut out),
+        Err(ErrorCode::IllegalGeneration)
+    );
+    let req = CommitRequest {
+        member_id: "someone-else".into(),
+        generation,
+        ..req
+    };
+    assert_eq!(
+        h.c.stage_txn_offsets(&req, 42, 0, h.now, &mut out),
+        Err(ErrorCode::UnknownMemberId)
+    );
+}
+
+#[test]
 fn aborted_transactional_offsets_are_dropped() {
     let mut s = SlotState::new(3, 0);
     let entry = OffsetEntry {

@@ -381,6 +381,24 @@ impl PartitionState {
         self.log_start = self.log_start.max(new_start.min(self.log_end));
     }
 
+    /// Whether `batch`, if appended, would open a transaction here: it is
+    /// transactional, new (not a retry, not refused), and its producer has
+    /// no transaction open here at its epoch. Such a batch needs its
+    /// coordinator's word first (KIP-890 part 1).
+    pub fn opens_transaction(&self, batch: &BatchIdentity) -> bool {
+        batch.is_transactional
+            && self.producers.classify(batch) == Classification::Append
+            && !self
+                .producers
+                .get(batch.producer_id)
+                .is_some_and(|e| e.epoch == batch.epoch && e.current_txn_first_offset.is_some())
+    }
+
+    /// The cross-partition fence: see [`ProducerTable::fence`].
+    pub fn fence_producer(&mut self, producer_id: i64, epoch: i16) -> bool {
+        self.producers.fence(producer_id, epoch)
+    }
+
     /// Forgets producers idle for `expiration_ms`; returns how many.
     pub fn expire_producers(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         self.producers.expire(now_ms, expiration_ms)

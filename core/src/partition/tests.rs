@@ -433,3 +433,37 @@ fn aborted_transactions_in_range_are_those_overlapping_the_fetch() {
         vec![(1, 0), (3, 3)]
     );
 }
+
+#[test]
+fn opens_transaction_only_for_a_new_transactional_batch_without_an_open_transaction() {
+    let mut p = fresh();
+    let txn = |first_seq| {
+        let mut b = idempotent(9, 2, first_seq, 2);
+        if let Some(id) = b.identity.as_mut() {
+            id.is_transactional = true;
+        }
+        b
+    };
+    let first = txn(0);
+    let Some(first_id) = first.identity else {
+        panic!("transactional batch has an identity")
+    };
+    assert!(p.opens_transaction(&first_id));
+    assert!(!p.opens_transaction(&idempotent(9, 2, 0, 2).identity.expect("idempotent")));
+    p.append(&first, 0).expect("appended");
+    // A retry, and the next batch of the same transaction, open nothing.
+    assert!(!p.opens_transaction(&first_id));
+    let Some(next) = txn(2).identity else {
+        panic!("transactional batch has an identity")
+    };
+    assert!(!p.opens_transaction(&next));
+    p.append_marker(&IncomingMarker {
+        producer_id: 9,
+        producer_epoch: 2,
+        coordinator_epoch: 0,
+        commit: true,
+    })
+    .expect("marker");
+    // After the marker the next transaction opens again.
+    assert!(p.opens_transaction(&next));
+}

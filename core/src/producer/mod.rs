@@ -319,6 +319,23 @@ impl ProducerTable {
         }
     }
 
+    /// The producer's coordinator bumped its epoch to `epoch`: a producer
+    /// known here at an older epoch moves to it, its batches forgotten, so
+    /// the older epoch's batches are refused as fenced (the cross-partition
+    /// fence). An open transaction stays open: its abort marker, written at
+    /// `epoch`, closes it. A producer unknown here is left alone (its
+    /// transactional batches are verified with the coordinator).
+    pub fn fence(&mut self, producer_id: i64, epoch: i16) -> bool {
+        match self.entries.get_mut(&producer_id) {
+            Some(entry) if entry.epoch < epoch => {
+                entry.epoch = epoch;
+                entry.batches.clear();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Rebuilds state from a batch found in the log during recovery: no
     /// validation (it was validated when appended), same bookkeeping.
     pub fn replay(&mut self, batch: &RecordBatch, now_ms: i64) {

@@ -20,6 +20,26 @@ fn table_with(b: &BatchIdentity, first_offset: i64) -> ProducerTable {
 }
 
 #[test]
+fn fence_refuses_the_older_epoch_and_lets_the_new_one_start_at_sequence_0() {
+    let old = batch(7, 3, 0, 3);
+    let mut t = table_with(&old, 100);
+    assert!(t.fence(7, 4));
+    assert!(!t.fence(7, 4), "fencing twice changes nothing");
+    assert!(!t.fence(7, 2), "never backwards");
+    assert!(!t.fence(8, 4), "an unknown producer is left alone");
+    // The zombie's next batch and even a retry of its last one are refused.
+    assert_eq!(
+        t.classify(&batch(7, 3, 3, 1)),
+        Classification::Reject(ErrorCode::InvalidProducerEpoch)
+    );
+    assert_eq!(
+        t.classify(&old),
+        Classification::Reject(ErrorCode::InvalidProducerEpoch)
+    );
+    assert_eq!(t.classify(&batch(7, 4, 0, 1)), Classification::Append);
+}
+
+#[test]
 fn retry_of_a_remembered_batch_is_a_duplicate_with_its_original_offsets() {
     let b = batch(7, 0, 0, 3);
     let t = table_with(&b, 100);

@@ -15,6 +15,7 @@
 //! Time is an argument (`now_ms`), fresh producer ids come from a closure:
 //! nothing here reads a clock or touches a file.
 
+pub mod config;
 pub mod entry;
 pub mod rules;
 pub mod slot;
@@ -23,6 +24,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
+pub use config::TxnConfig;
 pub use entry::{TxnEntry, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 pub use rules::{Claim, End, Init};
 pub use slot::{TxnSlotError, TxnSlotOp, TxnSlotState};

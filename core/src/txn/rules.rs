@@ -284,24 +284,116 @@ pub fn has_expired(entry: &TxnEntry, now_ms: i64, expiration_ms: i64) -> bool {
 }
 
 /// The fenced error a request version can carry: PRODUCER_FENCED (KIP-588)
-/// from InitProducerId v4, AddPartitionsToTxn v2, AddOffsetsToTxn v2,
-/// EndTxn v2 and TxnOffsetCommit v3; INVALID_PRODUCER_EPOCH before.
+/// from InitProducerId v4, AddPartitionsToTxn v2, AddOffsetsToTxn v2 and
+/// EndTxn v2; INVALID_PRODUCER_EPOCH before. TxnOffsetCommit, answered by
+/// the group coordinator, says INVALID_PRODUCER_EPOCH at every version,
+/// as Kafka 4 does.
 pub fn fenced_error_for(api_key: i16, version: i16) -> ErrorCode {
     use crate::protocol::messages::{
         add_offsets_to_txn_request, add_partitions_to_txn_request, end_txn_request,
-        init_producer_id_request, txn_offset_commit_request,
+        init_producer_id_request,
     };
     let first_with_producer_fenced = match api_key {
         init_producer_id_request::API_KEY => 4,
         add_partitions_to_txn_request::API_KEY
         | add_offsets_to_txn_request::API_KEY
         | end_txn_request::API_KEY => 2,
-        txn_offset_commit_request::API_KEY => 3,
-        _ => 0,
+        _ => i16::MAX,
     };
     if version >= first_with_producer_fenced {
         ErrorCode::ProducerFenced
     } else {
         ErrorCode::InvalidProducerEpoch
     }
+}
+
+/// The error for a transactional write that is not part of the ongoing
+/// transaction (KIP-890): TRANSACTION_ABORTABLE for the versions that know
+/// it (Produce v11+, TxnOffsetCommit v4+, and the verify-only
+/// AddPartitionsToTxn of v4+), so the producer aborts and carries on;
+/// INVALID_TXN_STATE for older clients.
+pub fn not_in_transaction_error(api_key: i16, version: i16) -> ErrorCode {
+    use crate::protocol::messages::{
+        add_partitions_to_txn_request, produce_request, txn_offset_commit_request,
+    };
+    let first_with_abortable = match api_key {
+        produce_request::API_KEY => 11,
+        txn_offset_commit_request::API_KEY | add_partitions_to_txn_request::API_KEY => 4,
+        _ => i16::MAX,
+    };
+    if version >= first_with_abortable {
+        ErrorCode::TransactionAbortable
+    } else {
+        ErrorCode::InvalidTxnState
+    }
+}
+
+/// KIP-890 part 1: a transactional batch may open a transaction on a
+/// partition only if the producer's ongoing transaction, at its current
+/// epoch, has added that partition. An id unknown here or mapped to
+/// another producer is INVALID_PRODUCER_ID_MAPPING; a batch of a fenced
+/// epoch INVALID_PRODUCER_EPOCH (the Produce error for a zombie); no
+/// ongoing transaction, or a partition never added, INVALID_TXN_STATE
+/// (see [`not_in_transaction_error`]): the hanging transaction that would
+/// follow (data no marker will ever close) is refused instead.
+pub fn verify_partition(
+    entry: Option<&TxnEntry>,
+    producer_id: i64,
+    producer_epoch: i16,
+    partition: &(String, i32),
+) -> Result<(), ErrorCode> {
+    let entry = entry.ok_or(ErrorCode::InvalidProducerIdMapping)?;
+    if producer_id != entry.producer_id {
+        return Err(ErrorCode::InvalidProducerIdMapping);
+    }
+    if producer_epoch < entry.producer_epoch {
+        return Err(ErrorCode::InvalidProducerEpoch);
+    }
+    if producer_epoch != entry.producer_epoch
+        || entry.state != TxnState::Ongoing
+        || !entry.partitions.contains(partition)
+    {
+        return Err(ErrorCode::InvalidTxnState);
+    }
+    Ok(())
+}
+
+/// TxnOffsetCommit: a transaction may stage offsets for a group only
+/// once its ongoing transaction, at the producer's current epoch, has added
+/// the group (AddOffsetsToTxn): else the offsets could outlive the
+/// transaction with no marker to commit or drop them. A fenced epoch is
+/// PRODUCER_FENCED, an id mapped to another producer
+/// INVALID_PRODUCER_ID_MAPPING, anything else INVALID_TXN_STATE (see
+/// [`not_in_transaction_error`]).
+pub fn verify_group(
+    entry: Option<&TxnEntry>,
+    producer_id: i64,
+    producer_epoch: i16,
+    group: &str,
+) -> Result<(), ErrorCode> {
+    let entry = entry.ok_or(ErrorCode::InvalidProducerIdMapping)?;
+    check_producer(entry, producer_id, producer_epoch)?;
+    if entry.state != TxnState::Ongoing || !entry.groups.contains(group) {
+        return Err(ErrorCode::InvalidTxnState);
+    }
+    Ok(())
+}
+
+/// ListTransactions filters (KIP-664, KIP-994): every filter given must
+/// match: the state by its wire name, the producer id, and the duration
+/// (`now - start` above `min_duration_ms`; -1: any). As in Kafka, an id
+/// with no transaction in flight has start -1, so it passes any duration.
+/// An empty list filters nothing.
+pub fn is_listed(
+    entry: &TxnEntry,
+    states: &[String],
+    producer_ids: &[i64],
+    min_duration_ms: i64,
+    now_ms: i64,
+) -> bool {
+    let state_ok = states.is_empty() || states.iter().any(|s| s == entry.state.as_str());
+    let pid_ok = producer_ids.is_empty() || producer_ids.contains(&entry.producer_id);
+    let duration_ok =
+        min_duration_ms < 0 || now_ms.saturating_sub(entry.start_ms) > min_duration_ms;
+    state_ok && pid_ok && duration_ok && entry.state != TxnState::Dead
 }

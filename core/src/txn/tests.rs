@@ -394,8 +394,104 @@ fn fenced_error_is_producer_fenced_from_kip_588_versions() {
         assert_eq!(fenced_error_for(api, 1), ErrorCode::InvalidProducerEpoch);
         assert_eq!(fenced_error_for(api, 2), ErrorCode::ProducerFenced);
     }
-    assert_eq!(fenced_error_for(28, 2), ErrorCode::InvalidProducerEpoch);
-    assert_eq!(fenced_error_for(28, 3), ErrorCode::ProducerFenced);
+    // TxnOffsetCommit never says PRODUCER_FENCED.
+    for version in 0..=5 {
+        assert_eq!(
+            fenced_error_for(28, version),
+            ErrorCode::InvalidProducerEpoch
+        );
+    }
+}
+
+#[test]
+fn not_in_transaction_error_is_transaction_abortable_for_kip_890_versions() {
+    assert_eq!(not_in_transaction_error(0, 10), ErrorCode::InvalidTxnState);
+    assert_eq!(
+        not_in_transaction_error(0, 11),
+        ErrorCode::TransactionAbortable
+    );
+    assert_eq!(not_in_transaction_error(28, 3), ErrorCode::InvalidTxnState);
+    assert_eq!(
+        not_in_transaction_error(28, 4),
+        ErrorCode::TransactionAbortable
+    );
+    assert_eq!(
+        not_in_transaction_error(24, 4),
+        ErrorCode::TransactionAbortable
+    );
+}
+
+#[test]
+fn verify_partition_accepts_only_a_partition_the_ongoing_transaction_added() {
+    let e = ongoing();
+    let t0 = ("t".to_string(), 0);
+    assert_eq!(verify_partition(Some(&e), 7000, 0, &t0), Ok(()));
+    let other = ("t".to_string(), 2);
+    assert_eq!(
+        verify_partition(Some(&e), 7000, 0, &other),
+        Err(ErrorCode::InvalidTxnState)
+    );
+    assert_eq!(
+        verify_partition(None, 7000, 0, &t0),
+        Err(ErrorCode::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        verify_partition(Some(&e), 7001, 0, &t0),
+        Err(ErrorCode::InvalidProducerIdMapping)
+    );
+    // Once the transaction is prepared, its batches come too late.
+    assert_eq!(
+        verify_partition(Some(&prepared(true)), 7000, 0, &t0),
+        Err(ErrorCode::InvalidTxnState)
+    );
+    // A zombie of an older epoch is told it is fenced.
+    let bumped = fence_and_abort(&e, NOW + 20);
+    assert_eq!(
+        verify_partition(Some(&bumped), 7000, 0, &t0),
+        Err(ErrorCode::InvalidProducerEpoch)
+    );
+}
+
+#[test]
+fn verify_group_accepts_only_a_group_the_ongoing_transaction_added() {
+    let e = ongoing();
+    assert_eq!(verify_group(Some(&e), 7000, 0, "g"), Ok(()));
+    assert_eq!(
+        verify_group(Some(&e), 7000, 0, "other"),
+        Err(ErrorCode::InvalidTxnState)
+    );
+    assert_eq!(
+        verify_group(Some(&e), 7000, 1, "g"),
+        Err(ErrorCode::ProducerFenced)
+    );
+    assert_eq!(
+        verify_group(Some(&e), 7001, 0, "g"),
+        Err(ErrorCode::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        verify_group(None, 7000, 0, "g"),
+        Err(ErrorCode::InvalidProducerIdMapping)
+    );
+    assert_eq!(
+        verify_group(Some(&prepared(true)), 7000, 0, "g"),
+        Err(ErrorCode::InvalidTxnState)
+    );
+}
+
+#[test]
+fn is_listed_matches_every_filter_given() {
+    let e = ongoing();
+    let none: &[String] = &[];
+    assert!(is_listed(&e, none, &[], -1, NOW + 100));
+    assert!(is_listed(&e, &["Ongoing".into()], &[7000], -1, NOW + 100));
+    assert!(!is_listed(&e, &["Empty".into()], &[], -1, NOW + 100));
+    assert!(!is_listed(&e, none, &[1], -1, NOW + 100));
+    // Running for 95 ms (began at NOW + 5).
+    assert!(is_listed(&e, none, &[], 94, NOW + 100));
+    assert!(!is_listed(&e, none, &[], 95, NOW + 100));
+    // An id with no transaction in flight starts at -1: listed, as Kafka
+    // lists it.
+    assert!(is_listed(&initialized(), none, &[], 1_000_000, NOW + 100));
 }
 
 /// One client or coordinator action on a transactional id.

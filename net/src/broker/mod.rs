@@ -19,6 +19,7 @@ use crate::coordinator::GroupCoordinator;
 use crate::entropy;
 use crate::env::{Env, IoKind};
 use crate::log::LogConfig;
+use crate::transactions::TxnCoordinator;
 use crate::volume::Volume;
 use kaas_core::cluster::{self, ClusterView};
 use kaas_core::layout::{self, CLUSTER_FILE, PARTITIONS_DIR, TOPIC_FILES_DIR};
@@ -89,6 +90,9 @@ pub struct Broker {
     /// Consumer groups and their committed offsets.
     /// Handlers reach it through [`group_coordinator`](Self::group_coordinator).
     pub groups: Arc<GroupCoordinator>,
+    /// Transactional ids and their transactions. Handlers reach it through
+    /// [`txn_coordinator`](Self::txn_coordinator).
+    pub transactions: Arc<TxnCoordinator>,
 }
 
 impl Broker {
@@ -110,10 +114,17 @@ impl Broker {
             config.broker_id,
             config.group.clone(),
         )?;
+        let transactions = TxnCoordinator::open(
+            volume.clone(),
+            env.clone(),
+            config.broker_id,
+            config.txn.clone(),
+        )?;
         let broker = Arc::new(Broker {
             view: ClusterView::single(config.broker_id),
             producer_ids,
             groups,
+            transactions,
             config,
             volume,
             env,
@@ -150,6 +161,9 @@ impl Broker {
                 broker.volume.remove_dir_all(&dir)?;
             }
         }
+        // Started once the partitions are open: its first pass completes
+        // the transactions a crash left prepared.
+        tokio::spawn(crate::transactions::run_timers(Arc::downgrade(&broker)));
         Ok(broker)
     }
 
@@ -290,6 +304,32 @@ impl Broker {
             .ok_or(ErrorCode::NotCoordinator)?;
         cluster::check_slot_access(&self.view, slot, claim)?;
         Ok(&self.groups)
+    }
+
+    /// The ownership gate for transaction slots: the transaction
+    /// coordinator, if this broker owns the slot of `transactional_id`;
+    /// NOT_COORDINATOR otherwise.
+    pub fn txn_coordinator(
+        &self,
+        transactional_id: &str,
+    ) -> Result<&Arc<TxnCoordinator>, ErrorCode> {
+        let slot = cluster::coordinator_slot(transactional_id);
+        let claim = self
+            .transactions
+            .slot_claim(slot)
+            .ok_or(ErrorCode::NotCoordinator)?;
+        cluster::check_slot_access(&self.view, slot, claim)?;
+        Ok(&self.transactions)
+    }
+
+    /// A producer's epoch was bumped to `epoch` at its coordinator: every
+    /// partition this broker leads forgets the older epoch's batches and
+    /// refuses them from now on (the cross-partition fence), also where
+    /// the new epoch has not written yet.
+    pub fn fence_producer(&self, producer_id: i64, epoch: i16) {
+        for (_, partition) in self.led_partitions() {
+            partition.fence_producer(producer_id, epoch);
+        }
     }
 
     /// Every partition this broker leads right now, for background work

@@ -190,6 +190,21 @@ impl Partition {
     /// not wait for the fsync: `wait_durable` does, for acks=all — for a
     /// duplicate too, since the original may still be on its way to disk.
     pub async fn append(&self, batch: RecordBatch) -> Result<AppendDecision, ErrorCode> {
+        self.append_verified(batch, |_| Ok(())).await
+    }
+
+    /// [`append`](Self::append) with KIP-890 part 1: a transactional batch
+    /// that would open a transaction here is first put to `verify` (has
+    /// the producer's ongoing transaction added this partition?). Asked in
+    /// the lane, so a marker for the transaction is written either before
+    /// the check (which then fails: the transaction is no longer ongoing)
+    /// or after the batch (and closes it): never a batch left open after
+    /// its transaction's marker.
+    pub async fn append_verified(
+        &self,
+        batch: RecordBatch,
+        verify: impl FnOnce(&BatchIdentity) -> Result<(), ErrorCode>,
+    ) -> Result<AppendDecision, ErrorCode> {
         self.check_open()?;
         let incoming = IncomingBatch {
             identity: BatchIdentity::of(&batch),
@@ -198,6 +213,11 @@ impl Partition {
         };
         // Decide under the lane, so that decision order is write order.
         let mut lane = self.log.clone().lock_owned().await;
+        if let Some(id) = incoming.identity.filter(|i| i.is_transactional) {
+            if self.state().opens_transaction(&id) {
+                verify(&id)?;
+            }
+        }
         let decision = self.state().append(&incoming, self.env.now_ms())?;
         let AppendDecision::Write { base_offset, .. } = decision else {
             return Ok(decision);
@@ -340,6 +360,14 @@ impl Partition {
             .blocking(IoKind::Buffered, move || f(&lane))
             .await
             .map_err(storage_error)
+    }
+
+    /// The cross-partition fence of a producer whose epoch was bumped
+    /// (`kaas_core::producer::ProducerTable::fence`). Memory only: after a
+    /// restart the coordinator's verification of transactional batches
+    /// and the abort markers at the new epoch keep the fence.
+    pub fn fence_producer(&self, producer_id: i64, epoch: i16) {
+        self.state().fence_producer(producer_id, epoch);
     }
 
     /// Runs `f` on the producer state (DescribeProducers). Memory only.

@@ -318,6 +318,79 @@ impl GroupCoordinator {
         Ok(outcomes.into_iter().map(|o| o.and(written)).collect())
     }
 
+    /// TxnOffsetCommit: like [`commit_offsets`](Self::commit_offsets), but
+    /// the accepted offsets are staged under the producer's transaction,
+    /// durable before the answer and invisible until `complete_txn`.
+    ///
+    /// `verify` (is the group in the producer's ongoing transaction?) is
+    /// asked under this coordinator's lock, in the same step that queues
+    /// the offsets: the transaction's `complete_txn`, queued only after
+    /// its end was decided (and `verify` then fails), always comes after
+    /// them, so no staged offsets outlive their transaction.
+    pub async fn stage_txn_offsets(
+        self: &Arc<Self>,
+        req: CommitRequest,
+        producer_id: i64,
+        producer_epoch: i16,
+        verify: impl FnOnce() -> Result<(), ErrorCode>,
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
+        let slot = coordinator_slot(&req.group_id);
+        let (outcomes, rx) = {
+            let mut inner = self.lock();
+            verify()?;
+            let mut out = Output::default();
+            let result = inner.core.stage_txn_offsets(
+                &req,
+                producer_id,
+                producer_epoch,
+                self.env.now_ms(),
+                &mut out,
+            );
+            let outcomes = match result {
+                Ok(outcomes) if !out.ops.is_empty() => outcomes,
+                other => {
+                    self.finish(&mut inner, out, None, false);
+                    return other;
+                }
+            };
+            let (tx, rx) = oneshot::channel();
+            self.finish(&mut inner, out, Some((slot, tx)), false);
+            (outcomes, rx)
+        };
+        let written = wait_written(rx).await;
+        Ok(outcomes.into_iter().map(|o| o.and(written)).collect())
+    }
+
+    /// The transaction of `producer_id` ended and its markers are durable:
+    /// its staged offsets for `group_id` are committed (or dropped), and
+    /// this returns once that is durable. Repeating it is harmless.
+    pub async fn complete_txn(
+        self: &Arc<Self>,
+        group_id: &str,
+        producer_id: i64,
+        commit: bool,
+    ) -> Result<(), ErrorCode> {
+        let rx = {
+            let mut inner = self.lock();
+            let mut out = Output::default();
+            inner
+                .core
+                .complete_txn(group_id, producer_id, commit, &mut out);
+            if out.ops.is_empty() {
+                return Ok(());
+            }
+            let (tx, rx) = oneshot::channel();
+            self.finish(
+                &mut inner,
+                out,
+                Some((coordinator_slot(group_id), tx)),
+                false,
+            );
+            rx
+        };
+        wait_written(rx).await
+    }
+
     /// OffsetFetch of one group (`topics`: `None` for all).
     pub fn fetch_offsets(
         &self,

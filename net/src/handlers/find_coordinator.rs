@@ -1,9 +1,8 @@
 //! FindCoordinator: which broker coordinates a group or a transactional id.
-//! Ownership is `kaas_core::cluster`'s answer; today it is always this
+//! Ownership is the ownership gate's answer; today it is always this
 //! broker.
 
 use crate::broker::Broker;
-use kaas_core::cluster::{coordinator_for, ClusterView};
 use kaas_core::protocol::messages::find_coordinator_response::Coordinator;
 use kaas_core::protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
 use kaas_core::protocol::ErrorCode;
@@ -62,12 +61,11 @@ fn locate(broker: &Broker, key: String, key_type: i8) -> Coordinator {
             key,
         );
     }
-    // Groups: the slot's owner as the ownership gate knows it. Transaction
-    // slots are not claimed until transactions land.
+    // The slot's owner as the ownership gate knows it.
     let owner = if key_type == KEY_TYPE_GROUP {
         broker.group_coordinator(&key).ok().map(|_| cfg.broker_id)
     } else {
-        coordinator_for(&ClusterView::single(cfg.broker_id), &key).broker_id
+        broker.txn_coordinator(&key).ok().map(|_| cfg.broker_id)
     };
     match owner {
         Some(id) if id == cfg.broker_id => Coordinator {

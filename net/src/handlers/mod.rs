@@ -5,6 +5,8 @@
 //! routes a request to its handler and owns the list of versions kaas
 //! advertises in ApiVersions.
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -15,6 +17,8 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_producers;
+mod describe_transactions;
+mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -23,6 +27,7 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -30,6 +35,7 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
+mod txn_offset_commit;
 
 use crate::broker::{Broker, Partition};
 use kaas_core::protocol::messages::*;
@@ -67,6 +73,15 @@ pub const SUPPORTED_APIS: &[(i16, i16, i16)] = &[
     (list_groups_request::API_KEY, 0, 5),
     (delete_groups_request::API_KEY, 0, 2),
     (offset_delete_request::API_KEY, 0, 0),
+    // Transactions (KIP-98), transaction version 1: EndTxn v5 and
+    // TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2),
+    // which kaas does not finalize yet.
+    (add_partitions_to_txn_request::API_KEY, 0, 5),
+    (add_offsets_to_txn_request::API_KEY, 0, 4),
+    (end_txn_request::API_KEY, 0, 4),
+    (txn_offset_commit_request::API_KEY, 0, 4),
+    (describe_transactions_request::API_KEY, 0, 0),
+    (list_transactions_request::API_KEY, 0, 1),
 ];
 
 /// One partition of a partition-addressed request.
@@ -212,7 +227,25 @@ pub async fn dispatch(
             describe_cluster::handle(broker, req),
         )),
         RequestBody::InitProducerId(req) => respond(ResponseBody::InitProducerId(
-            init_producer_id::handle(broker, req).await,
+            init_producer_id::handle(broker, req, version).await,
+        )),
+        RequestBody::AddPartitionsToTxn(req) => respond(ResponseBody::AddPartitionsToTxn(
+            add_partitions_to_txn::handle(broker, req, version).await,
+        )),
+        RequestBody::AddOffsetsToTxn(req) => respond(ResponseBody::AddOffsetsToTxn(
+            add_offsets_to_txn::handle(broker, req, version).await,
+        )),
+        RequestBody::EndTxn(req) => respond(ResponseBody::EndTxn(
+            end_txn::handle(broker, req, version).await,
+        )),
+        RequestBody::TxnOffsetCommit(req) => respond(ResponseBody::TxnOffsetCommit(
+            txn_offset_commit::handle(broker, req, version).await,
+        )),
+        RequestBody::DescribeTransactions(req) => respond(ResponseBody::DescribeTransactions(
+            describe_transactions::handle(broker, req),
+        )),
+        RequestBody::ListTransactions(req) => respond(ResponseBody::ListTransactions(
+            list_transactions::handle(broker, req),
         )),
         RequestBody::DescribeProducers(req) => respond(ResponseBody::DescribeProducers(
             describe_producers::handle(broker, req).await,

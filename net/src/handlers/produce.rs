@@ -4,11 +4,13 @@
 use crate::broker::{Broker, Partition, Topic};
 use kaas_core::partition::AppendDecision;
 use kaas_core::produce::{admit_batch, valid_acks, validate_produce_records};
+use kaas_core::producer::BatchIdentity;
 use kaas_core::protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
-use kaas_core::protocol::messages::{ProduceRequest, ProduceResponse};
+use kaas_core::protocol::messages::{produce_request, ProduceRequest, ProduceResponse};
 use kaas_core::protocol::{ErrorCode, Uuid};
+use kaas_core::txn::rules::not_in_transaction_error;
 use std::sync::Arc;
 
 /// First Produce version that names topics by id instead of by name.
@@ -21,6 +23,7 @@ pub async fn handle(
     version: i16,
 ) -> Option<ProduceResponse> {
     let acks = req.acks;
+    let txn_id = req.transactional_id.as_deref();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     // The acks=all wait is bounded by the request's timeout as a whole,
     // counted from its arrival, not per partition.
@@ -40,7 +43,7 @@ pub async fn handle(
                 ..Default::default()
             };
             let outcome = if valid_acks(acks) {
-                append_one(broker, &topic, pd.index, pd.records).await
+                append_one(broker, &topic, pd.index, pd.records, txn_id, version).await
             } else {
                 Err(ErrorCode::InvalidRequiredAcks.into())
             };
@@ -148,16 +151,45 @@ async fn append_one(
     topic: &Result<Arc<Topic>, ErrorCode>,
     index: i32,
     records: Option<bytes::Bytes>,
+    transactional_id: Option<&str>,
+    version: i16,
 ) -> Result<(Arc<Partition>, AppendDecision), Refused> {
     let topic = topic.as_ref().map_err(|c| *c)?;
     let partition = broker.gate(topic, index, -1)?;
     let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
-    admit_batch(&batch)?;
-    match partition.append(batch).await {
+    admit_batch(&batch, transactional_id)?;
+    // KIP-890 part 1: a batch that would open a transaction here must
+    // belong to the producer's ongoing transaction, and that transaction
+    // must have added this partition.
+    let key = (topic.name.clone(), index);
+    let verify = |id: &BatchIdentity| {
+        let txn_id = transactional_id.unwrap_or_default();
+        broker
+            .txn_coordinator(txn_id)
+            .and_then(|c| c.verify(txn_id, id.producer_id, id.epoch, &key))
+            .map_err(|code| produce_error_of_verification(code, version))
+    };
+    match partition.append_verified(batch, verify).await {
         Ok(appended) => Ok((partition, appended)),
         Err(code) => Err(Refused {
             code,
             log_start_offset: partition.log_start_offset(),
         }),
+    }
+}
+
+/// A verification the coordinator could not answer yet (a decision on the
+/// transaction being written, the coordinator moving) is retriable; Produce
+/// clients do not know the coordinator's errors, so it is answered
+/// NOT_ENOUGH_REPLICAS, which every client retries, as Kafka does. A batch
+/// outside the transaction gets the error its version knows.
+fn produce_error_of_verification(code: ErrorCode, version: i16) -> ErrorCode {
+    match code {
+        ErrorCode::ConcurrentTransactions
+        | ErrorCode::NotCoordinator
+        | ErrorCode::CoordinatorNotAvailable
+        | ErrorCode::CoordinatorLoadInProgress => ErrorCode::NotEnoughReplicas,
+        ErrorCode::InvalidTxnState => not_in_transaction_error(produce_request::API_KEY, version),
+        other => other,
     }
 }

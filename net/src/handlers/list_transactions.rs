@@ -1,0 +1,45 @@
+//! ListTransactions (KIP-664, with KIP-994's duration filter): the
+//! transactional ids this broker coordinates, filtered by state, producer
+//! id and how long their transaction has been running. A state filter
+//! naming no state is reported back in `unknown_state_filters`.
+
+use crate::broker::Broker;
+use kaas_core::protocol::messages::list_transactions_response::TransactionState;
+use kaas_core::protocol::messages::{ListTransactionsRequest, ListTransactionsResponse};
+use kaas_core::txn::rules::is_listed;
+use kaas_core::txn::state::STATE_NAMES;
+
+pub fn handle(broker: &Broker, req: ListTransactionsRequest) -> ListTransactionsResponse {
+    let now = broker.env.now_ms();
+    let unknown_state_filters = req
+        .state_filters
+        .iter()
+        .filter(|s| !STATE_NAMES.contains(&s.as_str()))
+        .cloned()
+        .collect();
+    let transaction_states = broker
+        .transactions
+        .entries()
+        .into_iter()
+        .filter(|e| {
+            is_listed(
+                e,
+                &req.state_filters,
+                &req.producer_id_filters,
+                req.duration_filter,
+                now,
+            )
+        })
+        .map(|e| TransactionState {
+            transactional_id: e.transactional_id,
+            producer_id: e.producer_id,
+            transaction_state: e.state.as_str().to_string(),
+            ..Default::default()
+        })
+        .collect();
+    ListTransactionsResponse {
+        unknown_state_filters,
+        transaction_states,
+        ..Default::default()
+    }
+}

@@ -1,0 +1,125 @@
+//! TxnOffsetCommit (KIP-98, KIP-447): offsets a transaction commits for a
+//! group, staged durably in the group's slot file and visible only once
+//! the transaction's markers are durable (`crate::transactions::completion`).
+//!
+//! The transaction must have added the group (AddOffsetsToTxn) at the
+//! producer's current epoch; v3+ also checks member, generation and
+//! instance id against the live group, as OffsetCommit does. Partitions of
+//! topics that do not exist are refused here.
+
+use crate::broker::Broker;
+use kaas_core::group::coordinator::{CommitOffset, CommitRequest};
+use kaas_core::protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kaas_core::protocol::messages::{
+    txn_offset_commit_request, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+};
+use kaas_core::protocol::ErrorCode;
+use kaas_core::txn::rules::{fenced_error_for, not_in_transaction_error};
+use std::sync::Arc;
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: TxnOffsetCommitRequest,
+    version: i16,
+) -> TxnOffsetCommitResponse {
+    let mut offsets = Vec::new();
+    let mut known = Vec::new();
+    for t in &req.topics {
+        let topic = broker.topic(&t.name);
+        for p in &t.partitions {
+            let exists = topic
+                .as_ref()
+                .is_some_and(|topic| topic.partition(p.partition_index).is_some());
+            known.push(exists);
+            if exists {
+                offsets.push(CommitOffset {
+                    topic: t.name.clone(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p.committed_metadata.clone(),
+                });
+            }
+        }
+    }
+    let result = stage(broker, &req, offsets).await;
+    let fenced = |code| match code {
+        ErrorCode::ProducerFenced => fenced_error_for(txn_offset_commit_request::API_KEY, version),
+        ErrorCode::InvalidTxnState => {
+            not_in_transaction_error(txn_offset_commit_request::API_KEY, version)
+        }
+        other => other,
+    };
+    let mut staged = match &result {
+        Ok(outcomes) => outcomes.clone().into_iter(),
+        Err(_) => Vec::new().into_iter(),
+    };
+    let mut known = known.into_iter();
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| TxnOffsetCommitResponseTopic {
+            name: t.name.clone(),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let outcome = match (known.next().unwrap_or(false), &result) {
+                        (false, _) => Err(ErrorCode::UnknownTopicOrPartition),
+                        (true, Err(e)) => Err(*e),
+                        (true, Ok(_)) => {
+                            staged.next().unwrap_or(Err(ErrorCode::UnknownServerError))
+                        }
+                    };
+                    TxnOffsetCommitResponsePartition {
+                        partition_index: p.partition_index,
+                        error_code: outcome.err().map_or(ErrorCode::None, fenced).code(),
+                        ..Default::default()
+                    }
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    TxnOffsetCommitResponse {
+        topics,
+        ..Default::default()
+    }
+}
+
+async fn stage(
+    broker: &Arc<Broker>,
+    req: &TxnOffsetCommitRequest,
+    offsets: Vec<CommitOffset>,
+) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
+    let groups = broker.group_coordinator(&req.group_id)?;
+    if req.transactional_id.is_empty() {
+        return Err(ErrorCode::InvalidRequest);
+    }
+    let transactions = broker.txn_coordinator(&req.transactional_id)?;
+    let verify = || {
+        transactions.verify_group(
+            &req.transactional_id,
+            req.producer_id,
+            req.producer_epoch,
+            &req.group_id,
+        )
+    };
+    if offsets.is_empty() {
+        return verify().map(|()| Vec::new());
+    }
+    let commit = CommitRequest {
+        group_id: req.group_id.clone(),
+        member_id: req.member_id.clone(),
+        instance_id: req.group_instance_id.clone(),
+        generation: req.generation_id,
+        retention_time_ms: -1,
+        missing_group_is_not_found: false,
+        offsets,
+    };
+    groups
+        .stage_txn_offsets(commit, req.producer_id, req.producer_epoch, verify)
+        .await
+}

@@ -1,0 +1,93 @@
+//! Completing a prepared transaction: the second phase of EndTxn, of the
+//! reaper's abort and of the marker reconcile.
+//!
+//! 1. A COMMIT or ABORT marker goes to every partition of the transaction,
+//!    all at once, and each is waited for until it is durable (the last
+//!    stable offset moves past the transaction only then).
+//! 2. The offsets the transaction staged in each group are committed or
+//!    dropped, durably: offsets become visible only after the markers.
+//! 3. Complete* is persisted; nothing is owed any more.
+//!
+//! Every step may be repeated after a crash or a failure: a second marker
+//! for the same transaction closes nothing (an empty transaction at the
+//! marker's offset), a second completion of a group's offsets finds
+//! nothing staged, and Complete* is only written over the same prepared
+//! entry. So the reconcile can simply run the whole of it again.
+
+use crate::broker::Broker;
+use kaas_core::partition::IncomingMarker;
+use kaas_core::protocol::ErrorCode;
+use kaas_core::txn::{TxnEntry, TxnState};
+use std::sync::Arc;
+use tokio::task::JoinSet;
+
+/// Completes `prepared` (a PrepareCommit or PrepareAbort entry that is
+/// durable). Err: some step failed; the entry stays prepared and the
+/// reconcile tries again. CONCURRENT_TRANSACTIONS: another task is
+/// completing it.
+pub async fn complete(broker: &Arc<Broker>, prepared: TxnEntry) -> Result<(), ErrorCode> {
+    let coordinator = &broker.transactions;
+    let id = prepared.transactional_id.clone();
+    if !coordinator.begin_completion(&id) {
+        return Err(ErrorCode::ConcurrentTransactions);
+    }
+    let outcome = run(broker, &prepared).await;
+    coordinator.end_completion(&id);
+    if let Err(code) = outcome {
+        tracing::warn!(transactional_id = %id, error = ?code, "transaction not completed yet; the reconcile retries");
+    }
+    outcome
+}
+
+async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode> {
+    let commit = match prepared.state {
+        TxnState::PrepareCommit => true,
+        TxnState::PrepareAbort => false,
+        _ => return Ok(()),
+    };
+    let marker = IncomingMarker {
+        producer_id: prepared.producer_id,
+        producer_epoch: prepared.producer_epoch,
+        coordinator_epoch: broker
+            .transactions
+            .coordinator_epoch(&prepared.transactional_id),
+        commit,
+    };
+    write_markers(broker, &prepared.partitions, marker).await?;
+    for group in &prepared.groups {
+        broker
+            .groups
+            .complete_txn(group, prepared.producer_id, commit)
+            .await?;
+    }
+    broker.transactions.finish_prepared(prepared).await
+}
+
+/// Writes `marker` to every partition and waits until all are durable.
+/// A partition whose topic was deleted owes nothing.
+async fn write_markers(
+    broker: &Arc<Broker>,
+    partitions: &std::collections::BTreeSet<(String, i32)>,
+    marker: IncomingMarker,
+) -> Result<(), ErrorCode> {
+    let mut writes = JoinSet::new();
+    for (topic, index) in partitions {
+        let partition = match broker.partition(topic, *index, -1) {
+            Ok(p) => p,
+            Err(ErrorCode::UnknownTopicOrPartition) => continue,
+            Err(code) => return Err(code),
+        };
+        writes.spawn(async move {
+            let offset = partition.write_marker(marker).await?;
+            partition.wait_durable(offset + 1).await
+        });
+    }
+    let mut outcome = Ok(());
+    while let Some(done) = writes.join_next().await {
+        let result = done.unwrap_or(Err(ErrorCode::KafkaStorageError));
+        if let Err(code) = result {
+            outcome = Err(code);
+        }
+    }
+    outcome
+}

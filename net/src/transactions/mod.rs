@@ -1,0 +1,481 @@
+//! The transaction coordinator driver: runs the rules of `kaas_core::txn`
+//! against the transaction slot files, with real time and the real volume.
+//!
+//! - The slot views hold exactly what the slot files say. A decision is
+//!   made on the durable entry, queued as a [`TxnSlotOp`] and written by the
+//!   shared slot store (`crate::slot_store`): concurrent decisions on one
+//!   slot (many producers' EndTxns) cost one fsync, and the request is
+//!   answered only once its entry is durable.
+//! - While an id's decision is being written, another request for the same
+//!   id is answered CONCURRENT_TRANSACTIONS (the producer retries), as Kafka
+//!   answers during a pending transition. So every decision is made on a
+//!   durable entry and a failed write needs no undo.
+//! - Completing a prepared transaction (markers, then offsets, then the
+//!   Complete* entry) is `completion`'s work; at most one task completes
+//!   one id at a time.
+//! - One timer task runs the reaper and the marker reconcile every
+//!   `abort_timed_out_interval_ms`, and expiry every
+//!   `remove_expired_interval_ms` (`timers`).
+//!
+//! The mutex is never held across an await.
+
+pub mod completion;
+mod timers;
+
+pub use completion::complete;
+pub use timers::run_timers;
+
+use crate::broker::ownership;
+use crate::env::Env;
+use crate::slot_store::{self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues};
+use crate::volume::Volume;
+use kaas_core::cluster::{
+    check_slot_access, coordinator_slot, Claim, ClusterView, COORDINATOR_SLOTS,
+};
+use kaas_core::layout::{txn_slot_epoch_file, txn_slot_epochs_dir, txn_slot_file, TXN_STATE_DIR};
+use kaas_core::protocol::ErrorCode;
+use kaas_core::txn::rules::{self, epoch_is_exhausted};
+use kaas_core::txn::{
+    Claim as ProducerClaim, End, Init, TxnConfig, TxnEntry, TxnSlotOp, TxnSlotState,
+};
+use std::collections::HashSet;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::oneshot;
+
+struct Inner {
+    /// The durable state of every slot, as last written.
+    slots: Vec<TxnSlotState>,
+    queues: SlotQueues<TxnSlotOp>,
+    /// Ids whose next entry is being written.
+    writing: HashSet<String>,
+    /// Ids whose prepared transaction a task is completing.
+    completing: HashSet<String>,
+}
+
+pub struct TxnCoordinator {
+    inner: Mutex<Inner>,
+    volume: Arc<dyn Volume>,
+    env: Env,
+    config: TxnConfig,
+    /// This broker's claim on each slot: its coordinator epoch, carried by
+    /// every marker it writes.
+    claims: Vec<Claim>,
+    view: ClusterView,
+}
+
+/// An InitProducerId's answer: the identity to hand out, or a transaction
+/// that must be aborted first (its prepared entry, to complete).
+pub enum InitOutcome {
+    Ready {
+        producer_id: i64,
+        producer_epoch: i16,
+    },
+    AbortFirst(TxnEntry),
+}
+
+impl TxnCoordinator {
+    /// Claims every slot and loads its file. A slot file that cannot be
+    /// read stops the broker: starting without it would forget producer
+    /// epochs (and let zombies back in) and prepared transactions.
+    pub fn open(
+        volume: Arc<dyn Volume>,
+        env: Env,
+        broker_id: i32,
+        config: TxnConfig,
+    ) -> io::Result<Arc<TxnCoordinator>> {
+        volume.create_dir_all(TXN_STATE_DIR)?;
+        let mut slots = Vec::with_capacity(COORDINATOR_SLOTS as usize);
+        let mut claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
+        let mut ids = 0;
+        for slot in 0..COORDINATOR_SLOTS {
+            let claim = ownership::claim(
+                volume.as_ref(),
+                &txn_slot_epochs_dir(slot),
+                &|epoch| txn_slot_epoch_file(slot, epoch),
+                broker_id,
+            )?;
+            claims.push(claim);
+            let path = txn_slot_file(slot);
+            let mut state = match volume.read(&path)? {
+                Some(bytes) => TxnSlotState::decode(&bytes, slot).map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}"))
+                })?,
+                None => TxnSlotState::new(slot, claim.epoch),
+            };
+            state.coordinator_epoch = claim.epoch;
+            ids += state.entries.len();
+            slots.push(state);
+        }
+        if ids > 0 {
+            tracing::info!(transactional_ids = ids, "recovered transaction state");
+        }
+        Ok(Arc::new(TxnCoordinator {
+            inner: Mutex::new(Inner {
+                slots,
+                queues: SlotQueues::new(COORDINATOR_SLOTS),
+                writing: HashSet::new(),
+                completing: HashSet::new(),
+            }),
+            volume,
+            env,
+            config,
+            claims,
+            view: ClusterView::single(broker_id),
+        }))
+    }
+
+    pub fn config(&self) -> &TxnConfig {
+        &self.config
+    }
+
+    /// Who holds slot `slot` and at which epoch (the ownership gate asks).
+    pub fn slot_claim(&self, slot: u32) -> Option<Claim> {
+        self.claims.get(slot as usize).copied()
+    }
+
+    /// Whether this broker may act for `slot` now (background work asks,
+    /// as requests ask through `Broker::txn_coordinator`).
+    fn holds(&self, slot: u32) -> bool {
+        self.slot_claim(slot)
+            .is_some_and(|claim| check_slot_access(&self.view, slot, claim).is_ok())
+    }
+
+    /// The coordinator epoch markers of `transactional_id` carry.
+    pub fn coordinator_epoch(&self, transactional_id: &str) -> i32 {
+        self.slot_claim(coordinator_slot(transactional_id))
+            .map_or(-1, |c| c.epoch)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The durable entry of `transactional_id`.
+    pub fn entry(&self, transactional_id: &str) -> Option<TxnEntry> {
+        let inner = self.lock();
+        entry_in(&inner, transactional_id).cloned()
+    }
+
+    /// Every durable entry of the slots this broker holds.
+    pub fn entries(&self) -> Vec<TxnEntry> {
+        let inner = self.lock();
+        inner
+            .slots
+            .iter()
+            .filter(|s| self.holds(s.slot))
+            .flat_map(|s| s.entries.values().cloned())
+            .collect()
+    }
+
+    /// Decides on the durable entry of `id` with `decide`, which returns the
+    /// entry to persist (if any) and the answer; persists it and returns the
+    /// answer once the entry is durable. While another decision on `id` is
+    /// being written: CONCURRENT_TRANSACTIONS.
+    async fn decide<T>(
+        self: &Arc<Self>,
+        id: &str,
+        decide: impl FnOnce(Option<&TxnEntry>) -> Result<(Option<TxnEntry>, T), ErrorCode>,
+    ) -> Result<T, ErrorCode> {
+        let slot = coordinator_slot(id);
+        let (rx, answer) = {
+            let mut inner = self.lock();
+            if inner.writing.contains(id) {
+                return Err(ErrorCode::ConcurrentTransactions);
+            }
+            let (next, answer) = decide(entry_in(&inner, id))?;
+            let Some(next) = next else {
+                return Ok(answer);
+            };
+            let (tx, rx) = oneshot::channel();
+            inner.queues.push_op(slot, TxnSlotOp::Put(next));
+            inner.queues.push_done(slot, tx);
+            inner.writing.insert(id.to_string());
+            if inner.queues.claim_writer(slot) {
+                tokio::spawn(slot_store::run_writer(self.clone(), slot));
+            }
+            (rx, answer)
+        };
+        let written = wait_written(rx).await;
+        self.lock().writing.remove(id);
+        written.map(|()| answer)
+    }
+
+    /// Whether InitProducerId for `id` will need a fresh producer id (a new
+    /// id, or an exhausted epoch): the handler draws one before deciding,
+    /// as drawing may write the producer id block.
+    pub fn needs_fresh_producer_id(&self, id: &str) -> bool {
+        self.entry(id)
+            .is_none_or(|e| epoch_is_exhausted(e.producer_epoch))
+    }
+
+    /// InitProducerId with a transactional id (KIP-98, KIP-360). `fresh`:
+    /// a producer id drawn beforehand, if one may be needed.
+    pub async fn init_producer_id(
+        self: &Arc<Self>,
+        id: &str,
+        timeout_ms: i32,
+        claim: Option<ProducerClaim>,
+        fresh: Option<i64>,
+    ) -> Result<InitOutcome, ErrorCode> {
+        rules::validate_transaction_timeout(timeout_ms, self.config.max_timeout_ms)?;
+        let now = self.env.now_ms();
+        self.decide(id, |entry| {
+            let mut fresh = fresh;
+            let init = rules::init_producer_id(
+                entry,
+                id,
+                timeout_ms,
+                claim,
+                || fresh.take().unwrap_or(-1),
+                now,
+            )?;
+            match init {
+                Init::Ready(next) if next.producer_id < 0 => {
+                    // The entry changed since the handler asked whether a
+                    // fresh id was needed: the producer retries.
+                    let _ = next;
+                    Err(ErrorCode::ConcurrentTransactions)
+                }
+                Init::Ready(next) => {
+                    let answer = InitOutcome::Ready {
+                        producer_id: next.producer_id,
+                        producer_epoch: next.producer_epoch,
+                    };
+                    Ok((Some(next), answer))
+                }
+                Init::AbortFirst(next) => Ok((Some(next.clone()), InitOutcome::AbortFirst(next))),
+            }
+        })
+        .await
+    }
+
+    /// AddPartitionsToTxn / AddOffsetsToTxn.
+    pub async fn add_to_transaction(
+        self: &Arc<Self>,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+        groups: &[String],
+    ) -> Result<(), ErrorCode> {
+        let now = self.env.now_ms();
+        self.decide(id, |entry| {
+            let entry = entry.ok_or(ErrorCode::InvalidProducerIdMapping)?;
+            let next = rules::add_to_transaction(
+                entry,
+                producer_id,
+                producer_epoch,
+                partitions,
+                groups,
+                now,
+            )?;
+            Ok((next, ()))
+        })
+        .await
+    }
+
+    /// AddPartitionsToTxn with VerifyOnly, and the verification of a
+    /// transactional Produce (KIP-890 part 1): has the ongoing transaction
+    /// of `id` added this partition? Memory only.
+    pub fn verify(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partition: &(String, i32),
+    ) -> Result<(), ErrorCode> {
+        let inner = self.lock();
+        if inner.writing.contains(id) {
+            // A decision being written may be the one that adds it.
+            return Err(ErrorCode::ConcurrentTransactions);
+        }
+        rules::verify_partition(entry_in(&inner, id), producer_id, producer_epoch, partition)
+    }
+
+    /// TxnOffsetCommit's check: has the ongoing transaction of `id` added
+    /// `group`? Memory only.
+    pub fn verify_group(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        group: &str,
+    ) -> Result<(), ErrorCode> {
+        let inner = self.lock();
+        if inner.writing.contains(id) {
+            return Err(ErrorCode::ConcurrentTransactions);
+        }
+        rules::verify_group(entry_in(&inner, id), producer_id, producer_epoch, group)
+    }
+
+    /// EndTxn: the prepared entry to complete, once it is durable, or
+    /// `None` for a retry of an EndTxn that already completed.
+    pub async fn end_txn(
+        self: &Arc<Self>,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<Option<TxnEntry>, ErrorCode> {
+        let now = self.env.now_ms();
+        self.decide(id, |entry| {
+            let entry = entry.ok_or(ErrorCode::InvalidProducerIdMapping)?;
+            match rules::end_txn(entry, producer_id, producer_epoch, commit, now)? {
+                End::Prepare(next) => Ok((Some(next.clone()), Some(next))),
+                End::AlreadyComplete => Ok((None, None)),
+            }
+        })
+        .await
+    }
+
+    /// The reaper's abort of a transaction past its timeout: the fenced,
+    /// prepared entry to complete, or `None` if the transaction moved on
+    /// since it was found.
+    pub async fn abort_timed_out(
+        self: &Arc<Self>,
+        found: &TxnEntry,
+    ) -> Result<Option<TxnEntry>, ErrorCode> {
+        let now = self.env.now_ms();
+        self.decide(&found.transactional_id, |entry| match entry {
+            Some(e)
+                if rules::has_timed_out(e, now)
+                    && e.producer_id == found.producer_id
+                    && e.producer_epoch == found.producer_epoch =>
+            {
+                let next = rules::fence_and_abort(e, now);
+                Ok((Some(next.clone()), Some(next)))
+            }
+            _ => Ok((None, None)),
+        })
+        .await
+    }
+
+    /// Persists Complete* for a prepared transaction whose markers and
+    /// offsets are durable. Nothing to do if the entry is no longer that
+    /// prepared transaction (another completer finished it).
+    pub async fn finish_prepared(self: &Arc<Self>, prepared: &TxnEntry) -> Result<(), ErrorCode> {
+        let now = self.env.now_ms();
+        self.decide(&prepared.transactional_id, |entry| match entry {
+            Some(e)
+                if e.state == prepared.state
+                    && e.producer_id == prepared.producer_id
+                    && e.producer_epoch == prepared.producer_epoch =>
+            {
+                Ok((rules::complete(e, now), ()))
+            }
+            _ => Ok((None, ())),
+        })
+        .await
+    }
+
+    /// Marks `id` as being completed; false if a task already is.
+    pub fn begin_completion(&self, id: &str) -> bool {
+        self.lock().completing.insert(id.to_string())
+    }
+
+    pub fn end_completion(&self, id: &str) {
+        self.lock().completing.remove(id);
+    }
+
+    /// Queues the expiry of every idle id past `transactional.id.expiration.ms`
+    /// in the slots this broker holds; returns how many.
+    pub fn expire(self: &Arc<Self>, now_ms: i64) -> usize {
+        let mut inner = self.lock();
+        let mut expired = Vec::new();
+        for s in &inner.slots {
+            if !self.holds(s.slot) {
+                continue;
+            }
+            for e in s.entries.values() {
+                if rules::has_expired(e, now_ms, self.config.id_expiration_ms)
+                    && !inner.writing.contains(&e.transactional_id)
+                {
+                    expired.push((s.slot, e.transactional_id.clone(), e.last_update_ms));
+                }
+            }
+        }
+        for (slot, transactional_id, last_update_ms) in &expired {
+            inner.queues.push_op(
+                *slot,
+                TxnSlotOp::Expire {
+                    transactional_id: transactional_id.clone(),
+                    last_update_ms: *last_update_ms,
+                },
+            );
+            if inner.queues.claim_writer(*slot) {
+                tokio::spawn(slot_store::run_writer(self.clone(), *slot));
+            }
+        }
+        expired.len()
+    }
+}
+
+fn entry_in<'a>(inner: &'a Inner, id: &str) -> Option<&'a TxnEntry> {
+    inner
+        .slots
+        .get(coordinator_slot(id) as usize)
+        .and_then(|s| s.entries.get(id))
+}
+
+/// Transaction slot files written by the shared slot store.
+impl SlotFile for TxnSlotState {
+    type Op = TxnSlotOp;
+
+    fn apply(&mut self, op: &TxnSlotOp) -> bool {
+        TxnSlotState::apply(self, op)
+    }
+
+    fn bump_version(&mut self) {
+        self.version += 1;
+    }
+
+    fn encode(&self) -> io::Result<Vec<u8>> {
+        TxnSlotState::encode(self).map_err(io::Error::other)
+    }
+}
+
+impl SlotOwner for TxnCoordinator {
+    type File = TxnSlotState;
+
+    fn take_round(&self, slot: u32) -> Option<Round<TxnSlotState>> {
+        let mut inner = self.lock();
+        let state = inner.slots.get(slot as usize).cloned()?;
+        let (ops, done) = inner.queues.take(slot)?;
+        Some(Round { ops, done, state })
+    }
+
+    fn finish_round(
+        &self,
+        slot: u32,
+        outcome: RoundOutcome<TxnSlotState>,
+    ) -> Result<(), ErrorCode> {
+        match outcome {
+            RoundOutcome::Unchanged => Ok(()),
+            RoundOutcome::Written(state) => {
+                if let Some(s) = self.lock().slots.get_mut(slot as usize) {
+                    *s = state;
+                }
+                Ok(())
+            }
+            RoundOutcome::Failed(e) => {
+                tracing::error!(slot, error = %e, "cannot write transaction slot file; its changes are refused");
+                // Nothing was installed, so nothing to undo. The client
+                // looks the coordinator up again and retries.
+                Err(ErrorCode::NotCoordinator)
+            }
+        }
+    }
+
+    fn slot_path(&self, slot: u32) -> String {
+        txn_slot_file(slot)
+    }
+
+    fn volume(&self) -> &Arc<dyn Volume> {
+        &self.volume
+    }
+
+    fn env(&self) -> &Env {
+        &self.env
+    }
+}
