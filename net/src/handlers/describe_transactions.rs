@@ -3,11 +3,15 @@
 //! not know (or that expired) TRANSACTIONAL_ID_NOT_FOUND.
 
 use crate::broker::Broker;
+use kaas_core::cluster::coordinator_slot;
 use kaas_core::protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kaas_core::protocol::messages::{DescribeTransactionsRequest, DescribeTransactionsResponse};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::TxnEntry;
 use std::collections::BTreeMap;
+
+/// Kafka's internal topic of committed offsets.
+const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 pub fn handle(broker: &Broker, req: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
     let transaction_states = req
@@ -24,7 +28,7 @@ pub fn handle(broker: &Broker, req: DescribeTransactionsRequest) -> DescribeTran
                     transactional_id: id,
                     producer_id: -1,
                     producer_epoch: -1,
-                    transaction_start_time_ms: -1,
+                    transaction_start_time_ms: 0,
                     ..Default::default()
                 },
             }
@@ -40,6 +44,16 @@ fn described(entry: TxnEntry) -> TransactionState {
     let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for (topic, partition) in &entry.partitions {
         topics.entry(topic.clone()).or_default().push(*partition);
+    }
+    // A group's offsets are written, in Kafka, to its partition of
+    // __consumer_offsets, which the transaction lists among its own; kaas
+    // shows the group's coordinator slot there, its counterpart.
+    for group in &entry.groups {
+        let slots = topics.entry(OFFSETS_TOPIC.to_string()).or_default();
+        let slot = coordinator_slot(group) as i32;
+        if !slots.contains(&slot) {
+            slots.push(slot);
+        }
     }
     TransactionState {
         error_code: ErrorCode::None.code(),

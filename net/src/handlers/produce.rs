@@ -16,6 +16,10 @@ use std::sync::Arc;
 /// First Produce version that names topics by id instead of by name.
 const TOPIC_IDS_FROM: i16 = 13;
 
+/// First Produce version whose transactional batches add their partition
+/// to the transaction themselves (transaction version 2, KIP-890 part 2).
+const IMPLICIT_ADD_FROM: i16 = 12;
+
 /// `None` for acks=0: the client expects no response.
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -158,12 +162,29 @@ async fn append_one(
     let partition = broker.gate(topic, index, -1)?;
     let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
     admit_batch(&batch, transactional_id)?;
+    let key = (topic.name.clone(), index);
+    let txn_id = transactional_id.unwrap_or_default();
+    let identity = BatchIdentity::of(&batch).filter(|id| id.is_transactional);
+    if let Some(id) = identity.filter(|_| version >= IMPLICIT_ADD_FROM) {
+        // Transaction version 2 (KIP-890 part 2): the first batch to a
+        // partition adds it to the transaction.
+        broker
+            .txn_coordinator(txn_id)
+            .map_err(Refused::from)?
+            .add_to_transaction(
+                txn_id,
+                id.producer_id,
+                id.epoch,
+                std::slice::from_ref(&key),
+                &[],
+            )
+            .await
+            .map_err(|code| Refused::from(produce_error_of_verification(code, version)))?;
+    }
     // KIP-890 part 1: a batch that would open a transaction here must
     // belong to the producer's ongoing transaction, and that transaction
     // must have added this partition.
-    let key = (topic.name.clone(), index);
     let verify = |id: &BatchIdentity| {
-        let txn_id = transactional_id.unwrap_or_default();
         broker
             .txn_coordinator(txn_id)
             .and_then(|c| c.verify(txn_id, id.producer_id, id.epoch, &key))
@@ -171,6 +192,10 @@ async fn append_one(
     };
     match partition.append_verified(batch, verify).await {
         Ok(appended) => Ok((partition, appended)),
+        // A transactional batch from outside its transaction, or from a
+        // fenced epoch, is refused by the transaction check, before the
+        // log: no log start, as Kafka answers it.
+        Err(code) if identity.is_some() && is_transaction_check(code) => Err(code.into()),
         Err(code) => Err(Refused {
             code,
             log_start_offset: partition.log_start_offset(),
@@ -190,6 +215,22 @@ fn produce_error_of_verification(code: ErrorCode, version: i16) -> ErrorCode {
         | ErrorCode::CoordinatorNotAvailable
         | ErrorCode::CoordinatorLoadInProgress => ErrorCode::NotEnoughReplicas,
         ErrorCode::InvalidTxnState => not_in_transaction_error(produce_request::API_KEY, version),
+        // A zombie's Produce is told it is fenced the Produce way.
+        ErrorCode::ProducerFenced => ErrorCode::InvalidProducerEpoch,
         other => other,
     }
+}
+
+/// The refusals of a transactional batch that come from its transaction
+/// check (the coordinator's verification, or a fenced epoch), not from
+/// the log.
+fn is_transaction_check(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::InvalidProducerEpoch
+            | ErrorCode::InvalidTxnState
+            | ErrorCode::TransactionAbortable
+            | ErrorCode::InvalidProducerIdMapping
+            | ErrorCode::NotEnoughReplicas
+    )
 }
