@@ -28,8 +28,8 @@ impl Known {
     }
 }
 
-const TRANSACTIONS_LATER: &str =
-    "Transactions are not served yet (the transactions issue adds them, with their scenarios here).";
+const TRANSACTION_VERSION_2_LATER: &str =
+    "Transaction version 2 (KIP-890 part 2: an epoch bump at every transaction end) is not finalized by kaas yet, so it serves the versions of transaction version 1; clients that speak version 2 use it only where the broker finalizes it.";
 const CONFIGS_LATER: &str =
     "Topic configs are fixed at creation until the config APIs issue adds AlterConfigs and IncrementalAlterConfigs.";
 
@@ -40,6 +40,22 @@ const fn unserved(step: &'static str, kafka: &'static str, why: &'static str) ->
         step,
         kafka,
         kaas: "null",
+        why,
+    }
+}
+
+/// An API kaas serves to an older version than Kafka.
+const fn served_up_to(
+    step: &'static str,
+    kafka: &'static str,
+    kaas: &'static str,
+    why: &'static str,
+) -> Known {
+    Known {
+        scenario: "versions/api-versions",
+        step,
+        kafka,
+        kaas,
         why,
     }
 }
@@ -56,13 +72,19 @@ pub static KNOWN: &[Known] = &[
         kaas: "[3,13]",
         why: "kaas stores record batches of format v2 only, which Produce carries from v3 on; Kafka 4 still accepts v0-v2 (message formats 0 and 1) for old clients and converts them.",
     },
-    unserved("24 AddPartitionsToTxn", "[0,5]", TRANSACTIONS_LATER),
-    unserved("25 AddOffsetsToTxn", "[0,4]", TRANSACTIONS_LATER),
-    unserved("26 EndTxn", "[0,5]", TRANSACTIONS_LATER),
-    unserved("27 WriteTxnMarkers", "[1,1]", TRANSACTIONS_LATER),
-    unserved("28 TxnOffsetCommit", "[0,5]", TRANSACTIONS_LATER),
-    unserved("65 DescribeTransactions", "[0,0]", TRANSACTIONS_LATER),
-    unserved("66 ListTransactions", "[0,2]", TRANSACTIONS_LATER),
+    served_up_to("26 EndTxn", "[0,5]", "[0,4]", TRANSACTION_VERSION_2_LATER),
+    served_up_to("28 TxnOffsetCommit", "[0,5]", "[0,4]", TRANSACTION_VERSION_2_LATER),
+    served_up_to(
+        "66 ListTransactions",
+        "[0,2]",
+        "[0,1]",
+        "ListTransactions v2 adds a transactional id pattern (KIP-1152, a Java regular expression); kaas serves v0-v1 until it matches Java's pattern syntax.",
+    ),
+    unserved(
+        "27 WriteTxnMarkers",
+        "[1,1]",
+        "kaas's coordinator writes markers to its partitions directly; the admin use of WriteTxnMarkers (KIP-664, aborting a hanging transaction) is not served yet.",
+    ),
     unserved("33 AlterConfigs", "[0,2]", CONFIGS_LATER),
     unserved("44 IncrementalAlterConfigs", "[0,1]", CONFIGS_LATER),
     Known {
