@@ -16,6 +16,8 @@
 //!   no open transaction.
 
 use arbitrary::Arbitrary;
+use kaas_core::partition::txn_index::{decode_index, encode_entry};
+use kaas_core::partition::{aborted_index_entry, AbortedTxn};
 use kaas_core::producer::{
     decode_snapshot, encode_snapshot, BatchIdentity, BatchMeta, Classification, ProducerTable,
     MAX_CACHED_BATCHES,
@@ -138,6 +140,8 @@ pub struct Machine {
     /// brings back their old batches (recovery starts from a snapshot taken
     /// after the expiry instead), so `recover` does not compare them.
     expired: BTreeSet<i64>,
+    /// The aborted index as the model computes it, in marker order.
+    aborted: Vec<AbortedTxn>,
 }
 
 impl Default for Machine {
@@ -156,6 +160,7 @@ impl Machine {
             end_offset: 0,
             now_ms: 1_000,
             expired: BTreeSet::new(),
+            aborted: Vec::new(),
         }
     }
 
@@ -246,12 +251,33 @@ impl Machine {
                 self.end_offset += 1;
                 // Kafka: a marker ends the transaction; a new epoch forgets
                 // the old epoch's batches, as for data batches.
-                entry.txn_first_offset = None;
+                let first_offset = entry.txn_first_offset.take();
                 if epoch != entry.epoch {
                     entry.epoch = epoch;
                     entry.batches.clear();
                 }
-                self.table.replay(&batch, self.now_ms);
+                let marker_offset = self.end_offset - 1;
+                // The model's entry: the LSO when it completed is the first
+                // offset of the earliest transaction still open, else the
+                // offset after the marker.
+                let want = (!*commit).then(|| AbortedTxn {
+                    producer_id: pid,
+                    first_offset: first_offset.unwrap_or(marker_offset),
+                    last_offset: marker_offset,
+                    last_stable_offset: self
+                        .model
+                        .values()
+                        .filter_map(|e| e.txn_first_offset)
+                        .min()
+                        .unwrap_or(marker_offset + 1),
+                });
+                let completed = self
+                    .table
+                    .replay(&batch, self.now_ms)
+                    .expect("a marker closes a transaction");
+                let got = aborted_index_entry(&completed, self.table.first_open_offset());
+                assert_eq!(got, want, "aborted-index entry of the marker at {marker_offset}");
+                self.aborted.extend(want);
                 self.log.push(batch);
                 self.check_entries();
             }
@@ -388,9 +414,19 @@ impl Machine {
     /// state, apart from the idle clock.
     fn recover(&mut self) {
         let mut rebuilt = ProducerTable::new();
+        let mut aborted = Vec::new();
         for batch in &self.log {
-            rebuilt.replay(batch, self.now_ms);
+            if let Some(completed) = rebuilt.replay(batch, self.now_ms) {
+                aborted.extend(aborted_index_entry(&completed, rebuilt.first_open_offset()));
+            }
         }
+        assert_eq!(aborted, self.aborted, "recovery rebuilt another aborted index");
+        let bytes: Vec<u8> = aborted.iter().flat_map(encode_entry).collect();
+        assert_eq!(
+            decode_index(&bytes),
+            Ok((aborted, 0)),
+            "the .txnindex encoding changed the aborted index"
+        );
         for live in self.table.entries() {
             if self.expired.contains(&live.producer_id) {
                 continue;
