@@ -7,6 +7,8 @@
 // A test: an unwrap that fails is the test failing.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use kaas_core::cluster::Claim;
 use kaas_core::partition::IncomingMarker;
 use kaas_core::protocol::ErrorCode;
@@ -435,4 +437,75 @@ async fn retention_removes_a_segments_aborted_index_with_it() {
     drop(p);
     let p = open(&volume, 300);
     assert_eq!(aborted_index(&p).await, left);
+}
+
+/// Over the wire: Fetch at read_committed carries the aborted list and the
+/// LSO, read_uncommitted a null list; ListOffsets LATEST at read_committed
+/// answers the LSO.
+#[tokio::test]
+async fn fetch_and_list_offsets_answer_read_committed_with_the_lso_and_aborted_list() {
+    use kaas_core::protocol::messages::*;
+    use kaas_core::protocol::{RequestBody, ResponseBody};
+    use kaas_net::client::{single_partition_fetch, Connection};
+
+    let tb = support::start_broker(|_| {}).await;
+    tb.broker
+        .create_topic("t", 1, 1, std::collections::BTreeMap::new())
+        .await
+        .unwrap();
+    let p = tb.broker.partition("t", 0, -1).unwrap();
+    append(&p, txn_batch(5, 0, 0, 2)).await; // 0..=1
+    end_txn(&p, marker(5, 0, 0, false)).await; // 2
+    append(&p, txn_batch(6, 0, 0, 1)).await; // 3, open
+
+    let mut conn = Connection::connect(tb.addr).await.unwrap();
+    for (isolation, aborted) in [(1i8, Some(vec![(5i64, 0i64)])), (0, None)] {
+        let mut req = single_partition_fetch("t", 0, 0, -1, 0);
+        if let RequestBody::Fetch(f) = &mut req {
+            f.isolation_level = isolation;
+        }
+        match conn.send(fetch_request::API_KEY, 12, &req).await.unwrap() {
+            ResponseBody::Fetch(r) => {
+                let part = &r.responses[0].partitions[0];
+                assert_eq!(part.error_code, 0);
+                assert_eq!((part.high_watermark, part.last_stable_offset), (4, 3));
+                let got = part
+                    .aborted_transactions
+                    .as_ref()
+                    .map(|l| l.iter().map(|a| (a.producer_id, a.first_offset)).collect());
+                assert_eq!(got, aborted, "isolation {isolation}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for (isolation, latest) in [(1i8, 3i64), (0, 4)] {
+        let req = RequestBody::ListOffsets(ListOffsetsRequest {
+            replica_id: -1,
+            isolation_level: isolation,
+            topics: vec![list_offsets_request::ListOffsetsTopic {
+                name: "t".into(),
+                partitions: vec![list_offsets_request::ListOffsetsPartition {
+                    partition_index: 0,
+                    current_leader_epoch: -1,
+                    timestamp: -1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        match conn
+            .send(list_offsets_request::API_KEY, 7, &req)
+            .await
+            .unwrap()
+        {
+            ResponseBody::ListOffsets(r) => {
+                assert_eq!(
+                    r.topics[0].partitions[0].offset, latest,
+                    "isolation {isolation}"
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
 }
