@@ -395,6 +395,18 @@ impl PartitionLog {
                     .filter(|a| a.last_offset >= base && a.last_offset < end),
             );
             if want == segment.aborted {
+                // Same entries, but those at or past the replay start may
+                // sit only in the page cache (a process crash keeps them
+                // there): make them durable now, as recovery does for the
+                // segments, before a later snapshot makes them trusted.
+                if let Some(file) = &segment.txn_index {
+                    if want
+                        .iter()
+                        .any(|a| !txn_index_entry_is_trusted(a, replay_from))
+                    {
+                        file.sync()?;
+                    }
+                }
                 continue;
             }
             let path = layout::txn_index_path(&dir, base);
