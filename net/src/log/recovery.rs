@@ -48,7 +48,14 @@ pub(crate) fn recover(volume: &dyn Volume, dir: &str, config: &LogConfig) -> io:
     for base in index_bases.into_iter().filter(|b| !bases.contains(b)) {
         volume.remove(&layout::index_path(dir, base))?;
     }
-    for base in txn_index_bases.into_iter().filter(|b| !bases.contains(b)) {
+    // The listing says which segments have an aborted index, so the
+    // (many) segments without one cost no lookup on the volume below.
+    let (txn_indexed, orphans): (BTreeSet<i64>, Vec<i64>) = {
+        let (kept, orphans): (Vec<i64>, Vec<i64>) =
+            txn_index_bases.into_iter().partition(|b| bases.contains(b));
+        (kept.into_iter().collect(), orphans)
+    };
+    for base in orphans {
         volume.remove(&layout::txn_index_path(dir, base))?;
     }
 
@@ -125,7 +132,9 @@ pub(crate) fn recover(volume: &dyn Volume, dir: &str, config: &LogConfig) -> io:
     let first_base = sealed.first().unwrap_or(&active).base_offset;
     log_start_offset = log_start_offset.max(first_base);
     for segment in sealed.iter_mut().chain(std::iter::once(&mut active)) {
-        load_txn_index(volume, dir, segment)?;
+        if txn_indexed.contains(&segment.base_offset) {
+            load_txn_index(volume, dir, segment)?;
+        }
     }
     Ok(Recovered {
         sealed,
