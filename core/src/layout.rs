@@ -87,6 +87,8 @@ pub fn producer_snapshot_path(dir: &str) -> String {
 pub enum Entry {
     Segment(i64),
     Index(i64),
+    /// A segment's aborted-transactions index.
+    TxnIndex(i64),
     Other,
 }
 
@@ -96,6 +98,8 @@ pub fn classify(name: &str) -> Entry {
         Entry::Segment(base)
     } else if let Some(base) = name.strip_suffix(INDEX_SUFFIX).and_then(parse_base) {
         Entry::Index(base)
+    } else if let Some(base) = name.strip_suffix(TXN_INDEX_SUFFIX).and_then(parse_base) {
+        Entry::TxnIndex(base)
     } else {
         Entry::Other
     }
@@ -277,7 +281,10 @@ mod tests {
         assert_eq!(classify("0010.log"), Entry::Other);
         assert_eq!(classify("99999999999999999999.log"), Entry::Other);
         assert_eq!(classify("log-start-offset"), Entry::Other);
-        assert_eq!(classify("00000000000000000010.txnindex"), Entry::Other);
+        assert_eq!(
+            classify("00000000000000000010.txnindex"),
+            Entry::TxnIndex(10)
+        );
         assert_eq!(
             classify_path(&segment_path("topics/t-0", 7)),
             Entry::Segment(7)

@@ -16,6 +16,11 @@
 //!   no open transaction.
 
 use arbitrary::Arbitrary;
+use kaas_core::partition::txn_index::{decode_index, encode_entry};
+use kaas_core::partition::{
+    aborted_index_entry, AbortedTxn, AppendDecision, IncomingBatch, IncomingMarker,
+    PartitionState, Recovered,
+};
 use kaas_core::producer::{
     decode_snapshot, encode_snapshot, BatchIdentity, BatchMeta, Classification, ProducerTable,
     MAX_CACHED_BATCHES,
@@ -138,6 +143,10 @@ pub struct Machine {
     /// brings back their old batches (recovery starts from a snapshot taken
     /// after the expiry instead), so `recover` does not compare them.
     expired: BTreeSet<i64>,
+    /// The aborted index as the model computes it, in marker order.
+    aborted: Vec<AbortedTxn>,
+    /// The partition's rules, fed the same batches and markers.
+    state: PartitionState,
 }
 
 impl Default for Machine {
@@ -156,7 +165,36 @@ impl Machine {
             end_offset: 0,
             now_ms: 1_000,
             expired: BTreeSet::new(),
+            aborted: Vec::new(),
+            state: PartitionState::recovered(Recovered {
+                log_start_offset: 0,
+                log_end_offset: 0,
+                leader_epoch: 0,
+                producers: ProducerTable::new(),
+                snapshot_offset: None,
+            }),
         }
+    }
+
+    /// The model's last stable offset once everything is durable: the
+    /// first offset of the earliest open transaction, else the log end.
+    fn expected_lso(&self) -> i64 {
+        self.model
+            .values()
+            .filter_map(|e| e.txn_first_offset)
+            .min()
+            .unwrap_or(self.end_offset)
+    }
+
+    /// Makes everything durable in the rules and checks the LSO.
+    fn check_stable(&mut self) {
+        self.state.durable_up_to(self.end_offset);
+        assert_eq!(self.state.high_watermark(), self.end_offset);
+        assert_eq!(
+            self.state.last_stable_offset(),
+            self.expected_lso(),
+            "last stable offset"
+        );
     }
 
     fn seq_for(&self, pid: i64, seq: &Seq) -> i32 {
@@ -246,14 +284,52 @@ impl Machine {
                 self.end_offset += 1;
                 // Kafka: a marker ends the transaction; a new epoch forgets
                 // the old epoch's batches, as for data batches.
-                entry.txn_first_offset = None;
+                let first_offset = entry.txn_first_offset.take();
                 if epoch != entry.epoch {
                     entry.epoch = epoch;
                     entry.batches.clear();
                 }
-                self.table.replay(&batch, self.now_ms);
+                let marker_offset = self.end_offset - 1;
+                // The model's entry: the LSO when it completed is the first
+                // offset of the earliest transaction still open, else the
+                // offset after the marker.
+                let want = (!*commit).then(|| AbortedTxn {
+                    producer_id: pid,
+                    first_offset: first_offset.unwrap_or(marker_offset),
+                    last_offset: marker_offset,
+                    last_stable_offset: self
+                        .model
+                        .values()
+                        .filter_map(|e| e.txn_first_offset)
+                        .min()
+                        .unwrap_or(marker_offset + 1),
+                });
+                let completed = self
+                    .table
+                    .replay(&batch, self.now_ms)
+                    .expect("a marker closes a transaction");
+                let got = aborted_index_entry(&completed, self.table.first_open_offset());
+                assert_eq!(got, want, "aborted-index entry of the marker at {marker_offset}");
+                let written = self
+                    .state
+                    .append_marker(&IncomingMarker {
+                        producer_id: pid,
+                        producer_epoch: epoch,
+                        coordinator_epoch: 0,
+                        commit: *commit,
+                    })
+                    .expect("the rules write the marker");
+                assert_eq!(written.offset, marker_offset);
+                assert_eq!(written.aborted, want, "the rules' aborted entry");
+                // Not durable yet: the transaction still holds the LSO.
+                assert!(
+                    self.state.last_stable_offset() <= first_offset.unwrap_or(marker_offset),
+                    "the LSO passed a transaction whose marker is not durable"
+                );
+                self.aborted.extend(want);
                 self.log.push(batch);
                 self.check_entries();
+                self.check_stable();
             }
             ProducerOp::Expire {
                 advance_ms,
@@ -263,6 +339,7 @@ impl Machine {
                 let expiration = i64::from(*expiration_ms);
                 let now = self.now_ms;
                 let removed = self.table.expire(now, expiration);
+                assert_eq!(self.state.expire_producers(now, expiration), removed);
                 let before = self.model.len();
                 let expired = &mut self.expired;
                 self.model.retain(|pid, e| {
@@ -297,6 +374,29 @@ impl Machine {
         let got = self.table.classify(&id);
         let want = expected(self.model.get(&id.producer_id), &id);
         assert_eq!(got, want, "classification of {id:?}");
+        let decided = self.state.append(
+            &IncomingBatch {
+                identity: Some(id),
+                last_offset_delta: id.offset_delta,
+                max_timestamp: batch.max_timestamp(),
+            },
+            self.now_ms,
+        );
+        let rules_want = match got {
+            Classification::Append => Ok(AppendDecision::Write {
+                base_offset: self.end_offset,
+                last_offset: self.end_offset + i64::from(id.offset_delta),
+            }),
+            Classification::Duplicate {
+                first_offset,
+                last_offset,
+            } => Ok(AppendDecision::Duplicate {
+                base_offset: first_offset,
+                last_offset,
+            }),
+            Classification::Reject(code) => Err(code),
+        };
+        assert_eq!(decided, rules_want, "the rules' decision for {id:?}");
         if got != Classification::Append {
             return;
         }
@@ -330,6 +430,7 @@ impl Machine {
         self.sent.push(id);
         self.end_offset = first_offset + i64::from(id.offset_delta) + 1;
         self.check_entries();
+        self.check_stable();
     }
 
     /// The table holds exactly the model's producers, with the same epoch,
@@ -353,6 +454,11 @@ impl Machine {
             .map(|(pid, e)| (*pid, e.epoch, e.batches.clone(), e.txn_first_offset))
             .collect();
         assert_eq!(table, model, "producer table differs from the model");
+        assert_eq!(
+            self.state.producers(),
+            &self.table,
+            "the rules' producer table differs"
+        );
     }
 
     /// Identities worth classifying: each producer's next batch, and a
@@ -388,9 +494,19 @@ impl Machine {
     /// state, apart from the idle clock.
     fn recover(&mut self) {
         let mut rebuilt = ProducerTable::new();
+        let mut aborted = Vec::new();
         for batch in &self.log {
-            rebuilt.replay(batch, self.now_ms);
+            if let Some(completed) = rebuilt.replay(batch, self.now_ms) {
+                aborted.extend(aborted_index_entry(&completed, rebuilt.first_open_offset()));
+            }
         }
+        assert_eq!(aborted, self.aborted, "recovery rebuilt another aborted index");
+        let bytes: Vec<u8> = aborted.iter().flat_map(encode_entry).collect();
+        assert_eq!(
+            decode_index(&bytes),
+            Ok((aborted, 0)),
+            "the .txnindex encoding changed the aborted index"
+        );
         for live in self.table.entries() {
             if self.expired.contains(&live.producer_id) {
                 continue;

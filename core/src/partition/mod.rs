@@ -165,6 +165,15 @@ pub struct PartitionState {
     /// Open transactions as (first offset, producer id). Empty until
     /// transactions land; the last stable offset is computed from it.
     open_transactions: BTreeSet<(i64, i64)>,
+    /// Transactions whose marker is written but not yet durable, as
+    /// (marker offset, first offset). They hold the last stable offset
+    /// back like open ones: until the marker is durable a crash can take it
+    /// back and reopen the transaction, and a consumer must not have read
+    /// past its records as decided. Kafka keeps them the same way (its
+    /// "unreplicated transactions", released when the high watermark
+    /// passes the marker). They do not count as open for the last stable
+    /// offset recorded in the aborted index, which is Kafka's too.
+    completing: BTreeSet<(i64, i64)>,
     /// Snapshots taken (at a roll, or asked for before a deletion) that
     /// wait for the log to be durable up to their offset.
     pending_snapshots: Vec<SnapshotWrite>,
@@ -185,6 +194,7 @@ impl PartitionState {
             durable_end: r.log_end_offset,
             producers: r.producers,
             open_transactions,
+            completing: BTreeSet::new(),
             pending_snapshots: Vec::new(),
             written_snapshot: r.snapshot_offset,
             failed: false,
@@ -208,7 +218,13 @@ impl PartitionState {
     }
 
     pub fn last_stable_offset(&self) -> i64 {
-        last_stable_offset(self.high_watermark(), &self.open_transactions)
+        let open = self.open_transactions.first().map(|&(first, _)| first);
+        let completing = self.completing.iter().map(|&(_, first)| first).min();
+        let first_unstable = match (open, completing) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        last_stable_offset(self.high_watermark(), self.log_start, first_unstable)
     }
 
     pub fn producers(&self) -> &ProducerTable {
@@ -295,22 +311,10 @@ impl PartitionState {
         );
         self.open_transactions
             .remove(&(completed.first_offset, marker.producer_id));
-        let aborted = completed.aborted.then(|| AbortedTxn {
-            producer_id: completed.producer_id,
-            first_offset: completed.first_offset,
-            last_offset: completed.last_offset,
-            last_stable_offset: self.first_unstable_offset_after(&completed),
-        });
+        self.completing.insert((offset, completed.first_offset));
+        let still_open = self.open_transactions.first().map(|&(first, _)| first);
+        let aborted = aborted_index_entry(&completed, still_open);
         Ok(MarkerWritten { offset, aborted })
-    }
-
-    /// Kafka's "last stable offset" of a completed transaction, kept in the
-    /// aborted index: the first offset of the earliest transaction still
-    /// open, else the offset after the marker.
-    fn first_unstable_offset_after(&self, completed: &CompletedTxn) -> i64 {
-        self.open_transactions
-            .first()
-            .map_or(completed.last_offset + 1, |&(first, _)| first)
     }
 
     /// Everything below `offset` is fsync'd. Moves the high watermark and
@@ -323,6 +327,9 @@ impl PartitionState {
         }
         let before = self.high_watermark();
         self.durable_end = self.durable_end.max(offset.min(self.log_end));
+        // Markers now durable release their transactions.
+        let durable_end = self.durable_end;
+        self.completing.retain(|&(marker, _)| marker >= durable_end);
         if self.high_watermark() != before {
             fx.high_watermark = Some(self.high_watermark());
         }
@@ -418,10 +425,63 @@ pub fn high_watermark(durable_end: i64) -> i64 {
 }
 
 /// read_committed consumers see up to the high watermark, or up to the
-/// first offset of the earliest open transaction if that is lower.
-pub fn last_stable_offset(high_watermark: i64, open: &BTreeSet<(i64, i64)>) -> i64 {
-    open.first()
-        .map_or(high_watermark, |&(first, _)| first.min(high_watermark))
+/// first offset of the earliest open transaction if that is lower, but
+/// never below the log start: DeleteRecords and retention may remove the
+/// records where an open transaction began (they are bounded by the high
+/// watermark, not by this offset), and a bound below the log start would
+/// leave read_committed consumers nothing to read and ListOffsets LATEST
+/// answering an offset that no longer exists. Kafka clamps its first
+/// unstable offset to the log start the same way (UnifiedLog's
+/// `maybeIncrementFirstUnstableOffset`).
+///
+/// `first_unstable` is the first offset of the earliest transaction not
+/// yet decided durably: open, or closed by a marker not yet durable.
+pub fn last_stable_offset(high_watermark: i64, log_start: i64, first_unstable: Option<i64>) -> i64 {
+    first_unstable.map_or(high_watermark, |first| {
+        first.max(log_start).min(high_watermark)
+    })
+}
+
+/// The aborted-index entry of a completed transaction, `None` for a
+/// commit. Its last stable offset is Kafka's: the first offset of the
+/// earliest transaction still open once this one closed
+/// (`still_open_first`), else the offset after the marker. The same rule
+/// serves the marker write and the recovery replay, so a rebuilt index is
+/// byte for byte the one written.
+pub fn aborted_index_entry(
+    completed: &CompletedTxn,
+    still_open_first: Option<i64>,
+) -> Option<AbortedTxn> {
+    completed.aborted.then(|| AbortedTxn {
+        producer_id: completed.producer_id,
+        first_offset: completed.first_offset,
+        last_offset: completed.last_offset,
+        last_stable_offset: still_open_first.unwrap_or(completed.last_offset + 1),
+    })
+}
+
+/// A read_committed fetch of `[fetch offset, upper)` looks at aborted-index
+/// entries in marker order and may stop after one whose last stable offset
+/// is at or past `upper`: when that transaction ended, every transaction
+/// that began below `upper` had already ended (else the last stable offset
+/// would be below its first offset), and every later one begins after
+/// that marker, so no later entry can overlap the fetch. Kafka stops at
+/// the same point (`TxnIndexSearchResult.isComplete`).
+pub fn aborted_search_is_complete(entry: &AbortedTxn, upper: i64) -> bool {
+    entry.last_stable_offset >= upper
+}
+
+/// Recovery keeps an aborted-index entry read from a `.txnindex` file only
+/// if its marker lies below `replay_from`, the offset from which the
+/// producer state is replayed from the log: below it, the entry was made
+/// durable before the snapshot that bounds the replay was written (the
+/// flusher syncs a segment's `.txnindex` with the segment, and a snapshot
+/// is written only once the log under it is durable). Entries at or past
+/// `replay_from` are rebuilt from the markers the replay meets, so an entry
+/// whose marker a crash took back from the log does not survive, and one
+/// whose write a crash lost comes back.
+pub fn txn_index_entry_is_trusted(entry: &AbortedTxn, replay_from: i64) -> bool {
+    entry.last_offset < replay_from
 }
 
 /// OffsetForLeaderEpoch (KIP-101, KIP-279): the end of leader epoch `asked`

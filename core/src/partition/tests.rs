@@ -71,12 +71,37 @@ fn the_high_watermark_is_the_durable_end() {
 
 #[test]
 fn the_last_stable_offset_stops_at_the_earliest_open_transaction() {
-    let mut open = BTreeSet::new();
-    assert_eq!(last_stable_offset(10, &open), 10);
-    open.insert((7, 1));
-    open.insert((4, 2));
-    assert_eq!(last_stable_offset(10, &open), 4);
-    assert_eq!(last_stable_offset(3, &open), 3);
+    assert_eq!(last_stable_offset(10, 0, None), 10);
+    assert_eq!(last_stable_offset(10, 0, Some(4)), 4);
+    assert_eq!(last_stable_offset(3, 0, Some(4)), 3);
+    let mut p = fresh();
+    p.append(&transactional(7, 0, 0, 1), 0).expect("appended"); // 0
+    p.append(&transactional(8, 0, 0, 1), 0).expect("appended"); // 1
+    p.durable_up_to(2);
+    assert_eq!(p.last_stable_offset(), 0, "the earliest of the two");
+}
+
+#[test]
+fn the_last_stable_offset_never_falls_below_the_log_start() {
+    assert_eq!(last_stable_offset(10, 6, Some(4)), 6);
+    assert_eq!(
+        last_stable_offset(5, 6, Some(4)),
+        5,
+        "nor above the high watermark"
+    );
+    // Through the state: DeleteRecords past the open transaction's start.
+    let mut p = fresh();
+    p.append(&plain(2), 0).expect("appended");
+    p.append(&transactional(7, 0, 0, 3), 0).expect("appended"); // 2..=4
+    p.append(&plain(3), 0).expect("appended"); // 5..=7
+    p.durable_up_to(8);
+    assert_eq!(p.last_stable_offset(), 2);
+    assert_eq!(p.may_delete_before(4), Ok(()));
+    p.records_deleted(4);
+    assert_eq!(p.last_stable_offset(), 4);
+    p.append_marker(&marker(7, 0, 0, true)).expect("written");
+    p.durable_up_to(9);
+    assert_eq!(p.last_stable_offset(), 9);
 }
 
 #[test]
@@ -351,8 +376,8 @@ fn a_marker_closes_the_open_transaction_and_the_last_stable_offset_moves_past_it
     assert_eq!(p.log_end_offset(), 7);
     assert_eq!(
         p.last_stable_offset(),
-        6,
-        "up to the high watermark until the marker is durable"
+        2,
+        "held at the transaction until the marker is durable: a crash can take the marker back"
     );
     p.durable_up_to(7);
     assert_eq!(p.last_stable_offset(), 7);
@@ -466,4 +491,109 @@ fn opens_transaction_only_for_a_new_transactional_batch_without_an_open_transact
     .expect("marker");
     // After the marker the next transaction opens again.
     assert!(p.opens_transaction(&next));
+}
+
+#[test]
+fn deletion_is_bounded_by_the_high_watermark_not_the_last_stable_offset() {
+    // Kafka's DeleteRecords and retention check the high watermark only: an
+    // open transaction does not hold the log start back.
+    let mut p = fresh();
+    p.append(&transactional(7, 0, 0, 3), 0).expect("appended"); // 0..=2
+    p.append(&plain(2), 0).expect("appended"); // 3..=4
+    p.durable_up_to(5);
+    assert_eq!(p.last_stable_offset(), 0);
+    assert_eq!(p.may_delete_before(5), Ok(()));
+    assert_eq!(p.may_delete_before(6), Err(ErrorCode::OffsetOutOfRange));
+}
+
+#[test]
+fn a_producer_with_an_open_transaction_never_expires() {
+    let mut p = fresh();
+    p.append(&transactional(7, 0, 0, 1), 0).expect("appended");
+    p.append(&idempotent(8, 0, 0, 1), 0).expect("appended");
+    assert_eq!(
+        p.expire_producers(1_000_000, 10),
+        1,
+        "only the idle idempotent one"
+    );
+    assert!(p.producers().get(7).is_some());
+    assert_eq!(
+        p.last_stable_offset(),
+        0,
+        "its transaction still holds the LSO"
+    );
+    p.append_marker(&marker(7, 0, 0, false)).expect("written");
+    assert_eq!(
+        p.expire_producers(1_000_000, 10),
+        1,
+        "closed: now it may go"
+    );
+}
+
+#[test]
+fn an_aborted_index_search_stops_at_an_entry_whose_stable_offset_reaches_the_bound() {
+    let a = |first, last, lso| AbortedTxn {
+        producer_id: 1,
+        first_offset: first,
+        last_offset: last,
+        last_stable_offset: lso,
+    };
+    assert!(!aborted_search_is_complete(&a(0, 5, 3), 4));
+    assert!(aborted_search_is_complete(&a(0, 5, 4), 4));
+    assert!(aborted_search_is_complete(&a(0, 5, 6), 4));
+}
+
+#[test]
+fn a_txn_index_entry_is_trusted_at_recovery_only_below_the_replay_start() {
+    let a = |last| AbortedTxn {
+        producer_id: 1,
+        first_offset: 0,
+        last_offset: last,
+        last_stable_offset: last + 1,
+    };
+    assert!(txn_index_entry_is_trusted(&a(9), 10));
+    assert!(
+        !txn_index_entry_is_trusted(&a(10), 10),
+        "rebuilt by the replay"
+    );
+    assert!(
+        !txn_index_entry_is_trusted(&a(50), 10),
+        "its marker may be gone"
+    );
+}
+
+#[test]
+fn the_aborted_entry_of_the_replay_is_the_one_the_marker_wrote() {
+    use crate::record::{build_control_batch, BatchBuilder, ControlType, EndTxnMarker, NewRecord};
+    // Live: two open transactions, one aborted.
+    let mut p = fresh();
+    p.append(&transactional(7, 0, 0, 2), 0).expect("appended"); // 0..=1
+    p.append(&transactional(8, 0, 0, 1), 0).expect("appended"); // 2
+    let live = p.append_marker(&marker(7, 0, 4, false)).expect("written");
+    // Replay of the same log.
+    let mut table = ProducerTable::new();
+    let batch = |pid, seq, n: usize| {
+        let mut b = BatchBuilder::transactional(pid, 0, seq);
+        for _ in 0..n {
+            b.push(NewRecord::new(0, None, Some(b"v")));
+        }
+        b.build()
+    };
+    table.replay(&batch(7, 0, 2).with_assigned(0, 0), 0);
+    table.replay(&batch(8, 0, 1).with_assigned(2, 0), 0);
+    let control = build_control_batch(
+        7,
+        0,
+        0,
+        EndTxnMarker {
+            control_type: ControlType::Abort,
+            coordinator_epoch: 4,
+        },
+    )
+    .with_assigned(3, 0);
+    let completed = table.replay(&control, 0).expect("a marker");
+    assert_eq!(
+        aborted_index_entry(&completed, table.first_open_offset()),
+        live.aborted
+    );
 }

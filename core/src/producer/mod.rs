@@ -337,8 +337,10 @@ impl ProducerTable {
     }
 
     /// Rebuilds state from a batch found in the log during recovery: no
-    /// validation (it was validated when appended), same bookkeeping.
-    pub fn replay(&mut self, batch: &RecordBatch, now_ms: i64) {
+    /// validation (it was validated when appended), same bookkeeping. A
+    /// marker returns the transaction it closed, so recovery can rebuild
+    /// the aborted index of the replayed range.
+    pub fn replay(&mut self, batch: &RecordBatch, now_ms: i64) -> Option<CompletedTxn> {
         if batch.is_control() {
             // A transaction marker closes the producer's open transaction.
             // One whose record cannot be read still closes it (it was
@@ -354,18 +356,26 @@ impl ProducerTable {
                 .or(known_epoch)
                 .unwrap_or(-1);
             let commit = marker.is_none_or(|m| m.control_type == ControlType::Commit);
-            self.record_marker(
+            return Some(self.record_marker(
                 batch.producer_id(),
                 batch.producer_epoch(),
                 coordinator_epoch,
                 commit,
                 batch.base_offset(),
-            );
-            return;
+            ));
         }
         if let Some(id) = BatchIdentity::of(batch) {
             self.record_append(&id, batch.base_offset(), batch.max_timestamp(), now_ms);
         }
+        None
+    }
+
+    /// The first offset of the earliest transaction still open here.
+    pub fn first_open_offset(&self) -> Option<i64> {
+        self.entries
+            .values()
+            .filter_map(|e| e.current_txn_first_offset)
+            .min()
     }
 
     /// Drops producers idle for `expiration_ms` (producer.id.expiration.ms).

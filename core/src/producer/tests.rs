@@ -189,6 +189,26 @@ fn snapshot_round_trips_and_garbage_is_an_error() {
     assert!(decode_snapshot(b"{\"version\":9,\"offset\":0,\"producers\":[]}").is_err());
 }
 
+/// A restart rebuilds the last stable offset from the snapshot: the first
+/// offset of an open transaction is in it, and a snapshot written before
+/// transactions existed (no such field) reads as "none open".
+#[test]
+fn a_snapshot_carries_the_open_transaction_and_older_ones_read_without_it() {
+    let mut t = ProducerTable::new();
+    let mut txn = batch(7, 1, 0, 2);
+    txn.is_transactional = true;
+    t.record_append(&txn, 40, 5, 9);
+    let (back, _) = decode_snapshot(&encode_snapshot(&t, 42)).unwrap();
+    assert_eq!(back.get(7).unwrap().current_txn_first_offset, Some(40));
+    assert_eq!(back.first_open_offset(), Some(40));
+    let old = br#"{"version":1,"offset":3,"producers":[{"producer_id":7,"epoch":0,
+        "batches":[{"first_seq":0,"last_seq":2,"first_offset":0,"last_offset":2}],
+        "last_update_ms":1,"last_timestamp":1,"coordinator_epoch":-1}]}"#;
+    let (old, offset) = decode_snapshot(old).unwrap();
+    assert_eq!(offset, 3);
+    assert_eq!(old.get(7).unwrap().current_txn_first_offset, None);
+}
+
 // ---------------------------------------------------------------------------
 // Property: an idempotent producer with retries, reordering within its
 // in-flight window, lost responses and broker restarts (snapshot + log

@@ -69,6 +69,10 @@ pub struct FetchedData {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// read_committed: the aborted transactions overlapping the records
+    /// returned, as (producer id, first offset); `None` for
+    /// read_uncommitted.
+    pub aborted_transactions: Option<Vec<(i64, i64)>>,
 }
 
 /// Which records a reader may see (Fetch and ListOffsets isolation level).
@@ -119,7 +123,7 @@ impl Partition {
         )?;
         log.set_leader_epoch(what.leader.epoch);
         let (producers, snapshot_offset) =
-            producer_state::recover(volume.as_ref(), &log, env.now_ms())?;
+            producer_state::recover(volume.as_ref(), &mut log, env.now_ms())?;
         let state = PartitionState::recovered(Recovered {
             log_start_offset: log.log_start_offset(),
             log_end_offset: log.end_offset(),
@@ -276,10 +280,19 @@ impl Partition {
                 coordinator_epoch: marker.coordinator_epoch,
             },
         );
-        let offset = written.offset;
+        let (offset, aborted) = (written.offset, written.aborted);
         let result = self
             .env
-            .blocking(IoKind::Buffered, move || lane.append_at(offset, &batch))
+            .blocking(IoKind::Buffered, move || {
+                let info = lane.append_at(offset, &batch)?;
+                // An abort is indexed in the marker's segment, in the same
+                // lane hold, so the flush that makes the marker durable
+                // (and with it the high watermark past it) syncs the entry.
+                if let Some(entry) = aborted {
+                    lane.append_aborted(entry)?;
+                }
+                Ok(info)
+            })
             .await;
         match result {
             Ok(info) => {
@@ -328,14 +341,28 @@ impl Partition {
             Isolation::ReadCommitted => last_stable_offset,
         };
         let lane = self.log.clone().lock_owned().await;
+        let committed = isolation == Isolation::ReadCommitted;
         let read = self
             .env
             .blocking(IoKind::Buffered, move || {
-                Ok(lane.read(offset, max_bytes, bound))
+                let read = lane.read(offset, max_bytes, bound);
+                // Kafka bounds the aborted list by an offset at or past the
+                // end of the returned data (the next sparse-index entry, the
+                // next segment or the log end); kaas uses that end exactly
+                // (the offset after the last batch returned): every
+                // transaction overlapping a returned record is in the list,
+                // and none that the consumer cannot meet in this response.
+                let aborted = match &read {
+                    Ok(r) if committed && !r.records.is_empty() => {
+                        Some(lane.aborted_transactions(offset, r.next_offset))
+                    }
+                    _ => committed.then(Vec::new),
+                };
+                Ok(read.map(|r| (r, aborted)))
             })
             .await
             .map_err(storage_error)?;
-        let read = match read {
+        let (read, aborted_transactions) = match read {
             Ok(read) => read,
             Err(ReadError::OutOfRange) => return Err(ErrorCode::OffsetOutOfRange),
             Err(ReadError::Io(e)) => return Err(storage_error(e)),
@@ -345,6 +372,7 @@ impl Partition {
             high_watermark,
             last_stable_offset,
             log_start_offset: read.log_start_offset,
+            aborted_transactions,
         })
     }
 

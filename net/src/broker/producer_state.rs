@@ -4,7 +4,7 @@
 use crate::log::PartitionLog;
 use crate::volume::Volume;
 use kaas_core::layout::producer_snapshot_path;
-use kaas_core::partition::snapshot_is_trusted;
+use kaas_core::partition::{aborted_index_entry, snapshot_is_trusted};
 use kaas_core::producer::{decode_snapshot, encode_snapshot, ProducerTable};
 use kaas_core::record::split_batches;
 use std::io;
@@ -22,6 +22,13 @@ pub fn write(volume: &dyn Volume, dir: &str, bytes: &[u8]) -> io::Result<()> {
 /// every batch after it. Returns the table and the offset of the snapshot
 /// now on the volume, if any.
 ///
+/// The aborted index is made to match the log on the way
+/// (`PartitionLog::rebuild_aborted`): the abort markers the replay meets
+/// give the entries from the replay start on. That happens before a
+/// replacement snapshot is written: the snapshot moves the next start's
+/// replay past those markers, after which their entries are trusted as
+/// they are on the volume.
+///
 /// A snapshot that is not used is replaced by one of the rebuilt table
 /// before anything can be appended. Left in place, a snapshot ahead of the
 /// log would be trusted at a later restart, once the log has grown past its
@@ -30,7 +37,7 @@ pub fn write(volume: &dyn Volume, dir: &str, bytes: &[u8]) -> io::Result<()> {
 /// truncateAndReload deletes such snapshots for the same reason.)
 pub fn recover(
     volume: &dyn Volume,
-    log: &PartitionLog,
+    log: &mut PartitionLog,
     now_ms: i64,
 ) -> io::Result<(ProducerTable, Option<i64>)> {
     // What is on the volume: a snapshot we use, none, or one to replace.
@@ -64,6 +71,7 @@ pub fn recover(
     };
     let end = log.end_offset();
     let mut offset = from;
+    let mut rebuilt = Vec::new();
     while offset < end {
         let read = log
             .read(offset, REPLAY_CHUNK, end)
@@ -72,8 +80,11 @@ pub fn recover(
             break;
         }
         for batch in split_batches(read.records) {
-            if batch.last_offset() >= offset {
-                table.replay(&batch, now_ms);
+            if batch.last_offset() < offset {
+                continue;
+            }
+            if let Some(completed) = table.replay(&batch, now_ms) {
+                rebuilt.extend(aborted_index_entry(&completed, table.first_open_offset()));
             }
         }
         if read.next_offset <= offset {
@@ -91,6 +102,7 @@ pub fn recover(
         }
         offset = read.next_offset;
     }
+    log.rebuild_aborted(from, &rebuilt)?;
     let written = match found {
         Found::Used(offset) => Some(offset),
         Found::Absent => None,
@@ -149,8 +161,8 @@ mod tests {
         bytes[8 * size..8 * size + 8].copy_from_slice(&(1i64 << 59).to_be_bytes());
         std::fs::write(&path, bytes).unwrap();
 
-        let log = PartitionLog::open(volume.clone(), log_dir, config).unwrap();
-        let err = recover(volume.as_ref(), &log, 0).unwrap_err();
+        let mut log = PartitionLog::open(volume.clone(), log_dir, config).unwrap();
+        let err = recover(volume.as_ref(), &mut log, 0).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
 }

@@ -117,6 +117,21 @@ async fn read_all(
                     pd.last_stable_offset = data.last_stable_offset;
                     pd.log_start_offset = data.log_start_offset;
                     pd.records = Some(data.records);
+                    // read_committed: the consumer drops the records of
+                    // these aborted transactions; read_uncommitted keeps
+                    // the null it was given above.
+                    if let Some(aborted) = data.aborted_transactions {
+                        pd.aborted_transactions = Some(
+                            aborted
+                                .into_iter()
+                                .map(|(producer_id, first_offset)| AbortedTransaction {
+                                    producer_id,
+                                    first_offset,
+                                    ..Default::default()
+                                })
+                                .collect(),
+                        );
+                    }
                 }
                 Err(code) => {
                     any_error = true;

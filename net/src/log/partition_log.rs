@@ -1,10 +1,16 @@
 //! The partition log: appends, reads, offset lookups, durability tracking.
 
 use bytes::{Bytes, BytesMut};
+use kaas_core::partition::txn_index::encode_entry;
+use kaas_core::partition::{
+    aborted_search_is_complete, aborted_transactions_in_range, txn_index_entry_is_trusted,
+    AbortedTxn,
+};
 use kaas_core::record::{split_batches, Compression, RecordBatch, TimestampType};
 use std::io;
 use std::sync::Arc;
 
+use super::fail_stop::fail_stop;
 use super::recovery::{self, delete_segment_files};
 use super::segment::{BatchMeta, Segment, NO_MAX_TIMESTAMP};
 use super::{invalid_data, AppendInfo, LogConfig, ReadError, ReadResult};
@@ -254,11 +260,22 @@ impl PartitionLog {
     /// What the next fsync must cover: every segment rolled since the last
     /// one (with the index to write for it once it is durable), then the
     /// active segment. Memory only: call it under the lane, run it outside.
-    pub fn sync_plan(&self) -> io::Result<SyncPlan> {
+    ///
+    /// A segment's `.txnindex`, if entries were appended since the last
+    /// plan, is synced right after the segment. Any order would do for
+    /// correctness: nothing counts as durable until the whole plan ran, and
+    /// recovery trusts an entry only below the offset the producer replay
+    /// starts from (`kaas_core::partition::txn_index_entry_is_trusted`),
+    /// which a snapshot fixes only once this plan is done; above it the
+    /// entries are rebuilt from the markers in the log. Log first is
+    /// Kafka's order, and it means an entry never reaches the disk ahead of
+    /// its segment's data in a plan that fails half-way.
+    pub fn sync_plan(&mut self) -> io::Result<SyncPlan> {
         let mut files = Vec::new();
         let mut indexes = Vec::new();
-        for segment in self.sealed.iter().filter(|s| !s.is_indexed()) {
+        for segment in self.sealed.iter_mut().filter(|s| !s.is_indexed()) {
             files.push(segment.file.clone());
+            files.extend(take_unsynced_txn_index(segment));
             let (bytes, entries) = segment.encode_index()?;
             indexes.push(PendingIndex {
                 base_offset: segment.base_offset,
@@ -268,11 +285,150 @@ impl PartitionLog {
             });
         }
         files.push(self.active.file.clone());
+        files.extend(take_unsynced_txn_index(&mut self.active));
+        let syncs_txn_index = files.len() > indexes.len() + 1;
         Ok(SyncPlan {
             files,
             indexes,
+            syncs_txn_index,
             end_offset: self.end_offset,
         })
+    }
+
+    // ------------------------------------------------------ aborted index
+
+    /// Appends the aborted-index entry of an ABORT marker just written (so
+    /// in the active segment) to that segment's `.txnindex`: a page-cache
+    /// write under the lane, like the marker; the next sync plan fsyncs it
+    /// with the segment.
+    pub fn append_aborted(&mut self, entry: AbortedTxn) -> io::Result<()> {
+        let active = &mut self.active;
+        if entry.last_offset < active.base_offset || entry.last_offset >= active.next_offset {
+            return Err(invalid_data(format!(
+                "aborted-index entry for a marker at {} outside the active segment {}..{}",
+                entry.last_offset, active.base_offset, active.next_offset
+            )));
+        }
+        let file = match &active.txn_index {
+            Some(file) => file.clone(),
+            None => {
+                let path = layout::txn_index_path(&self.dir, active.base_offset);
+                let file = self.volume.open_segment(&path, true)?;
+                if !file.is_empty() {
+                    // Left by an earlier life at this base (recovery removes
+                    // those of dropped segments; defence in depth).
+                    tracing::warn!(dir = self.dir, path, "discarding stale aborted index");
+                    file.truncate(0)?;
+                }
+                let file = fail_stop(file);
+                active.txn_index = Some(file.clone());
+                file
+            }
+        };
+        file.append(&encode_entry(&entry))?;
+        active.aborted.push(entry);
+        active.txn_index_unsynced = true;
+        Ok(())
+    }
+
+    /// read_committed Fetch: the aborted transactions, as (producer id,
+    /// first offset), a consumer needs to drop the aborted records of
+    /// `[fetch_offset, upper)`. An entry lives in the segment of its marker,
+    /// which is at or after the fetch offset's segment, so the search starts
+    /// there and stops as Kafka's does
+    /// (`kaas_core::partition::aborted_search_is_complete`). Memory only.
+    pub fn aborted_transactions(&self, fetch_offset: i64, upper: i64) -> Vec<(i64, i64)> {
+        let mut candidates = Vec::new();
+        for segment in self.segments_from(fetch_offset) {
+            candidates.extend(
+                segment
+                    .aborted
+                    .iter()
+                    .filter(|a| a.last_offset >= fetch_offset),
+            );
+            if segment
+                .aborted
+                .iter()
+                .any(|a| aborted_search_is_complete(a, upper))
+            {
+                break;
+            }
+        }
+        aborted_transactions_in_range(&candidates, fetch_offset, upper)
+    }
+
+    /// Every aborted-index entry still in the log, oldest marker first
+    /// (tests and recovery checks).
+    pub fn aborted_index(&self) -> Vec<AbortedTxn> {
+        self.segments()
+            .flat_map(|s| s.aborted.iter().copied())
+            .collect()
+    }
+
+    /// Recovery: makes the aborted index match the log. Entries read from
+    /// the `.txnindex` files are kept only below `replay_from`
+    /// (`kaas_core::partition::txn_index_entry_is_trusted`); from there on
+    /// the index is `rebuilt`, the entries the producer replay derived from
+    /// the markers it met, each in the segment of its marker. A segment
+    /// whose entries changed gets its file rewritten atomically (or removed
+    /// if it has none left), so what is on the volume is durable and exact
+    /// before anything is served, and before a snapshot is written that
+    /// would make a later start trust it.
+    pub fn rebuild_aborted(&mut self, replay_from: i64, rebuilt: &[AbortedTxn]) -> io::Result<()> {
+        let volume = self.volume.clone();
+        let dir = self.dir.clone();
+        let segments = self
+            .sealed
+            .iter_mut()
+            .chain(std::iter::once(&mut self.active));
+        for segment in segments {
+            let (base, end) = (segment.base_offset, segment.next_offset);
+            let mut want: Vec<AbortedTxn> = segment
+                .aborted
+                .iter()
+                .filter(|a| txn_index_entry_is_trusted(a, replay_from))
+                .copied()
+                .collect();
+            want.extend(
+                rebuilt
+                    .iter()
+                    .filter(|a| a.last_offset >= base && a.last_offset < end),
+            );
+            if want == segment.aborted {
+                // Same entries, but those at or past the replay start may
+                // sit only in the page cache (a process crash keeps them
+                // there): make them durable now, as recovery does for the
+                // segments, before a later snapshot makes them trusted.
+                if let Some(file) = &segment.txn_index {
+                    if want
+                        .iter()
+                        .any(|a| !txn_index_entry_is_trusted(a, replay_from))
+                    {
+                        file.sync()?;
+                    }
+                }
+                continue;
+            }
+            let path = layout::txn_index_path(&dir, base);
+            tracing::info!(
+                dir,
+                base,
+                had = segment.aborted.len(),
+                has = want.len(),
+                "aborted index rebuilt from the log"
+            );
+            if want.is_empty() {
+                segment.txn_index = None;
+                volume.remove(&path)?;
+            } else {
+                let bytes: Vec<u8> = want.iter().flat_map(encode_entry).collect();
+                volume.write_atomic(&path, &bytes)?;
+                segment.txn_index = Some(fail_stop(volume.open_segment(&path, false)?));
+            }
+            segment.aborted = want;
+            segment.txn_index_unsynced = false;
+        }
+        Ok(())
     }
 
     /// Installs the index files a [`SyncPlan`] wrote. Segments deleted
@@ -523,6 +679,8 @@ impl PartitionLog {
 pub struct SyncPlan {
     files: Vec<Arc<dyn SegmentFile>>,
     indexes: Vec<PendingIndex>,
+    /// It syncs a `.txnindex` (whose mark it took): it must run.
+    syncs_txn_index: bool,
     pub end_offset: i64,
 }
 
@@ -542,7 +700,7 @@ pub struct SyncDone {
 impl SyncPlan {
     /// Whether there is anything not yet synced up to `durable_end`.
     pub fn covers_more_than(&self, durable_end: i64) -> bool {
-        self.end_offset > durable_end || !self.indexes.is_empty()
+        self.end_offset > durable_end || !self.indexes.is_empty() || self.syncs_txn_index
     }
 
     /// fsyncs every file, oldest first, then writes the indexes of the
@@ -562,6 +720,17 @@ impl SyncPlan {
             indexes,
         })
     }
+}
+
+/// The segment's `.txnindex` handle if entries were appended since the last
+/// plan took it. Taking it clears the mark: if the plan's fsync then fails,
+/// the partition fails with it (and its files stay failed, see
+/// `fail_stop`), so no later plan has to retry it.
+fn take_unsynced_txn_index(segment: &mut Segment) -> Option<Arc<dyn SegmentFile>> {
+    if !std::mem::take(&mut segment.txn_index_unsynced) {
+        return None;
+    }
+    segment.txn_index.clone()
 }
 
 /// Removes the files of segments a deletion detached from the log.

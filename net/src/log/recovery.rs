@@ -12,12 +12,14 @@ use std::collections::BTreeSet;
 use std::io;
 use std::sync::Arc;
 
+use super::fail_stop::fail_stop;
 use super::index::read_trailer;
 use super::scan::{BatchReader, Step, RECOVERY_CHUNK};
 use super::segment::{BatchMeta, Segment};
 use super::LogConfig;
 use crate::volume::{SegmentFile, Volume};
 use kaas_core::layout::{self, Entry};
+use kaas_core::partition::txn_index::decode_index;
 
 pub(crate) struct Recovered {
     /// Sealed segments, oldest first.
@@ -30,12 +32,14 @@ pub(crate) fn recover(volume: &dyn Volume, dir: &str, config: &LogConfig) -> io:
     volume.create_dir_all(dir)?;
     let mut bases = BTreeSet::new();
     let mut index_bases = Vec::new();
+    let mut txn_index_bases = Vec::new();
     for name in volume.list(dir)? {
         match layout::classify(&name) {
             Entry::Segment(base) => {
                 bases.insert(base);
             }
             Entry::Index(base) => index_bases.push(base),
+            Entry::TxnIndex(base) => txn_index_bases.push(base),
             Entry::Other => {}
         }
     }
@@ -43,6 +47,16 @@ pub(crate) fn recover(volume: &dyn Volume, dir: &str, config: &LogConfig) -> io:
     // crashed half-way; it must not be mistaken for a later segment's.
     for base in index_bases.into_iter().filter(|b| !bases.contains(b)) {
         volume.remove(&layout::index_path(dir, base))?;
+    }
+    // The listing says which segments have an aborted index, so the
+    // (many) segments without one cost no lookup on the volume below.
+    let (txn_indexed, orphans): (BTreeSet<i64>, Vec<i64>) = {
+        let (kept, orphans): (Vec<i64>, Vec<i64>) =
+            txn_index_bases.into_iter().partition(|b| bases.contains(b));
+        (kept.into_iter().collect(), orphans)
+    };
+    for base in orphans {
+        volume.remove(&layout::txn_index_path(dir, base))?;
     }
 
     let mut log_start_offset = read_log_start_offset(volume, dir)?;
@@ -100,7 +114,7 @@ pub(crate) fn recover(volume: &dyn Volume, dir: &str, config: &LogConfig) -> io:
         break;
     }
 
-    let active = match active {
+    let mut active = match active {
         Some(active) if active.next_offset >= log_start_offset => active,
         other => {
             // No segments, or (defensively) every surviving batch is below
@@ -117,6 +131,11 @@ pub(crate) fn recover(volume: &dyn Volume, dir: &str, config: &LogConfig) -> io:
     };
     let first_base = sealed.first().unwrap_or(&active).base_offset;
     log_start_offset = log_start_offset.max(first_base);
+    for segment in sealed.iter_mut().chain(std::iter::once(&mut active)) {
+        if txn_indexed.contains(&segment.base_offset) {
+            load_txn_index(volume, dir, segment)?;
+        }
+    }
     Ok(Recovered {
         sealed,
         active,
@@ -143,7 +162,33 @@ pub(crate) fn delete_segment_files(volume: &dyn Volume, dir: &str, base: i64) ->
     // Segment first: a crash in between leaves an orphan index, which the
     // next startup removes; the reverse would force a needless rebuild.
     volume.remove(&layout::segment_path(dir, base))?;
-    volume.remove(&layout::index_path(dir, base))
+    volume.remove(&layout::index_path(dir, base))?;
+    volume.remove(&layout::txn_index_path(dir, base))
+}
+
+/// Reads a segment's `.txnindex`, if it has one, into the segment. A torn
+/// last entry (a crash during its append) is cut off; which entries are
+/// kept is decided once the producer replay is known
+/// (`PartitionLog::rebuild_aborted`).
+fn load_txn_index(volume: &dyn Volume, dir: &str, segment: &mut Segment) -> io::Result<()> {
+    let path = layout::txn_index_path(dir, segment.base_offset);
+    let file = match volume.open_segment(&path, false) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let len = usize::try_from(file.len())
+        .map_err(|_| super::invalid_data(format!("{path}: too large")))?;
+    let bytes = file.read_at(0, len)?;
+    let (entries, torn) =
+        decode_index(&bytes).map_err(|e| super::invalid_data(format!("{path}: {e:?}")))?;
+    if torn > 0 {
+        tracing::warn!(dir, path, torn, "truncating torn aborted-index entry");
+        file.truncate((len - torn) as u64)?;
+    }
+    segment.aborted = entries;
+    segment.txn_index = Some(fail_stop(file));
+    Ok(())
 }
 
 /// A sealed segment described by an index whose trailer matches it, or

@@ -1,5 +1,6 @@
 //! One segment: a `.log` file of batches plus its sparse index.
 
+use kaas_core::partition::AbortedTxn;
 use kaas_core::record::RecordBatch;
 use std::io;
 use std::sync::Arc;
@@ -23,6 +24,15 @@ pub(crate) struct Segment {
     pub max_timestamp: i64,
     /// Bytes appended since the last index entry (active segment only).
     bytes_since_index_entry: u64,
+    /// The aborted-transactions index (`.txnindex`): created when the first
+    /// abort marker lands in the segment, found again at recovery.
+    pub txn_index: Option<Arc<dyn SegmentFile>>,
+    /// Its entries, in marker order. Kept in memory (34 bytes per aborted
+    /// transaction) so a read_committed fetch never reads the file.
+    pub aborted: Vec<AbortedTxn>,
+    /// Entries appended since the flusher last planned an fsync of the
+    /// `.txnindex` (so an fsync is spent only on a file that changed).
+    pub txn_index_unsynced: bool,
 }
 
 /// What an appended batch contributes to the segment's bookkeeping.
@@ -58,6 +68,9 @@ impl Segment {
             next_offset: base_offset,
             max_timestamp: NO_MAX_TIMESTAMP,
             bytes_since_index_entry: 0,
+            txn_index: None,
+            aborted: Vec::new(),
+            txn_index_unsynced: false,
         }
     }
 
@@ -79,6 +92,9 @@ impl Segment {
             next_offset: base_offset + i64::from(trailer.relative_offset),
             max_timestamp: trailer.max_timestamp_before,
             bytes_since_index_entry: 0,
+            txn_index: None,
+            aborted: Vec::new(),
+            txn_index_unsynced: false,
         }
     }
 
