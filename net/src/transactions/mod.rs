@@ -20,6 +20,8 @@
 //! The mutex is never held across an await.
 
 pub mod completion;
+#[cfg(test)]
+mod tests;
 mod timers;
 
 pub use completion::complete;

@@ -1,0 +1,234 @@
+//! The coordinator driver's interleavings (docs/transactions.md, "Races"):
+//! each pair of actors that may act on one transactional id at once, run
+//! against the real slot store on a local volume.
+
+use super::{InitOutcome, TxnCoordinator};
+use crate::volume::hooked::{DiskWait, HookedVolume};
+use crate::volume::{LocalVolume, Volume};
+use kaas_core::protocol::ErrorCode;
+use kaas_core::txn::{TxnConfig, TxnEntry, TxnState};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const ID: &str = "tx";
+
+#[derive(Default)]
+struct SlotWrites {
+    writes: AtomicUsize,
+    fail: AtomicBool,
+}
+
+fn flaky(dir: &std::path::Path) -> (Arc<dyn Volume>, Arc<SlotWrites>) {
+    let watch = Arc::new(SlotWrites::default());
+    let seen = watch.clone();
+    let volume = HookedVolume::new(LocalVolume::new(dir).unwrap(), move |wait| {
+        if let DiskWait::WriteAtomic(_) = wait {
+            if seen.fail.load(Ordering::SeqCst) {
+                return Err(io::Error::other("injected fsync failure"));
+            }
+            seen.writes.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    });
+    (Arc::new(volume), watch)
+}
+
+fn open(volume: Arc<dyn Volume>) -> Arc<TxnCoordinator> {
+    TxnCoordinator::open(volume, crate::env::Env::system(), 0, TxnConfig::default()).unwrap()
+}
+
+/// A producer at epoch 0 with an ongoing transaction on t-0.
+async fn ongoing(c: &Arc<TxnCoordinator>, timeout_ms: i32) -> (i64, i16) {
+    let (pid, epoch) = match c.init_producer_id(ID, timeout_ms, None, Some(42)).await {
+        Ok(InitOutcome::Ready {
+            producer_id,
+            producer_epoch,
+        }) => (producer_id, producer_epoch),
+        _ => panic!("init failed"),
+    };
+    c.add_to_transaction(ID, pid, epoch, &[("t".into(), 0)], &[])
+        .await
+        .unwrap();
+    (pid, epoch)
+}
+
+fn state(c: &TxnCoordinator) -> TxnState {
+    c.entry(ID).map(|e| e.state).unwrap()
+}
+
+#[tokio::test]
+async fn a_decision_being_written_turns_away_a_second_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(flaky(dir.path()).0);
+    let (pid, epoch) = ongoing(&c, 60_000).await;
+    // EndTxn and the reaper's abort (or a second EndTxn) decided at once:
+    // the first is written, the second is told to retry.
+    let found = c.entry(ID).unwrap();
+    let (end, reap) = tokio::join!(c.end_txn(ID, pid, epoch, true), async {
+        // Let the EndTxn decide first.
+        tokio::task::yield_now().await;
+        c.abort_timed_out(&found).await
+    });
+    assert!(matches!(end, Ok(Some(ref p)) if p.state == TxnState::PrepareCommit));
+    match reap {
+        Err(ErrorCode::ConcurrentTransactions) | Ok(None) => {}
+        other => panic!("the reaper acted on a transaction being ended: {other:?}"),
+    }
+    assert_eq!(state(&c), TxnState::PrepareCommit);
+}
+
+#[tokio::test]
+async fn the_reaper_leaves_a_prepared_transaction_to_its_completion() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(flaky(dir.path()).0);
+    let (pid, epoch) = ongoing(&c, 1).await;
+    let found = c.entry(ID).unwrap();
+    let prepared = c.end_txn(ID, pid, epoch, true).await.unwrap().unwrap();
+    // The reaper found it Ongoing and past its timeout a moment before:
+    // by the time it decides, the transaction is prepared. Nothing to do.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    assert_eq!(c.abort_timed_out(&found).await, Ok(None));
+    assert_eq!(state(&c), TxnState::PrepareCommit);
+    c.finish_prepared(&prepared).await.unwrap();
+    assert_eq!(state(&c), TxnState::CompleteCommit);
+}
+
+#[tokio::test]
+async fn a_reaped_producer_is_fenced_and_its_end_txn_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(flaky(dir.path()).0);
+    let (pid, epoch) = ongoing(&c, 1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let found = c.entry(ID).unwrap();
+    let aborted = c.abort_timed_out(&found).await.unwrap().unwrap();
+    assert_eq!(aborted.state, TxnState::PrepareAbort);
+    assert_eq!(aborted.producer_epoch, epoch + 1);
+    // The producer's EndTxn arrives after the reaper: fenced, so it can
+    // never commit what was aborted (KAFKA-6119).
+    assert_eq!(
+        c.end_txn(ID, pid, epoch, true).await,
+        Err(ErrorCode::ProducerFenced)
+    );
+    // InitProducerId while the abort's markers are owed: retry later.
+    assert!(matches!(
+        c.init_producer_id(ID, 60_000, None, None).await,
+        Err(ErrorCode::ConcurrentTransactions)
+    ));
+}
+
+#[tokio::test]
+async fn two_completers_of_one_transaction_run_one_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(flaky(dir.path()).0);
+    let (pid, epoch) = ongoing(&c, 60_000).await;
+    let prepared = c.end_txn(ID, pid, epoch, false).await.unwrap().unwrap();
+    // EndTxn's own completion and the reconcile.
+    assert!(c.begin_completion(ID));
+    assert!(!c.begin_completion(ID), "the reconcile must wait its turn");
+    c.finish_prepared(&prepared).await.unwrap();
+    c.end_completion(ID);
+    // A completer that comes late finds the work done and writes nothing.
+    assert!(c.begin_completion(ID));
+    c.finish_prepared(&prepared).await.unwrap();
+    c.end_completion(ID);
+    assert_eq!(state(&c), TxnState::CompleteAbort);
+    // EndTxn retried in the same direction succeeds, the other is refused.
+    assert_eq!(c.end_txn(ID, pid, epoch, false).await, Ok(None));
+    assert_eq!(
+        c.end_txn(ID, pid, epoch, true).await,
+        Err(ErrorCode::InvalidTxnState)
+    );
+}
+
+#[tokio::test]
+async fn init_producer_id_during_a_transaction_aborts_it_first_under_a_bumped_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(flaky(dir.path()).0);
+    let (_, epoch) = ongoing(&c, 60_000).await;
+    let prepared: TxnEntry = match c.init_producer_id(ID, 60_000, None, None).await {
+        Ok(InitOutcome::AbortFirst(p)) => p,
+        _ => panic!("expected the transaction to be aborted first"),
+    };
+    assert_eq!(prepared.state, TxnState::PrepareAbort);
+    assert_eq!(prepared.producer_epoch, epoch + 1);
+    // The reaper finds nothing Ongoing any more.
+    assert_eq!(c.abort_timed_out(&prepared).await, Ok(None));
+    c.finish_prepared(&prepared).await.unwrap();
+    match c.init_producer_id(ID, 60_000, None, None).await {
+        Ok(InitOutcome::Ready { producer_epoch, .. }) => assert_eq!(producer_epoch, epoch + 2),
+        _ => panic!("the retry gets the next epoch"),
+    }
+}
+
+#[tokio::test]
+async fn a_failed_slot_write_changes_nothing_and_the_retry_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, writes) = flaky(dir.path());
+    let c = open(volume);
+    let (pid, epoch) = ongoing(&c, 60_000).await;
+    writes.fail.store(true, Ordering::SeqCst);
+    assert_eq!(
+        c.end_txn(ID, pid, epoch, true).await,
+        Err(ErrorCode::NotCoordinator)
+    );
+    assert_eq!(
+        state(&c),
+        TxnState::Ongoing,
+        "nothing a crash could take back"
+    );
+    writes.fail.store(false, Ordering::SeqCst);
+    assert!(c.end_txn(ID, pid, epoch, true).await.unwrap().is_some());
+    assert_eq!(state(&c), TxnState::PrepareCommit);
+}
+
+#[tokio::test]
+async fn concurrent_decisions_on_one_slot_share_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, writes) = flaky(dir.path());
+    let c = open(volume);
+    // Ids of one slot, each initialized concurrently.
+    let ids: Vec<String> = (0..)
+        .map(|i| format!("tx-{i}"))
+        .filter(|id| kaas_core::cluster::coordinator_slot(id) == 7)
+        .take(32)
+        .collect();
+    let before = writes.writes.load(Ordering::SeqCst);
+    let mut inits = tokio::task::JoinSet::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        let c = c.clone();
+        inits.spawn(async move {
+            c.init_producer_id(&id, 60_000, None, Some(100 + i as i64))
+                .await
+        });
+    }
+    let mut ready = 0;
+    while let Some(done) = inits.join_next().await {
+        if matches!(done.unwrap(), Ok(InitOutcome::Ready { .. })) {
+            ready += 1;
+        }
+    }
+    assert_eq!(ready, 32);
+    let taken = writes.writes.load(Ordering::SeqCst) - before;
+    assert!(
+        taken <= 3,
+        "32 concurrent InitProducerIds took {taken} slot writes"
+    );
+}
+
+#[tokio::test]
+async fn entries_survive_reopening_the_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = flaky(dir.path());
+    let c = open(volume.clone());
+    let (pid, epoch) = ongoing(&c, 60_000).await;
+    c.end_txn(ID, pid, epoch, true).await.unwrap();
+    drop(c);
+    let c = open(volume);
+    let e = c.entry(ID).unwrap();
+    assert_eq!(
+        (e.producer_id, e.producer_epoch, e.state),
+        (pid, epoch, TxnState::PrepareCommit)
+    );
+    assert_eq!(e.partitions.len(), 1, "the markers still owed");
+}
