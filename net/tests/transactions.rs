@@ -1,0 +1,226 @@
+//! Transactions through the whole broker: a transaction whose end was
+//! decided (its Prepare* entry durable) when the broker stopped, before its
+//! markers were written, is completed by the marker reconcile at the next
+//! start: markers written, the last stable offset moved past it, and the
+//! entry completed. A producer whose transaction the reaper aborted is
+//! fenced on every partition, including one it never wrote to.
+#![cfg(not(madsim))]
+// A test: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use kaas_core::cluster::coordinator_slot;
+use kaas_core::layout::txn_slot_file;
+use kaas_core::protocol::messages::*;
+use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_core::record::{BatchBuilder, NewRecord, RecordBatch};
+use kaas_core::txn::{TxnSlotState, TxnState};
+use kaas_net::broker::Isolation;
+use kaas_net::client::Connection;
+use kaas_net::volume::{LocalVolume, Volume};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const TXN_ID: &str = "tx-restart";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn init(conn: &mut Connection, timeout_ms: i32) -> (i64, i16) {
+    let req = RequestBody::InitProducerId(InitProducerIdRequest {
+        transactional_id: Some(TXN_ID.into()),
+        transaction_timeout_ms: timeout_ms,
+        producer_id: -1,
+        producer_epoch: -1,
+        ..Default::default()
+    });
+    match conn
+        .send(init_producer_id_request::API_KEY, 4, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::InitProducerId(r) => {
+            assert_eq!(r.error_code, 0);
+            (r.producer_id, r.producer_epoch)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn add_partition(conn: &mut Connection, pid: i64, epoch: i16, topic: &str, partition: i32) {
+    let req = RequestBody::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+        v3_and_below_transactional_id: TXN_ID.into(),
+        v3_and_below_producer_id: pid,
+        v3_and_below_producer_epoch: epoch,
+        v3_and_below_topics: vec![add_partitions_to_txn_request::AddPartitionsToTxnTopic {
+            name: topic.into(),
+            partitions: vec![partition],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match conn
+        .send(add_partitions_to_txn_request::API_KEY, 3, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::AddPartitionsToTxn(r) => {
+            let code =
+                r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+            assert_eq!(code, 0);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn txn_batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> RecordBatch {
+    let mut b = BatchBuilder::transactional(pid, epoch, seq);
+    for v in values {
+        b.push(NewRecord::new(1_000, None, Some(v.as_bytes())));
+    }
+    b.build()
+}
+
+/// The error code of an acks=all transactional produce.
+async fn produce(conn: &mut Connection, topic: &str, partition: i32, b: &RecordBatch) -> i16 {
+    let mut req = kaas_net::client::single_partition_produce(
+        topic,
+        partition,
+        b.as_bytes().clone(),
+        -1,
+        5_000,
+    );
+    if let RequestBody::Produce(p) = &mut req {
+        p.transactional_id = Some(TXN_ID.into());
+    }
+    match conn.send(produce_request::API_KEY, 9, &req).await.unwrap() {
+        ResponseBody::Produce(r) => r.responses[0].partition_responses[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn a_transaction_prepared_before_a_crash_is_completed_by_the_reconcile_after_it() {
+    let first = runtime();
+    let (dir, pid, epoch) = first.block_on(async {
+        let tb = support::start_broker(|_| {}).await;
+        tb.broker
+            .create_topic("t", 1, 1, BTreeMap::new())
+            .await
+            .unwrap();
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        let (pid, epoch) = init(&mut conn, 60_000).await;
+        add_partition(&mut conn, pid, epoch, "t", 0).await;
+        assert_eq!(
+            produce(&mut conn, "t", 0, &txn_batch(pid, epoch, 0, &["a", "b"])).await,
+            0
+        );
+        let p = tb.broker.partition("t", 0, -1).unwrap();
+        assert_eq!(p.last_stable_offset(), 0, "the transaction is open");
+        (tb._dir, pid, epoch)
+    });
+    // The broker stops dead: no task runs on.
+    drop(first);
+    // As if it had stopped right after EndTxn(commit) made PrepareCommit
+    // durable: the slot file says the transaction is prepared.
+    let volume = LocalVolume::new(dir.path()).unwrap();
+    let path = txn_slot_file(coordinator_slot(TXN_ID));
+    let mut slot = TxnSlotState::decode(
+        &volume.read(&path).unwrap().unwrap(),
+        coordinator_slot(TXN_ID),
+    )
+    .unwrap();
+    let entry = slot.entries.get_mut(TXN_ID).unwrap();
+    assert_eq!(entry.state, TxnState::Ongoing);
+    entry.state = TxnState::PrepareCommit;
+    volume.write_atomic(&path, &slot.encode().unwrap()).unwrap();
+
+    let second = runtime();
+    second.block_on(async {
+        let tb = support::start_broker_in(dir, |_| {}).await;
+        let c = tb.broker.txn_coordinator(TXN_ID).unwrap().clone();
+        let mut completed = false;
+        for _ in 0..100 {
+            if c.entry(TXN_ID)
+                .is_some_and(|e| e.state == TxnState::CompleteCommit)
+            {
+                completed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            completed,
+            "the reconcile completes the prepared transaction at start"
+        );
+        let p = tb.broker.partition("t", 0, -1).unwrap();
+        assert_eq!(p.high_watermark(), 3, "two records and the COMMIT marker");
+        assert_eq!(p.last_stable_offset(), 3);
+        let read = p.read(0, 1 << 20, Isolation::ReadCommitted).await.unwrap();
+        assert_eq!(read.aborted_transactions, Some(vec![]));
+        let batches: Vec<_> = kaas_core::record::split_batches(read.records).collect();
+        assert_eq!(batches.len(), 2);
+        assert!(batches[1].is_control());
+        assert_eq!(
+            (batches[1].producer_id(), batches[1].producer_epoch()),
+            (pid, epoch)
+        );
+    });
+}
+
+#[test]
+fn the_reaper_fences_a_stalled_producer_on_every_partition() {
+    runtime().block_on(async {
+        let tb = support::start_broker(|c| {
+            c.txn.abort_timed_out_interval_ms = 50;
+        })
+        .await;
+        tb.broker
+            .create_topic("t", 2, 1, BTreeMap::new())
+            .await
+            .unwrap();
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        let (pid, epoch) = init(&mut conn, 200).await;
+        add_partition(&mut conn, pid, epoch, "t", 0).await;
+        assert_eq!(
+            produce(&mut conn, "t", 0, &txn_batch(pid, epoch, 0, &["lost"])).await,
+            0
+        );
+        let c = tb.broker.txn_coordinator(TXN_ID).unwrap().clone();
+        let mut aborted = false;
+        for _ in 0..100 {
+            if c.entry(TXN_ID)
+                .is_some_and(|e| e.state == TxnState::CompleteAbort)
+            {
+                aborted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            aborted,
+            "the reaper aborts the transaction past its timeout"
+        );
+        let p0 = tb.broker.partition("t", 0, -1).unwrap();
+        assert_eq!(p0.last_stable_offset(), p0.high_watermark());
+        let read = p0.read(0, 1 << 20, Isolation::ReadCommitted).await.unwrap();
+        assert_eq!(read.aborted_transactions, Some(vec![(pid, 0)]));
+        // The stalled producer comes back: fenced where it wrote, and
+        // refused where it never wrote.
+        assert_eq!(
+            produce(&mut conn, "t", 0, &txn_batch(pid, epoch, 1, &["zombie"])).await,
+            ErrorCode::InvalidProducerEpoch.code()
+        );
+        assert_eq!(
+            produce(&mut conn, "t", 1, &txn_batch(pid, epoch, 0, &["zombie"])).await,
+            ErrorCode::InvalidProducerEpoch.code()
+        );
+        assert_eq!(tb.broker.partition("t", 1, -1).unwrap().high_watermark(), 0);
+    });
+}
