@@ -45,7 +45,15 @@ stop = False
 
 
 def say(*words) -> None:
-    print(" ".join(str(w) for w in words), flush=True)
+    line = " ".join(str(w) for w in words)
+    print(line, flush=True)
+    log(line)
+
+
+def log(line) -> None:
+    """Everything the app does and sees, on stderr (kept by the test)."""
+    sys.stderr.write("%.3f %s\n" % (time.time(), line))
+    sys.stderr.flush()
 
 
 def on_term(_sig, _frame) -> None:
@@ -122,10 +130,20 @@ def main() -> int:
         say("fatal", e)
         return 3
     say("ready")
-    consumer.subscribe([input_topic])
+    consumer.subscribe(
+        [input_topic],
+        on_assign=lambda c, ps: log("assigned %s" % [(p.partition, p.offset) for p in ps]),
+        on_revoke=lambda c, ps: log("revoked %s" % [p.partition for p in ps]),
+        on_lost=lambda c, ps: log("lost %s" % [p.partition for p in ps]),
+    )
     try:
         while not stop:
-            msgs = [m for m in consumer.consume(num_messages=BATCH, timeout=0.5) if m.error() is None]
+            msgs = []
+            for m in consumer.consume(num_messages=BATCH, timeout=0.5):
+                if m.error() is None:
+                    msgs.append(m)
+                else:
+                    log("consumer error: %s" % m.error())
             if not msgs:
                 continue
             try:
