@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -744,3 +745,65 @@ def test_eos_copy_through_broker_kill9_and_app_restarts(kaas, topic_name, tmp_pa
         (0.1, "broker"), (0.25, "app"), (0.4, "broker"), (0.55, "app"), (0.7, "broker")])
     assert sum("broker killed" in h for h in r["history"]) == 3, r["history"]
     assert sum("app killed" in h for h in r["history"]) == 2, r["history"]
+
+
+# ------------------------------------------------------------ (f) the Java client
+
+try:
+    from test_java_client import java_client_classpath, run_scenario  # noqa: F401 - the fixture, shared
+except ImportError:  # pragma: no cover
+    java_client_classpath = run_scenario = None
+
+java_only = pytest.mark.skipif(
+    run_scenario is None or shutil.which("java") is None or shutil.which("mvn") is None,
+    reason="java or mvn is not installed",
+)
+
+
+def _java_records(read: dict) -> Dict[int, List[Tuple[int, str]]]:
+    return {int(p): [(int(r.split(":", 1)[0]), r.split(":", 1)[1]) for r in recs] for p, recs in read["records"].items()}
+
+
+@java_only
+def test_java_transactions_interleaved(kaas_or_kafka, topic_name, java_client_classpath):
+    """kafka-clients 4.1.1 with its default transaction version (2 on Kafka 4.1.1, which
+    finalizes transaction.version=2): one producer, commits and aborts in a seeded order."""
+    r = run_scenario(java_client_classpath, "txn-interleaved", kaas_or_kafka.bootstrap, topic_name)
+    if kaas_or_kafka.name == "kafka":
+        assert r["transaction_version"] == 2, r["transaction_version"]
+    written = [(p, o, v, c) for p, o, v, c in r["written"]]
+    assert len(written) == len({(p, o) for p, o, _, _ in written}), "two records at one offset"
+    markers = {p: 0 for p in range(PARTITIONS)}
+    by_txn: Dict[str, set] = {}
+    for p, _, v, _ in written:
+        by_txn.setdefault(v.split("-", 1)[0], set()).add(p)
+    for parts in by_txn.values():
+        for p in parts:
+            markers[p] += 1
+    want_all = {p: sorted((o, v) for q, o, v, _ in written if q == p) for p in range(PARTITIONS)}
+    want_committed = {p: sorted((o, v) for q, o, v, c in written if q == p and c) for p in range(PARTITIONS)}
+    end = {str(p): len(want_all[p]) + markers[p] for p in range(PARTITIONS)}
+    assert r["hwm"] == end and r["lso"] == end, (r["hwm"], r["lso"], end)
+    rc, ru = r["read_committed"], r["read_uncommitted"]
+    assert _java_records(rc) == want_committed
+    assert _java_records(ru) == want_all
+    for read in (rc, ru):
+        assert read["end_offsets"] == end and read["positions"] == end, (read["end_offsets"], read["positions"])
+
+
+@java_only
+def test_java_zombie_is_fenced(kaas_or_kafka, topic_name, java_client_classpath):
+    r = run_scenario(java_client_classpath, "txn-fencing", kaas_or_kafka.bootstrap, topic_name)
+    if kaas_or_kafka.name == "kafka":
+        assert r["transaction_version"] == 2, r["transaction_version"]
+    # A's a1 at 0 of partition 0, B's init aborts it (the marker at 1), b1 at 2
+    assert (r["a1"], r["b1"], r["b2"], r["b3"]) == ([0, 0], [0, 2], [1, 0], [2, 0]), r
+    # what kafka-clients 4.1.1 raises on Kafka 4.1.1 (transaction version 2): the zombie's
+    # send and its commit both meet the newer epoch as INVALID_PRODUCER_EPOCH
+    assert r["a_send"] == "InvalidProducerEpochException", r
+    assert r["a_commit"] == "InvalidProducerEpochException", r
+    end = {"0": 4, "1": 2, "2": 2}
+    assert r["hwm"] == end and r["lso"] == end, r
+    assert _java_records(r["read_committed"]) == {0: [(2, "b1")], 1: [(0, "b2")], 2: [(0, "b3")]}, r
+    assert _java_records(r["read_uncommitted"]) == {0: [(0, "a1"), (2, "b1")], 1: [(0, "b2")], 2: [(0, "b3")]}, r
+    assert r["read_committed"]["positions"] == end, r
