@@ -6,7 +6,7 @@ import java.util.Map;
  * The Java Kafka client against a broker (kaas or Apache Kafka). Usage: Main SCENARIO BOOTSTRAP TOPIC
  * Prints one JSON line of what the scenario observed on stdout (the assertions live in
  * test_java_client.py); exits 1 on any unexpected error, 2 when the watchdog fires.
- * The scenarios live in ProducerScenarios, ConsumerScenarios and AdminScenarios.
+ * The scenarios live in ProducerScenarios, ConsumerScenarios, AdminScenarios and TransactionScenarios.
  */
 public final class Main {
     static final long SCENARIO_DEADLINE_S = 100; // the whole program (watchdog)
@@ -23,7 +23,9 @@ public final class Main {
         "admin-topics", AdminScenarios::topics,
         "admin-configs", AdminScenarios::configs,
         "admin-groups", AdminScenarios::groupsAndOffsets,
-        "admin-records-producers", AdminScenarios::recordsAndProducers);
+        "admin-records-producers", AdminScenarios::recordsAndProducers,
+        "txn-interleaved", TransactionScenarios::interleaved,
+        "txn-fencing", TransactionScenarios::fencing);
 
     public static void main(String[] args) throws Exception {
         if (args.length != 3 || !SCENARIOS.containsKey(args[0])) {

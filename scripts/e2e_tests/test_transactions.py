@@ -1,0 +1,809 @@
+"""Transactions (KIP-98, KIP-447) with real clients, judged against Apache Kafka.
+
+Every scenario that needs no kill -9 takes `kaas_or_kafka` and runs on both brokers;
+what Kafka 4.1.1 does is the oracle, and each assertion below holds there (the
+comments say what Kafka was seen to do where a client surfaces it).
+
+- test_commits_and_aborts_interleaved: PRODUCERS confluent-kafka transactional
+  producers run N_TXNS committed and N_TXNS aborted transactions between them, in a
+  seeded order, over 3 partitions; read_committed reads exactly the committed
+  records, read_uncommitted all of them, in offset order; every transaction leaves
+  one marker per partition it wrote to; the last stable offset stops at an open
+  transaction and moves to the end when it commits.
+- test_zombie_is_fenced: a second producer with the same transactional.id fences the
+  first, whose next produce / commit / abort fails with librdkafka's fatal _FENCED;
+  its records are never read_committed, the new producer's are.
+- test_reaper_aborts_an_abandoned_transaction: a transaction left open past its
+  transaction.timeout.ms is aborted by the coordinator; the LSO moves on, so another
+  producer's later commit becomes readable; the abandoned records never are.
+- test_kafka_python_transactions: kafka-python's transactional producer (commit, abort,
+  send_offsets_to_transaction), read back by kafka-python and confluent-kafka.
+- test_eos_copy_*: a consume-transform-produce application (eos_app.py, a subprocess)
+  copies EOS_RECORDS records while it is SIGKILLed and restarted twice — on both
+  brokers — and, on kaas only, while the broker is also kill -9'd three times; the
+  output, read_committed, holds every input record exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from helpers import (
+    ck_admin,
+    ck_consumer,
+    ck_create_topic,
+    ck_produce,
+    ck_producer,
+    kp_consumer,
+    kp_producer,
+    make_messages,
+    wait_for,
+)
+
+HERE = Path(__file__).resolve().parent
+PARTITIONS = 3
+
+# ------------------------------------------------------------------------- helpers
+
+
+def txn_producer(bootstrap: str, transactional_id: str, **conf):
+    """A confluent-kafka transactional producer. librdkafka wants message.timeout.ms
+    <= transaction.timeout.ms (60 s by default)."""
+    c = {
+        "transactional.id": transactional_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 0,
+        "message.timeout.ms": 30000,
+    }
+    c.update(conf)
+    return ck_producer(bootstrap, **c)
+
+
+def latest_offsets(bootstrap: str, topic: str, committed: bool, partitions: int = PARTITIONS) -> Dict[int, int]:
+    """ListOffsets(latest): the last stable offset with read_committed, else the high
+    watermark."""
+    admin = ck_admin(bootstrap)
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
+                            isolation_level=level, request_timeout=15)
+    return {tp.partition: f.result(timeout=20).offset for tp, f in fs.items()}
+
+
+def settled_offsets(bootstrap: str, topic: str, committed: bool, want: Dict[int, int],
+                    timeout: float = 30, partitions: int = PARTITIONS) -> None:
+    """Wait until ListOffsets(latest) gives `want`. EndTxn returns once the coordinator
+    has decided; the markers that move the high watermark and the LSO follow, so
+    right after a commit or abort the offsets may still be on their way."""
+    seen = []
+
+    def check():
+        seen.append(latest_offsets(bootstrap, topic, committed, partitions))
+        return seen[-1] == want
+
+    wait_for(check, timeout, interval=0.1, what="%s latest offsets of %s to be %s (last seen %s)" % (
+        "read_committed" if committed else "read_uncommitted", topic, want, seen[-1:]))
+
+
+def read_to_end(bootstrap: str, topic: str, isolation: str, start: Optional[Dict[int, int]] = None,
+                partitions: int = PARTITIONS, timeout: float = 60):
+    """Read every partition from start[p] (default 0) until librdkafka reports the end
+    (PARTITION_EOF: the last stable offset with read_committed, the high watermark
+    with read_uncommitted) at the offset ListOffsets gives for that isolation level.
+    Returns ({p: [(offset, value)]}, {p: EOF offset}, {p: consumer position})."""
+    start = start or {}
+    ends = latest_offsets(bootstrap, topic, committed=isolation == "read_committed", partitions=partitions)
+    c = ck_consumer(bootstrap, **{"isolation.level": isolation, "enable.partition.eof": True})
+    out: Dict[int, List[Tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    eof: Dict[int, int] = {}
+    try:
+        c.assign([TopicPartition(topic, p, start.get(p, 0)) for p in range(partitions)])
+        deadline = time.monotonic() + timeout
+        while any(eof.get(p) != ends[p] for p in range(partitions)):
+            if time.monotonic() > deadline:
+                raise AssertionError("%s read of %s timed out after %.0f s: EOF at %s, ends %s, read %s" % (
+                    isolation, topic, timeout, eof, ends, {p: len(v) for p, v in out.items()}))
+            for m in c.consume(num_messages=5000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF and m.topic() == topic:
+                        eof[m.partition()] = m.offset()
+                        continue
+                    if m.topic() is None or err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+                        continue
+                    raise AssertionError("%s read of %s[%s]: %s" % (isolation, m.topic(), m.partition(), err))
+                out[m.partition()].append((m.offset(), m.value()))
+        positions = {tp.partition: tp.offset for tp in c.position([TopicPartition(topic, p) for p in range(partitions)])}
+    finally:
+        c.close()
+    return out, eof, positions
+
+
+def close_quietly(producer) -> None:
+    """close() aborts a transaction still open; on a fenced producer that fails too
+    (with a KafkaException or a RuntimeWarning, depending on how it was fenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            producer.close()
+        except KafkaException:
+            pass
+
+
+def fenced_error(fn, *args):
+    """Run fn(*args), expecting a KafkaException; returns its KafkaError."""
+    try:
+        fn(*args)
+    except KafkaException as e:
+        return e.args[0]
+    raise AssertionError("%s did not fail" % getattr(fn, "__name__", fn))
+
+
+# ------------------------------------------------- (a) commits and aborts interleaved
+
+N_TXNS = 1000  # committed transactions, and as many aborted ones (issue 10 item 11)
+PRODUCERS = 4  # each runs N_TXNS / PRODUCERS of each, concurrently (one alone: ~40 ms per transaction on Kafka)
+
+
+def _run_producer(bootstrap: str, topic: str, j: int, results: dict) -> None:
+    """Producer j: its share of commits and aborts in a seeded order (runs of
+    either), 1-4 records per transaction over 1-3 partitions. Every transaction is
+    flushed before it ends, so the aborted records are in the log too."""
+    try:
+        rng = random.Random(1000 + j)
+        plan = ["commit"] * (N_TXNS // PRODUCERS) + ["abort"] * (N_TXNS // PRODUCERS)
+        rng.shuffle(plan)
+        delivered: Dict[bytes, Tuple[int, int]] = {}
+        failed: Dict[bytes, str] = {}
+
+        def cb_for(v):
+            def cb(err, m):
+                if err is None:
+                    delivered[v] = (m.partition(), m.offset())
+                else:
+                    failed[v] = str(err)
+            return cb
+
+        p = txn_producer(bootstrap, "%s-p%d" % (topic, j))
+        p.init_transactions(60)
+        txns = []
+        for t, kind in enumerate(plan):
+            p.begin_transaction()
+            recs = []
+            for r in range(rng.randint(1, 4)):
+                part = rng.randrange(PARTITIONS)
+                v = b"p%d-t%d-r%d-%s" % (j, t, r, kind.encode())
+                p.produce(topic, value=v, key=b"p%d" % j, partition=part,
+                          headers=[("txn", b"%d/%d" % (j, t))], on_delivery=cb_for(v))
+                recs.append((v, part))
+            assert p.flush(30) == 0, "producer %d: transaction %d not flushed in 30 s" % (j, t)
+            if kind == "commit":
+                p.commit_transaction(60)
+            else:
+                p.abort_transaction(60)
+            txns.append((kind, recs))
+        results[j] = dict(txns=txns, delivered=delivered, failed=failed, producer=p)
+    except Exception:  # noqa: BLE001 - reported by the test thread
+        results[j] = dict(error=traceback.format_exc())
+
+
+@pytest.mark.slow
+def test_commits_and_aborts_interleaved(kaas_or_kafka, topic_name):
+    bs = kaas_or_kafka.bootstrap
+    ck_create_topic(bs, topic_name, PARTITIONS)
+    t0 = time.monotonic()
+    results: dict = {}
+    threads = [threading.Thread(target=_run_producer, args=(bs, topic_name, j, results)) for j in range(PRODUCERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=200)
+    assert not any(t.is_alive() for t in threads), "producers still running after 200 s"
+    errors = {j: r["error"] for j, r in results.items() if "error" in r}
+    assert not errors, "producer errors:\n" + "\n".join("producer %d: %s" % kv for kv in errors.items())
+    print("%d producers ran %d transactions in %.1fs" % (PRODUCERS, 2 * N_TXNS, time.monotonic() - t0))
+
+    # what was written, from the delivery reports
+    records = []  # (partition, offset, value, committed)
+    markers = {p: 0 for p in range(PARTITIONS)}  # one per partition a transaction wrote to
+    for j, r in results.items():
+        assert not r["failed"], "producer %d: failed deliveries %s" % (j, list(r["failed"].items())[:3])
+        last = {}
+        for kind, recs in r["txns"]:
+            for v, part in recs:
+                assert v in r["delivered"], "producer %d: no delivery report for %r" % (j, v)
+                p, off = r["delivered"][v]
+                assert p == part, "%r asked for partition %d, delivered to %d" % (v, part, p)
+                assert off > last.get(p, -1), "producer %d: %r at offset %d, not after its previous record" % (j, v, off)
+                last[p] = off
+                records.append((p, off, v, kind == "commit"))
+            for p in {part for _, part in recs}:
+                markers[p] += 1
+    assert len(records) == len({(p, o) for p, o, _, _ in records}), "two records delivered at one offset"
+    n_committed = sum(1 for r in records if r[3])
+    print("records: %d committed, %d aborted; markers per partition %s" % (
+        n_committed, len(records) - n_committed, markers))
+    want_all = {p: sorted((o, v) for q, o, v, _ in records if q == p) for p in range(PARTITIONS)}
+    want_committed = {p: sorted((o, v) for q, o, v, c in records if q == p and c) for p in range(PARTITIONS)}
+    # every offset is a record or a transaction's marker (control batch), nothing else
+    end = {p: len(want_all[p]) + markers[p] for p in range(PARTITIONS)}
+    settled_offsets(bs, topic_name, False, end)  # high watermarks: records + markers
+    settled_offsets(bs, topic_name, True, end)  # no transaction open: the LSO is the end
+
+    got, eof, pos = read_to_end(bs, topic_name, "read_uncommitted")
+    for p in range(PARTITIONS):
+        assert got[p] == want_all[p], "partition %d read_uncommitted: %d records, want %d (first difference at %s)" % (
+            p, len(got[p]), len(want_all[p]), next((i for i, (a, b) in enumerate(zip(got[p], want_all[p])) if a != b), None))
+    assert eof == end and pos == end, (eof, pos, end)
+    got, eof, pos = read_to_end(bs, topic_name, "read_committed")
+    for p in range(PARTITIONS):
+        assert got[p] == want_committed[p], (
+            "partition %d read_committed: %d records, want %d (first difference at %s)" % (
+                p, len(got[p]), len(want_committed[p]),
+                next((i for i, (a, b) in enumerate(zip(got[p], want_committed[p])) if a != b), None)))
+    assert eof == end, "read_committed EOF (at the LSO) %s, want %s" % (eof, end)
+    # the position moves past the aborted records and markers after the last committed
+    # record, to the LSO (librdkafka on Kafka does so)
+    assert pos == end, "read_committed positions %s, want %s (last committed + 1: %s)" % (
+        pos, end, {p: want_committed[p][-1][0] + 1 for p in range(PARTITIONS)})
+
+    # An open transaction holds the LSO at its first offset; committing moves it to the end.
+    prod = results[0]["producer"]
+    open_at = {}
+
+    def cb(err, m):
+        assert err is None, err
+        open_at[m.partition()] = m.offset()
+
+    prod.begin_transaction()
+    for p in range(PARTITIONS):
+        prod.produce(topic_name, value=b"open-%d" % p, partition=p, on_delivery=cb)
+    assert prod.flush(30) == 0
+    assert open_at == end, "the open transaction's records go to the log end"
+    assert latest_offsets(bs, topic_name, committed=False) == {p: o + 1 for p, o in end.items()}
+    assert latest_offsets(bs, topic_name, committed=True) == end, "LSO = the open transaction's first offset"
+    got, eof, _ = read_to_end(bs, topic_name, "read_committed", start=end)
+    assert got == {p: [] for p in range(PARTITIONS)} and eof == end, (got, eof)
+    got, eof, _ = read_to_end(bs, topic_name, "read_uncommitted", start=end)
+    assert got == {p: [(end[p], b"open-%d" % p)] for p in range(PARTITIONS)}, got
+    prod.commit_transaction(60)
+    after = {p: o + 2 for p, o in end.items()}  # the record and its commit marker
+    settled_offsets(bs, topic_name, True, after)
+    settled_offsets(bs, topic_name, False, after)
+    got, eof, _ = read_to_end(bs, topic_name, "read_committed", start=end)
+    assert got == {p: [(end[p], b"open-%d" % p)] for p in range(PARTITIONS)} and eof == after, (got, eof)
+    for r in results.values():
+        r["producer"].close()
+
+
+# ------------------------------------------------------------------ (c) zombie fencing
+
+# How the fenced producer A finds out, and what librdkafka 2.16 says on Kafka 4.1.1 (the
+# error is always the fatal _FENCED; the text names the request that met the newer epoch).
+FENCE_HOW = {
+    # Produce with the old epoch: Kafka answers INVALID_PRODUCER_EPOCH
+    "produce-same-partition": "Producer attempted an operation with an old epoch",
+    # AddPartitionsToTxn with the old epoch
+    "produce-new-partition": "Failed to add partitions to transaction",
+    # EndTxn with the old epoch
+    "commit": "Failed to end transaction",
+    "abort": "Failed to end transaction",
+}
+
+
+@pytest.mark.parametrize("how", sorted(FENCE_HOW))
+def test_zombie_is_fenced(kaas_or_kafka, topic_name, how):
+    bs = kaas_or_kafka.bootstrap
+    ck_create_topic(bs, topic_name, PARTITIONS)
+    tid = topic_name + "-tid"
+    delivered = {}
+
+    def cb_for(v):
+        def cb(err, m):
+            delivered[v] = (m.partition(), m.offset()) if err is None else str(err)
+        return cb
+
+    a = txn_producer(bs, tid)
+    a.init_transactions(60)
+    a.begin_transaction()
+    a.produce(topic_name, value=b"a1", partition=0, on_delivery=cb_for(b"a1"))
+    a.produce(topic_name, value=b"a2", partition=1, on_delivery=cb_for(b"a2"))
+    assert a.flush(30) == 0
+    assert delivered == {b"a1": (0, 0), b"a2": (1, 0)}, delivered
+
+    # B takes over the id: its init aborts A's open transaction under a bumped epoch
+    b = txn_producer(bs, tid)
+    b.init_transactions(60)
+    b.begin_transaction()
+    b.produce(topic_name, value=b"b1", partition=0, on_delivery=cb_for(b"b1"))
+    b.produce(topic_name, value=b"b2", partition=1, on_delivery=cb_for(b"b2"))
+    b.commit_transaction(60)
+    # offset 1 of partitions 0 and 1 is A's abort marker
+    assert delivered[b"b1"] == (0, 2) and delivered[b"b2"] == (1, 2), delivered
+
+    # A, the zombie, carries on. (No delivery callback on what it sends now: the
+    # confluent-kafka wrapper raises the fatal error out of flush() and a Python
+    # callback run meanwhile would fail with SystemError.)
+    if how == "produce-same-partition":
+        a.produce(topic_name, value=b"a3", partition=0)
+        err = fenced_error(a.flush, 30)
+    elif how == "produce-new-partition":
+        a.produce(topic_name, value=b"a3", partition=2)
+        err = fenced_error(a.flush, 30)
+    elif how == "commit":
+        err = fenced_error(a.commit_transaction, 30)
+    else:
+        err = fenced_error(a.abort_transaction, 30)
+    print("A failed with %s fatal=%s: %s" % (err.name(), err.fatal(), err.str()))
+    assert err.code() == KafkaError._FENCED and err.fatal(), err
+    assert FENCE_HOW[how] in err.str(), err
+    # fatal: every later call fails the same way
+    err2 = fenced_error(a.commit_transaction, 30)
+    assert err2.code() == KafkaError._FENCED and err2.fatal(), err2
+
+    # B is unaffected and commits again
+    b.begin_transaction()
+    b.produce(topic_name, value=b"b3", partition=2, on_delivery=cb_for(b"b3"))
+    b.commit_transaction(60)
+    assert delivered[b"b3"] == (2, 0), delivered
+
+    end = {0: 4, 1: 4, 2: 2}  # a, A's abort marker, b, B's commit marker; b3 and its marker
+    settled_offsets(bs, topic_name, False, end)
+    settled_offsets(bs, topic_name, True, end)
+    got, eof, _ = read_to_end(bs, topic_name, "read_committed")
+    assert got == {0: [(2, b"b1")], 1: [(2, b"b2")], 2: [(0, b"b3")]}, got
+    assert eof == end, eof
+    got, eof, _ = read_to_end(bs, topic_name, "read_uncommitted")
+    assert got == {0: [(0, b"a1"), (2, b"b1")], 1: [(0, b"a2"), (2, b"b2")], 2: [(0, b"b3")]}, got
+    close_quietly(a)
+    b.close()
+
+
+# ------------------------------------------------------------------------ (d) reaper
+
+REAPER_TIMEOUT_MS = 4000  # the abandoned transaction's transaction.timeout.ms
+# Kafka looks for timed-out transactions every 10 s (transaction.abort.timed.out.
+# transaction.cleanup.interval.ms) and was seen to abort 8-13 s after the transaction began.
+REAPER_WAIT_S = 60
+
+
+def test_reaper_aborts_an_abandoned_transaction(kaas_or_kafka, topic_name):
+    bs = kaas_or_kafka.bootstrap
+    ck_create_topic(bs, topic_name, PARTITIONS)
+    delivered = {}
+
+    def cb_for(v):
+        def cb(err, m):
+            delivered[v] = (m.partition(), m.offset()) if err is None else str(err)
+        return cb
+
+    r = txn_producer(bs, topic_name + "-abandoned",
+                     **{"transaction.timeout.ms": REAPER_TIMEOUT_MS, "message.timeout.ms": REAPER_TIMEOUT_MS})
+    r.init_transactions(60)
+    r.begin_transaction()
+    began = time.monotonic()
+    for p in range(PARTITIONS):
+        for i in range(2):
+            v = b"r%d-%d" % (p, i)
+            r.produce(topic_name, value=v, partition=p, on_delivery=cb_for(v))
+    assert r.flush(30) == 0
+    # r now stops: it stays alive, never commits or aborts
+
+    s = txn_producer(bs, topic_name + "-live")
+    s.init_transactions(60)
+    s.begin_transaction()
+    for p in range(PARTITIONS):
+        s.produce(topic_name, value=b"s%d" % p, partition=p, on_delivery=cb_for(b"s%d" % p))
+    s.commit_transaction(60)
+    assert {v: delivered[v] for v in delivered if v.startswith(b"s")} == {
+        b"s%d" % p: (p, 2) for p in range(PARTITIONS)}, delivered
+    settled_offsets(bs, topic_name, False, {p: 4 for p in range(PARTITIONS)})  # r, r, s, s's marker
+    lso = latest_offsets(bs, topic_name, committed=True)
+    elapsed = time.monotonic() - began
+    if elapsed < REAPER_TIMEOUT_MS / 1000 * 0.75:
+        # well inside r's timeout: the LSO still stops at r's first record
+        assert lso == {p: 0 for p in range(PARTITIONS)}, "LSO %s with r's transaction open" % lso
+        got, _, _ = read_to_end(bs, topic_name, "read_committed")
+        assert got == {p: [] for p in range(PARTITIONS)}, got
+    else:
+        print("not checking the stuck LSO: %.1fs passed since r began (timeout %d ms)" % (elapsed, REAPER_TIMEOUT_MS))
+
+    end = {p: 5 for p in range(PARTITIONS)}  # + r's abort marker
+    wait_for(lambda: latest_offsets(bs, topic_name, committed=True) == end, REAPER_WAIT_S, interval=0.2,
+             what="the abandoned transaction to be aborted (LSO %s)" % end)
+    print("the abandoned transaction was aborted %.1fs after it began (timeout %d ms)" % (
+        time.monotonic() - began, REAPER_TIMEOUT_MS))
+    assert latest_offsets(bs, topic_name, committed=False) == end
+    got, eof, _ = read_to_end(bs, topic_name, "read_committed")
+    assert got == {p: [(2, b"s%d" % p)] for p in range(PARTITIONS)}, got
+    assert eof == end, eof
+    got, _, _ = read_to_end(bs, topic_name, "read_uncommitted")
+    assert got == {p: [(0, b"r%d-0" % p), (1, b"r%d-1" % p), (2, b"s%d" % p)] for p in range(PARTITIONS)}, got
+
+    # r wakes up: its epoch was bumped by the abort, so it is fenced (fatal)
+    err = fenced_error(r.commit_transaction, 30)
+    print("the abandoned producer's commit: %s fatal=%s: %s" % (err.name(), err.fatal(), err.str()))
+    assert err.code() == KafkaError._FENCED and err.fatal(), err
+    assert latest_offsets(bs, topic_name, committed=True) == end
+    close_quietly(r)
+    s.close()
+
+
+# ------------------------------------------------------------------- (e) kafka-python
+
+KP_TXNS = 20  # half committed, half aborted
+
+
+def test_kafka_python_transactions(kaas_or_kafka, topic_name):
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    bs = kaas_or_kafka.bootstrap
+    ck_create_topic(bs, topic_name, PARTITIONS)
+    group = topic_name + "-g"
+    rng = random.Random(7)
+    plan = ["commit"] * (KP_TXNS // 2) + ["abort"] * (KP_TXNS // 2)
+    rng.shuffle(plan)
+    producer = kp_producer(bs, transactional_id=topic_name + "-tid", enable_idempotence=True, linger_ms=0)
+    sent = []  # (value, committed, future)
+    last_committed_offset = None
+    try:
+        producer.init_transactions()
+        for t, kind in enumerate(plan):
+            producer.begin_transaction()
+            for r in range(rng.randint(1, 3)):
+                v = b"t%d-r%d-%s" % (t, r, kind.encode())
+                sent.append((v, kind == "commit", producer.send(topic_name, value=v, key=b"k", partition=rng.randrange(PARTITIONS))))
+            # the group's offset for partition 0 of the topic moves with each transaction
+            producer.send_offsets_to_transaction({KTP(topic_name, 0): OffsetAndMetadata(100 + t, "t%d" % t, -1)}, group)
+            if kind == "commit":
+                producer.commit_transaction()
+                last_committed_offset = 100 + t
+            else:
+                producer.flush()  # the aborted records reach the log, to be skipped by read_committed
+                producer.abort_transaction()
+    finally:
+        producer.close(timeout=10)
+
+    written = []  # (partition, offset, value, committed)
+    markers = {p: 0 for p in range(PARTITIONS)}
+    for t in range(KP_TXNS):
+        parts = set()
+        for v, committed, f in sent:
+            if v.startswith(b"t%d-" % t):
+                md = f.get(timeout=10)  # flushed before the abort: aborted records are acknowledged too
+                written.append((md.partition, md.offset, v, committed))
+                parts.add(md.partition)
+        for p in parts:
+            markers[p] += 1
+    want_all = {p: sorted((o, v) for q, o, v, _ in written if q == p) for p in range(PARTITIONS)}
+    want_committed = {p: sorted((o, v) for q, o, v, c in written if q == p and c) for p in range(PARTITIONS)}
+
+    # kafka-python read_committed and read_uncommitted, to the end
+    ends = {p: len(want_all[p]) + markers[p] for p in range(PARTITIONS)}  # records + one marker per transaction
+    settled_offsets(bs, topic_name, False, ends)
+    settled_offsets(bs, topic_name, True, ends)
+    for isolation, want in (("read_committed", want_committed), ("read_uncommitted", want_all)):
+        c = kp_consumer(bs, isolation_level=isolation)
+        got = {p: [] for p in range(PARTITIONS)}
+        try:
+            tps = [KTP(topic_name, p) for p in range(PARTITIONS)]
+            c.assign(tps)
+            for tp in tps:
+                c.seek(tp, 0)
+            deadline = time.monotonic() + 30
+            while any(c.position(tp) < ends[tp.partition] for tp in tps):
+                assert time.monotonic() < deadline, "kafka-python %s: positions %s, ends %s" % (
+                    isolation, [c.position(tp) for tp in tps], ends)
+                for tp, recs in c.poll(timeout_ms=300).items():
+                    got[tp.partition] += [(rec.offset, rec.value) for rec in recs]
+            assert {tp.partition: c.position(tp) for tp in tps} == ends
+            assert c.end_offsets(tps) == {tp: ends[tp.partition] for tp in tps}
+        finally:
+            c.close()
+        assert got == want, "kafka-python %s read %s, want %s" % (isolation, got, want)
+    # and confluent-kafka agrees
+    got, eof, _ = read_to_end(bs, topic_name, "read_committed")
+    assert got == want_committed and eof == ends, (got, eof)
+
+    # the group's committed offset is the last committed transaction's (the offsets
+    # of an aborted one never show); its marker may still be on its way to the group
+    c = kp_consumer(bs, group_id=group)
+    want = (last_committed_offset, "t%d" % (last_committed_offset - 100))
+    seen = []
+    try:
+        def committed():
+            om = c.committed(KTP(topic_name, 0), metadata=True)
+            seen.append(om and (om.offset, om.metadata))
+            return seen[-1] == want
+        wait_for(committed, 30, what="group offset %s (last seen %s)" % (want, seen[-1:]))
+    finally:
+        c.close()
+
+
+# ------------------------------------------------------------ (b) exactly-once copy
+
+EOS_RECORDS = 100_000
+EOS_MAX_APP_STARTS = 8  # the planned restarts plus a few after fatal errors (each one is printed)
+
+
+class EosApp:
+    """eos_app.py as a subprocess; its stdout lines are queued by a reader thread."""
+
+    def __init__(self, bootstrap, input_topic, output_topic, group, txn_id, log_dir: Path, n: int):
+        self.lines: "queue.Queue[Tuple[float, str]]" = queue.Queue()
+        self.stderr_path = log_dir / ("eos_app-%d.stderr" % n)
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "eos_app.py"), bootstrap, input_topic, output_topic, group, txn_id],
+            stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put((time.monotonic(), line.strip()))
+        self.lines.put((time.monotonic(), "<eof>"))
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self._reader.join(timeout=5)
+
+    def stop(self, timeout=60) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return rc
+
+    def stderr_tail(self, n=20) -> str:
+        self._stderr.flush()
+        return "\n".join(self.stderr_path.read_text(errors="replace").splitlines()[-n:])
+
+
+def _group_committed(bs: str, group: str, topic: str) -> Optional[Dict[int, int]]:
+    try:
+        admin = ck_admin(bs)  # referenced until the result is in: a dropped client never completes it
+        fs = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])],
+            require_stable=True, request_timeout=5)
+        return {tp.partition: tp.offset for tp in fs[group].result(timeout=10).topic_partitions}
+    except Exception:  # noqa: BLE001 - the broker may be down or loading; asked again
+        return None
+
+
+def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, str]], timeout: float = 200):
+    """Copy EOS_RECORDS input records with eos_app.py while `events` happen: (fraction
+    of the input committed, "app" | "broker"), each fired on the app's first "open"
+    line past that fraction, i.e. inside a transaction whose records are written.
+    "app" SIGKILLs the app and starts a new one; "broker" kill -9s the broker and
+    restarts it a second later (the app keeps running). Checks the output."""
+    bs = broker.bootstrap
+    input_topic, output_topic, group = topic + "-in", topic + "-out", topic + "-g"
+    txn_id = topic + "-eos"
+    admin = ck_admin(bs)
+    ck_create_topic(admin, input_topic, PARTITIONS)
+    ck_create_topic(admin, output_topic, PARTITIONS)
+    msgs = make_messages(EOS_RECORDS, PARTITIONS, seed=47, max_value=100)
+    d = ck_produce(ck_producer(bs, **{"enable.idempotence": True, "linger.ms": 20}), input_topic, msgs)
+    assert not d.failed and len(d.ok) == EOS_RECORDS, list(d.failed.items())[:3]
+    ends = {p: 0 for p in range(PARTITIONS)}
+    for p, off in d.ok.values():
+        ends[p] = max(ends[p], off + 1)
+    input_by_pos = {pos: msgs[seq] for seq, pos in d.ok.items()}
+
+    t0 = time.monotonic()
+    events = sorted(events)
+    starts = 0
+    apps: List[EosApp] = []
+    history: List[str] = []
+    counted = 0  # records the app said it committed
+    opens = commits = aborts = 0
+
+    def start_app():
+        nonlocal starts
+        starts += 1
+        assert starts <= EOS_MAX_APP_STARTS, "app started %d times; history: %s" % (starts, history[-30:])
+        apps.append(EosApp(bs, input_topic, output_topic, group, txn_id, tmp_path, starts))
+        history.append("%.1fs start #%d" % (time.monotonic() - t0, starts))
+
+    start_app()
+    done_at = None
+    next_check = 0.0
+    try:
+        while True:
+            assert time.monotonic() - t0 < timeout, (
+                "copy not done after %.0f s: %d of %d counted, group offsets %s of %s; history %s; app stderr:\n%s" % (
+                    timeout, counted, EOS_RECORDS, _group_committed(bs, group, input_topic), ends, history[-30:],
+                    apps[-1].stderr_tail(30)))
+            app = apps[-1]
+            try:
+                _, line = app.lines.get(timeout=0.5)
+            except queue.Empty:
+                line = None
+            if line is not None:
+                word = line.split(" ", 1)[0]
+                if word == "committed":
+                    counted += int(line.split()[1])
+                    commits += 1
+                elif word == "aborted":
+                    aborts += 1
+                    history.append("%.1fs %s" % (time.monotonic() - t0, line[:300]))
+                elif word == "open":
+                    opens += 1
+                    if events and counted >= events[0][0] * EOS_RECORDS:
+                        _, what = events.pop(0)
+                        if what == "app":
+                            app.kill()
+                            history.append("%.1fs app killed inside a transaction at %d" % (time.monotonic() - t0, counted))
+                            start_app()
+                        else:
+                            broker.kill9()
+                            history.append("%.1fs broker killed inside a transaction at %d" % (time.monotonic() - t0, counted))
+                            time.sleep(1.0)
+                            broker.restart()
+                            history.append("%.1fs broker restarted" % (time.monotonic() - t0))
+                elif word in ("fatal", "<eof>"):
+                    rc = app.proc.wait(timeout=30)
+                    history.append("%.1fs app exited %s after %r; stderr: %s" % (
+                        time.monotonic() - t0, rc, line[:300], app.stderr_tail(5)))
+                    start_app()
+                elif word != "ready":
+                    history.append("%.1fs ? %s" % (time.monotonic() - t0, line[:300]))
+            # done when the group's offsets reach the input's end (checked while no lines wait)
+            if not events and apps[-1].lines.empty() and time.monotonic() >= next_check:
+                next_check = time.monotonic() + 1.0
+                if _group_committed(bs, group, input_topic) == ends:
+                    done_at = time.monotonic() - t0
+                    break
+        rc = apps[-1].stop()
+        assert rc == 0, "the app did not exit cleanly on SIGTERM (%s): %s" % (rc, apps[-1].stderr_tail())
+    finally:
+        for a in apps:
+            if a.proc.poll() is None:
+                a.kill()
+    info = "done in %.1fs, %d app starts, %d opened, %d committed, %d aborted transactions; history:\n  %s" % (
+        done_at, starts, opens, commits, aborts, "\n  ".join(history))
+    print(info)
+
+    # the output, read_committed: every input record exactly once, in input order per partition
+    out_end = latest_offsets(bs, output_topic, committed=True)
+    assert out_end == latest_offsets(bs, output_topic, committed=False), "a transaction is still open; " + info
+    c = ck_consumer(bs, **{"isolation.level": "read_committed", "enable.partition.eof": True})
+    got = {p: [] for p in range(PARTITIONS)}
+    eof = {}
+    try:
+        c.assign([TopicPartition(output_topic, p, 0) for p in range(PARTITIONS)])
+        deadline = time.monotonic() + 90
+        while any(eof.get(p) != out_end[p] for p in range(PARTITIONS)):
+            assert time.monotonic() < deadline, "reading the output timed out: EOF %s, end %s" % (eof, out_end)
+            for m in c.consume(num_messages=5000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF and m.topic() == output_topic:
+                        eof[m.partition()] = m.offset()
+                    elif m.topic() is not None:
+                        raise AssertionError("reading the output: %s" % err)
+                    continue
+                got[m.partition()].append((m.key(), m.value(), tuple(
+                    (k, None if v is None else bytes(v)) for k, v in (m.headers() or []))))
+    finally:
+        c.close()
+    for p in range(PARTITIONS):
+        srcs = [dict(h).get("src") for _, _, h in got[p]]
+        want_srcs = [b"%d:%d" % (p, o) for o in range(ends[p])]
+        if srcs != want_srcs:
+            dup = len(srcs) - len(set(srcs))
+            missing = len(set(want_srcs) - set(srcs))
+            first = next((i for i, (a, b) in enumerate(zip(srcs, want_srcs)) if a != b), min(len(srcs), len(want_srcs)))
+            raise AssertionError(
+                "output partition %d: %d records, want %d (%d duplicates, %d missing, first difference at %d: %r vs %r); %s"
+                % (p, len(srcs), len(want_srcs), dup, missing, first, srcs[first:first + 3], want_srcs[first:first + 3], info))
+        for (key, value, headers), o in zip(got[p], range(ends[p])):
+            m = input_by_pos[(p, o)]
+            assert key == m.key and value == (None if m.value is None else b"eos:" + m.value), (p, o)
+            assert headers == m.headers + (("src", b"%d:%d" % (p, o)),), (p, o, headers)
+    assert _group_committed(bs, group, input_topic) == ends
+    # the records of aborted transactions are there for read_uncommitted
+    all_out, _, _ = read_to_end(bs, output_topic, "read_uncommitted", timeout=90)
+    aborted = sum(len(v) for v in all_out.values()) - EOS_RECORDS
+    print("output: %d copies, %d records of aborted transactions, end offsets %s" % (EOS_RECORDS, aborted, out_end))
+    return dict(starts=starts, opens=opens, commits=commits, aborts=aborts, aborted_records=aborted,
+                history=history)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_eos_copy_through_app_restarts(kaas_or_kafka, topic_name, tmp_path):
+    r = run_eos_copy(kaas_or_kafka, topic_name, tmp_path, [(0.3, "app"), (0.6, "app")])
+    assert sum("app killed" in h for h in r["history"]) == 2, r["history"]
+    # the killed instances' open transactions had written records, and were aborted
+    assert r["aborted_records"] > 0, r
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_eos_copy_through_broker_kill9_and_app_restarts(kaas, topic_name, tmp_path):
+    r = run_eos_copy(kaas, topic_name, tmp_path, [
+        (0.1, "broker"), (0.25, "app"), (0.4, "broker"), (0.55, "app"), (0.7, "broker")])
+    assert sum("broker killed" in h for h in r["history"]) == 3, r["history"]
+    assert sum("app killed" in h for h in r["history"]) == 2, r["history"]
+
+
+# ------------------------------------------------------------ (f) the Java client
+
+try:
+    from test_java_client import java_client_classpath, run_scenario  # noqa: F401 - the fixture, shared
+except ImportError:  # pragma: no cover
+    java_client_classpath = run_scenario = None
+
+java_only = pytest.mark.skipif(
+    run_scenario is None or shutil.which("java") is None or shutil.which("mvn") is None,
+    reason="java or mvn is not installed",
+)
+
+
+def _java_records(read: dict) -> Dict[int, List[Tuple[int, str]]]:
+    return {int(p): [(int(r.split(":", 1)[0]), r.split(":", 1)[1]) for r in recs] for p, recs in read["records"].items()}
+
+
+@java_only
+def test_java_transactions_interleaved(kaas_or_kafka, topic_name, java_client_classpath):
+    """kafka-clients 4.1.1 with its default transaction version (2 on Kafka 4.1.1, which
+    finalizes transaction.version=2): one producer, commits and aborts in a seeded order."""
+    r = run_scenario(java_client_classpath, "txn-interleaved", kaas_or_kafka.bootstrap, topic_name)
+    if kaas_or_kafka.name == "kafka":
+        assert r["transaction_version"] == 2, r["transaction_version"]
+    written = [(p, o, v, c) for p, o, v, c in r["written"]]
+    assert len(written) == len({(p, o) for p, o, _, _ in written}), "two records at one offset"
+    markers = {p: 0 for p in range(PARTITIONS)}
+    by_txn: Dict[str, set] = {}
+    for p, _, v, _ in written:
+        by_txn.setdefault(v.split("-", 1)[0], set()).add(p)
+    for parts in by_txn.values():
+        for p in parts:
+            markers[p] += 1
+    want_all = {p: sorted((o, v) for q, o, v, _ in written if q == p) for p in range(PARTITIONS)}
+    want_committed = {p: sorted((o, v) for q, o, v, c in written if q == p and c) for p in range(PARTITIONS)}
+    end = {str(p): len(want_all[p]) + markers[p] for p in range(PARTITIONS)}
+    assert r["hwm"] == end and r["lso"] == end, (r["hwm"], r["lso"], end)
+    rc, ru = r["read_committed"], r["read_uncommitted"]
+    assert _java_records(rc) == want_committed
+    assert _java_records(ru) == want_all
+    for read in (rc, ru):
+        assert read["end_offsets"] == end and read["positions"] == end, (read["end_offsets"], read["positions"])
+
+
+@java_only
+def test_java_zombie_is_fenced(kaas_or_kafka, topic_name, java_client_classpath):
+    r = run_scenario(java_client_classpath, "txn-fencing", kaas_or_kafka.bootstrap, topic_name)
+    if kaas_or_kafka.name == "kafka":
+        assert r["transaction_version"] == 2, r["transaction_version"]
+    # A's a1 at 0 of partition 0, B's init aborts it (the marker at 1), b1 at 2
+    assert (r["a1"], r["b1"], r["b2"], r["b3"]) == ([0, 0], [0, 2], [1, 0], [2, 0]), r
+    # what kafka-clients 4.1.1 raises on Kafka 4.1.1 (transaction version 2): the zombie's
+    # send and its commit both meet the newer epoch as INVALID_PRODUCER_EPOCH
+    assert r["a_send"] == "InvalidProducerEpochException", r
+    assert r["a_commit"] == "InvalidProducerEpochException", r
+    end = {"0": 4, "1": 2, "2": 2}
+    assert r["hwm"] == end and r["lso"] == end, r
+    assert _java_records(r["read_committed"]) == {0: [(2, "b1")], 1: [(0, "b2")], 2: [(0, "b3")]}, r
+    assert _java_records(r["read_uncommitted"]) == {0: [(0, "a1"), (2, "b1")], 1: [(0, "b2")], 2: [(0, "b3")]}, r
+    assert r["read_committed"]["positions"] == end, r
