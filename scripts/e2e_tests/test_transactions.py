@@ -75,10 +75,22 @@ def txn_producer(bootstrap: str, transactional_id: str, **conf):
     return ck_producer(bootstrap, **c)
 
 
+_ADMINS: Dict[str, object] = {}
+
+
+def admin_for(bootstrap: str):
+    """One confluent-kafka admin client per broker, kept for the session: a client
+    dropped with a request in flight (a timeout while the broker restarts) never
+    completes it, and was seen to crash the process (SIGSEGV) after a broker restart."""
+    if bootstrap not in _ADMINS:
+        _ADMINS[bootstrap] = ck_admin(bootstrap)
+    return _ADMINS[bootstrap]
+
+
 def latest_offsets(bootstrap: str, topic: str, committed: bool, partitions: int = PARTITIONS) -> Dict[int, int]:
     """ListOffsets(latest): the last stable offset with read_committed, else the high
     watermark."""
-    admin = ck_admin(bootstrap)
+    admin = admin_for(bootstrap)
     level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
                             isolation_level=level, request_timeout=15)
@@ -577,9 +589,9 @@ class EosApp:
         return "\n".join(self.stderr_path.read_text(errors="replace").splitlines()[-n:])
 
 
-def _group_committed(bs: str, group: str, topic: str) -> Optional[Dict[int, int]]:
+def _group_committed(admin, group: str, topic: str) -> Optional[Dict[int, int]]:
+    """The group's committed offsets (require_stable), or None while the broker cannot say."""
     try:
-        admin = ck_admin(bs)  # referenced until the result is in: a dropped client never completes it
         fs = admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])],
             require_stable=True, request_timeout=5)
@@ -597,7 +609,7 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
     bs = broker.bootstrap
     input_topic, output_topic, group = topic + "-in", topic + "-out", topic + "-g"
     txn_id = topic + "-eos"
-    admin = ck_admin(bs)
+    admin = admin_for(bs)
     ck_create_topic(admin, input_topic, PARTITIONS)
     ck_create_topic(admin, output_topic, PARTITIONS)
     msgs = make_messages(EOS_RECORDS, PARTITIONS, seed=47, max_value=100)
@@ -630,7 +642,7 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
         while True:
             assert time.monotonic() - t0 < timeout, (
                 "copy not done after %.0f s: %d of %d counted, group offsets %s of %s; history %s; app stderr:\n%s" % (
-                    timeout, counted, EOS_RECORDS, _group_committed(bs, group, input_topic), ends, history[-30:],
+                    timeout, counted, EOS_RECORDS, _group_committed(admin, group, input_topic), ends, history[-30:],
                     apps[-1].stderr_tail(30)))
             app = apps[-1]
             try:
@@ -669,7 +681,7 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
             # done when the group's offsets reach the input's end (checked while no lines wait)
             if not events and apps[-1].lines.empty() and time.monotonic() >= next_check:
                 next_check = time.monotonic() + 1.0
-                if _group_committed(bs, group, input_topic) == ends:
+                if _group_committed(admin, group, input_topic) == ends:
                     done_at = time.monotonic() - t0
                     break
         rc = apps[-1].stop()
@@ -719,7 +731,7 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
             m = input_by_pos[(p, o)]
             assert key == m.key and value == (None if m.value is None else b"eos:" + m.value), (p, o)
             assert headers == m.headers + (("src", b"%d:%d" % (p, o)),), (p, o, headers)
-    assert _group_committed(bs, group, input_topic) == ends
+    assert _group_committed(admin, group, input_topic) == ends
     # the records of aborted transactions are there for read_uncommitted
     all_out, _, _ = read_to_end(bs, output_topic, "read_uncommitted", timeout=90)
     aborted = sum(len(v) for v in all_out.values()) - EOS_RECORDS
