@@ -16,8 +16,11 @@ old one and aborts its open transaction.
 Errors follow the pattern librdkafka documents: a retriable one retries the same
 call; an abortable one aborts the transaction and rewinds the consumer to the
 group's committed offsets; a fatal one ends the process with exit code 3 (the test
-restarts it). It never exits on its own otherwise: SIGTERM makes it finish the
+restarts it), and so does a transactional call stuck far past its timeout. It never
+exits on its own otherwise: SIGTERM makes it finish the
 transaction in flight and exit 0.
+
+EOS_APP_DEBUG=eos,protocol (say) turns on librdkafka's debug log of the producer.
 
 Progress goes to stdout, one line each, flushed at once:
     ready                          after init_transactions
@@ -31,15 +34,17 @@ Progress goes to stdout, one line each, flushed at once:
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 BATCH = 1000
-API_TIMEOUT = 30.0  # each transactional call; a retriable timeout is retried
-RETRIES = 20  # of one call, on retriable errors (the broker may be down for seconds)
+API_TIMEOUT = 10.0  # each transactional call; a retriable timeout is retried
+RETRIES = 12  # of one call, on retriable errors (the broker may be down for seconds); then fatal
 
 stop = False
 
@@ -61,6 +66,11 @@ def on_term(_sig, _frame) -> None:
     stop = True
 
 
+def stuck(what) -> None:
+    say("fatal stuck inside %s for %.0f s" % (what, 3 * API_TIMEOUT))
+    os._exit(3)
+
+
 class Fatal(Exception):
     pass
 
@@ -73,6 +83,13 @@ def call(what, fn, *args):
     """fn(*args), retried while the error is retriable; an abortable error raises
     Abortable, anything else (fatal, or retries exhausted) raises Fatal."""
     for attempt in range(RETRIES):
+        # librdkafka bounds each call by its timeout, yet send_offsets_to_transaction was seen
+        # never to return after a broker restart (AddOffsetsToTxn answered, on Kafka 4.1.1
+        # as on kaas): a call that outlives its timeout by far ends the process, as a
+        # stuck client would be restarted (the next instance fences this one).
+        watchdog = threading.Timer(3 * API_TIMEOUT, stuck, [what])
+        watchdog.daemon = True
+        watchdog.start()
         try:
             return fn(*args)
         except KafkaException as e:
@@ -82,9 +99,12 @@ def call(what, fn, *args):
             if err.txn_requires_abort():
                 raise Abortable("%s: %s" % (what, err))
             if err.retriable() or err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+                log("retrying %s after %s" % (what, err))
                 time.sleep(min(0.1 * (attempt + 1), 1.0))
                 continue
             raise Fatal("%s: %s" % (what, err))
+        finally:
+            watchdog.cancel()
     raise Fatal("%s: still failing after %d retries" % (what, RETRIES))
 
 
@@ -98,8 +118,10 @@ def main() -> int:
         "reconnect.backoff.ms": 50,
         "reconnect.backoff.max.ms": 500,
     }
+    debug = {"debug": os.environ["EOS_APP_DEBUG"]} if os.environ.get("EOS_APP_DEBUG") else {}
     producer = Producer(dict(
         common,
+        **debug,
         **{
             "transactional.id": txn_id,
             "enable.idempotence": True,
@@ -142,6 +164,10 @@ def main() -> int:
             for m in consumer.consume(num_messages=BATCH, timeout=0.5):
                 if m.error() is None:
                     msgs.append(m)
+                elif m.error().fatal():
+                    # e.g. FENCED_INSTANCE_ID: a broker restart outlasted the session and the
+                    # static member rejoined under a new member id
+                    raise Fatal("consumer: %s" % m.error())
                 else:
                     log("consumer error: %s" % m.error())
             if not msgs:
