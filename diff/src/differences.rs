@@ -28,8 +28,6 @@ impl Known {
     }
 }
 
-const TRANSACTION_VERSION_2_LATER: &str =
-    "Transaction version 2 (KIP-890 part 2: an epoch bump at every transaction end) is not finalized by kaas yet, so it serves the versions of transaction version 1; clients that speak version 2 use it only where the broker finalizes it.";
 const CONFIGS_LATER: &str =
     "Topic configs are fixed at creation until the config APIs issue adds AlterConfigs and IncrementalAlterConfigs.";
 
@@ -72,8 +70,6 @@ pub static KNOWN: &[Known] = &[
         kaas: "[3,13]",
         why: "kaas stores record batches of format v2 only, which Produce carries from v3 on; Kafka 4 still accepts v0-v2 (message formats 0 and 1) for old clients and converts them.",
     },
-    served_up_to("26 EndTxn", "[0,5]", "[0,4]", TRANSACTION_VERSION_2_LATER),
-    served_up_to("28 TxnOffsetCommit", "[0,5]", "[0,4]", TRANSACTION_VERSION_2_LATER),
     served_up_to(
         "66 ListTransactions",
         "[0,2]",

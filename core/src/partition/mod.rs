@@ -388,13 +388,15 @@ impl PartitionState {
         self.log_start = self.log_start.max(new_start.min(self.log_end));
     }
 
-    /// Whether `batch`, if appended, would open a transaction here: it is
-    /// transactional, new (not a retry, not refused), and its producer has
-    /// no transaction open here at its epoch. Such a batch needs its
-    /// coordinator's word first (KIP-890 part 1).
+    /// Whether `batch` comes where its producer has no transaction open
+    /// at its epoch: a transactional batch there needs its coordinator's
+    /// word first (KIP-890 part 1), whatever its sequence. (Checking only
+    /// in-sequence batches would let the batch after a refused one reach
+    /// the sequence check and fail with OUT_OF_ORDER_SEQUENCE_NUMBER, which
+    /// a transactional producer must abort on, instead of the retriable
+    /// answer of the verification.)
     pub fn opens_transaction(&self, batch: &BatchIdentity) -> bool {
         batch.is_transactional
-            && self.producers.classify(batch) == Classification::Append
             && !self
                 .producers
                 .get(batch.producer_id)

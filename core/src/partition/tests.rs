@@ -475,6 +475,12 @@ fn opens_transaction_only_for_a_new_transactional_batch_without_an_open_transact
     };
     assert!(p.opens_transaction(&first_id));
     assert!(!p.opens_transaction(&idempotent(9, 2, 0, 2).identity.expect("idempotent")));
+    // Out of sequence too: verified first, so a batch after a refused one
+    // gets the verification's retriable answer.
+    let Some(ahead) = txn(4).identity else {
+        panic!("transactional batch has an identity")
+    };
+    assert!(p.opens_transaction(&ahead));
     p.append(&first, 0).expect("appended");
     // A retry, and the next batch of the same transaction, open nothing.
     assert!(!p.opens_transaction(&first_id));

@@ -240,6 +240,80 @@ pub fn end_txn(
     }
 }
 
+/// EndTxn under transaction version 2 (KIP-890 part 2, EndTxn v5): every
+/// transaction end bumps the epoch, in the prepared entry (so its markers
+/// carry the new epoch and fence whatever the old one still sends), and the
+/// producer continues at the epoch it is answered.
+/// - Ongoing at the current epoch: Prepare* at epoch + 1, the old epoch
+///   remembered as the last;
+/// - no transaction at the current epoch: an abort still bumps (the client
+///   aborts after an error without knowing whether anything was added), a
+///   commit is INVALID_TXN_STATE;
+/// - the epoch just before the current one, after the end it asked for
+///   (a retry whose answer was lost): the same direction succeeds
+///   ([`End::AlreadyComplete`], answered with the current epoch), while
+///   still being written CONCURRENT_TRANSACTIONS, the other direction
+///   INVALID_TXN_STATE; this also covers a transaction the reaper aborted,
+///   whose producer's commit is then INVALID_TXN_STATE rather than fenced;
+/// - any other epoch: PRODUCER_FENCED.
+pub fn end_txn_v2(
+    entry: &TxnEntry,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    now_ms: i64,
+) -> Result<End, ErrorCode> {
+    if producer_id != entry.producer_id {
+        return Err(ErrorCode::InvalidProducerIdMapping);
+    }
+    let current = producer_epoch == entry.producer_epoch;
+    let previous = i32::from(producer_epoch) == i32::from(entry.producer_epoch) - 1;
+    let bumped = |state| {
+        let mut next = entry.clone();
+        next.last_producer_epoch = next.producer_epoch;
+        next.producer_epoch = next.producer_epoch.saturating_add(1);
+        next.state = state;
+        next.last_update_ms = now_ms;
+        next
+    };
+    match (entry.state, commit) {
+        (TxnState::Ongoing, _) if current => Ok(End::Prepare(bumped(if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        }))),
+        (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, false)
+            if current =>
+        {
+            // An empty transaction that begins and aborts now, as Kafka
+            // records it (DescribeTransactions shows its start).
+            let mut next = bumped(TxnState::PrepareAbort);
+            next.start_ms = now_ms;
+            Ok(End::Prepare(next))
+        }
+        (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, true) if current => {
+            Err(ErrorCode::InvalidTxnState)
+        }
+        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if previous => {
+            Ok(End::AlreadyComplete)
+        }
+        (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) if previous => {
+            Err(ErrorCode::ConcurrentTransactions)
+        }
+        (
+            TxnState::CompleteCommit
+            | TxnState::CompleteAbort
+            | TxnState::PrepareCommit
+            | TxnState::PrepareAbort,
+            _,
+        ) if previous => Err(ErrorCode::InvalidTxnState),
+        (TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::Dead, _) if current => {
+            Err(ErrorCode::ConcurrentTransactions)
+        }
+        _ => Err(ErrorCode::ProducerFenced),
+    }
+}
+
 /// Once every marker of a prepared transaction is durable: Complete*, the
 /// partition and group lists cleared (nothing is owed any more). `None`
 /// if the entry is not prepared (already completed by a racing pass).

@@ -494,6 +494,71 @@ fn is_listed_matches_every_filter_given() {
     assert!(is_listed(&initialized(), none, &[], 1_000_000, NOW + 100));
 }
 
+fn end_v2(e: &TxnEntry, epoch: i16, commit: bool) -> Result<End, ErrorCode> {
+    end_txn_v2(e, 7000, epoch, commit, NOW + 10)
+}
+
+fn prepared_v2(r: Result<End, ErrorCode>) -> TxnEntry {
+    match r {
+        Ok(End::Prepare(p)) => p,
+        other => panic!("expected Prepare, got {other:?}"),
+    }
+}
+
+#[test]
+fn end_txn_v2_bumps_the_epoch_at_every_end_and_markers_carry_it() {
+    let p = prepared_v2(end_v2(&ongoing(), 0, true));
+    assert_eq!(p.state, TxnState::PrepareCommit);
+    assert_eq!((p.producer_epoch, p.last_producer_epoch), (1, 0));
+    assert_eq!(p.partitions.len(), 2, "the markers owed, at the new epoch");
+    let done = complete(&p, NOW + 20).expect("completes");
+    // The producer carries on at epoch 1: a new transaction, and its end.
+    let next = add_to_transaction(&done, 7000, 1, &parts(&[("t", 0)]), &[], NOW + 30)
+        .expect("added")
+        .expect("changed");
+    let p2 = prepared_v2(end_v2(&next, 1, false));
+    assert_eq!((p2.state, p2.producer_epoch), (TxnState::PrepareAbort, 2));
+}
+
+#[test]
+fn end_txn_v2_retried_with_the_epoch_before_the_bump_succeeds_in_the_same_direction_only() {
+    let done = complete(&prepared_v2(end_v2(&ongoing(), 0, true)), NOW + 20).expect("completes");
+    assert_eq!(end_v2(&done, 0, true), Ok(End::AlreadyComplete));
+    assert_eq!(end_v2(&done, 0, false), Err(ErrorCode::InvalidTxnState));
+    // With the new epoch nothing is ongoing: commit is refused, abort bumps.
+    assert_eq!(end_v2(&done, 1, true), Err(ErrorCode::InvalidTxnState));
+    let p = prepared_v2(end_v2(&done, 1, false));
+    assert_eq!((p.state, p.producer_epoch), (TxnState::PrepareAbort, 2));
+    assert!(p.partitions.is_empty());
+    assert_eq!(
+        p.start_ms,
+        NOW + 10,
+        "an empty transaction begun and aborted now"
+    );
+    // While the bump is being completed, the same retry waits.
+    let writing = prepared_v2(end_v2(&ongoing(), 0, true));
+    assert_eq!(
+        end_v2(&writing, 0, true),
+        Err(ErrorCode::ConcurrentTransactions)
+    );
+    assert_eq!(end_v2(&writing, 0, false), Err(ErrorCode::InvalidTxnState));
+}
+
+#[test]
+fn end_txn_v2_after_the_reaper_is_invalid_txn_state_and_older_epochs_are_fenced() {
+    let reaped = complete(&fence_and_abort(&ongoing(), NOW + 20), NOW + 30).expect("completes");
+    assert_eq!(reaped.producer_epoch, 1);
+    assert_eq!(end_v2(&reaped, 0, true), Err(ErrorCode::InvalidTxnState));
+    let later = complete(&prepared_v2(end_v2(&reaped, 1, false)), NOW + 40).expect("completes");
+    assert_eq!(later.producer_epoch, 2);
+    assert_eq!(end_v2(&later, 0, true), Err(ErrorCode::ProducerFenced));
+    assert_eq!(end_v2(&later, 3, true), Err(ErrorCode::ProducerFenced));
+    assert_eq!(
+        end_txn_v2(&later, 7001, 2, true, NOW),
+        Err(ErrorCode::InvalidProducerIdMapping)
+    );
+}
+
 /// One client or coordinator action on a transactional id.
 #[derive(Debug, Clone)]
 enum Op {

@@ -1,7 +1,9 @@
 //! ApiVersions: which APIs and versions this broker serves.
 
 use super::SUPPORTED_APIS;
-use kaas_core::protocol::messages::api_versions_response::ApiVersion;
+use kaas_core::protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kaas_core::protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kaas_core::protocol::ErrorCode;
 
@@ -17,10 +19,31 @@ fn api_keys() -> Vec<ApiVersion> {
         .collect()
 }
 
+/// The feature clients look for to speak transaction version 2 (KIP-890
+/// part 2: EndTxn v5, Produce v12 and TxnOffsetCommit v5 in transactions).
+const TRANSACTION_VERSION: &str = "transaction.version";
+const TRANSACTION_VERSION_LEVEL: i16 = 2;
+
+/// Finalized features never change on a kaas broker: one epoch for all.
+const FINALIZED_FEATURES_EPOCH: i64 = 0;
+
 pub fn handle(_req: ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
     ApiVersionsResponse {
         error_code: ErrorCode::None.code(),
         api_keys: api_keys(),
+        supported_features: vec![SupportedFeatureKey {
+            name: TRANSACTION_VERSION.into(),
+            min_version: 0,
+            max_version: TRANSACTION_VERSION_LEVEL,
+            ..Default::default()
+        }],
+        finalized_features_epoch: FINALIZED_FEATURES_EPOCH,
+        finalized_features: vec![FinalizedFeatureKey {
+            name: TRANSACTION_VERSION.into(),
+            max_version_level: TRANSACTION_VERSION_LEVEL,
+            min_version_level: TRANSACTION_VERSION_LEVEL,
+            ..Default::default()
+        }],
         ..Default::default()
     }
 }

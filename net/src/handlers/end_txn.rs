@@ -16,37 +16,54 @@ use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::rules::fenced_error_for;
 use std::sync::Arc;
 
+/// First EndTxn version of transaction version 2 (KIP-890 part 2): the
+/// epoch is bumped at every end and the answer names the producer's next
+/// identity.
+const EPOCH_BUMP_FROM: i16 = 5;
+
 pub async fn handle(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> EndTxnResponse {
-    let code = match end(broker, &req).await {
-        Ok(()) => ErrorCode::None,
-        Err(ErrorCode::ProducerFenced) => fenced_error_for(end_txn_request::API_KEY, version),
-        Err(code) => code,
-    };
-    EndTxnResponse {
-        error_code: code.code(),
+    let mut resp = EndTxnResponse {
         producer_id: -1,
         producer_epoch: -1,
         ..Default::default()
+    };
+    match end(broker, &req, version >= EPOCH_BUMP_FROM).await {
+        Ok((producer_id, producer_epoch)) => {
+            if version >= EPOCH_BUMP_FROM {
+                resp.producer_id = producer_id;
+                resp.producer_epoch = producer_epoch;
+            }
+        }
+        Err(ErrorCode::ProducerFenced) => {
+            resp.error_code = fenced_error_for(end_txn_request::API_KEY, version).code()
+        }
+        Err(code) => resp.error_code = code.code(),
     }
+    resp
 }
 
-async fn end(broker: &Arc<Broker>, req: &EndTxnRequest) -> Result<(), ErrorCode> {
+async fn end(broker: &Arc<Broker>, req: &EndTxnRequest, v2: bool) -> Result<(i64, i16), ErrorCode> {
     if req.transactional_id.is_empty() {
         return Err(ErrorCode::InvalidRequest);
     }
-    let prepared = broker
+    let (prepared, identity) = broker
         .txn_coordinator(&req.transactional_id)?
         .end_txn(
             &req.transactional_id,
             req.producer_id,
             req.producer_epoch,
             req.committed,
+            v2,
         )
         .await?;
-    match prepared {
-        None => Ok(()),
-        Some(prepared) => complete(broker, prepared)
+    if let Some(prepared) = prepared {
+        if v2 {
+            // The new epoch fences the old one everywhere at once.
+            broker.fence_producer(prepared.producer_id, prepared.producer_epoch);
+        }
+        complete(broker, prepared)
             .await
-            .map_err(|_| ErrorCode::ConcurrentTransactions),
+            .map_err(|_| ErrorCode::ConcurrentTransactions)?;
     }
+    Ok(identity)
 }

@@ -73,13 +73,12 @@ pub const SUPPORTED_APIS: &[(i16, i16, i16)] = &[
     (list_groups_request::API_KEY, 0, 5),
     (delete_groups_request::API_KEY, 0, 2),
     (offset_delete_request::API_KEY, 0, 0),
-    // Transactions (KIP-98), transaction version 1: EndTxn v5 and
-    // TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2),
-    // which kaas does not finalize yet.
+    // Transactions (KIP-98); EndTxn v5 and TxnOffsetCommit v5 are those of
+    // transaction version 2 (KIP-890 part 2), finalized in ApiVersions.
     (add_partitions_to_txn_request::API_KEY, 0, 5),
     (add_offsets_to_txn_request::API_KEY, 0, 4),
-    (end_txn_request::API_KEY, 0, 4),
-    (txn_offset_commit_request::API_KEY, 0, 4),
+    (end_txn_request::API_KEY, 0, 5),
+    (txn_offset_commit_request::API_KEY, 0, 5),
     (describe_transactions_request::API_KEY, 0, 0),
     (list_transactions_request::API_KEY, 0, 1),
 ];

@@ -19,6 +19,10 @@ use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::rules::{fenced_error_for, not_in_transaction_error};
 use std::sync::Arc;
 
+/// First TxnOffsetCommit version of transaction version 2 (KIP-890 part 2):
+/// the group joins the transaction with its first offsets.
+const IMPLICIT_ADD_FROM: i16 = 5;
+
 pub async fn handle(
     broker: &Arc<Broker>,
     req: TxnOffsetCommitRequest,
@@ -44,7 +48,7 @@ pub async fn handle(
             }
         }
     }
-    let result = stage(broker, &req, offsets).await;
+    let result = stage(broker, &req, offsets, version).await;
     let fenced = |code| match code {
         ErrorCode::ProducerFenced => fenced_error_for(txn_offset_commit_request::API_KEY, version),
         ErrorCode::InvalidTxnState => {
@@ -93,12 +97,25 @@ async fn stage(
     broker: &Arc<Broker>,
     req: &TxnOffsetCommitRequest,
     offsets: Vec<CommitOffset>,
+    version: i16,
 ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
     let groups = broker.group_coordinator(&req.group_id)?;
     if req.transactional_id.is_empty() {
         return Err(ErrorCode::InvalidRequest);
     }
     let transactions = broker.txn_coordinator(&req.transactional_id)?;
+    if version >= IMPLICIT_ADD_FROM {
+        // Transaction version 2: the commit adds its group itself.
+        transactions
+            .add_to_transaction(
+                &req.transactional_id,
+                req.producer_id,
+                req.producer_epoch,
+                &[],
+                std::slice::from_ref(&req.group_id),
+            )
+            .await?;
+    }
     let verify = || {
         transactions.verify_group(
             &req.transactional_id,

@@ -288,11 +288,16 @@ impl TxnCoordinator {
         partition: &(String, i32),
     ) -> Result<(), ErrorCode> {
         let inner = self.lock();
-        if inner.writing.contains(id) {
-            // A decision being written may be the one that adds it.
-            return Err(ErrorCode::ConcurrentTransactions);
+        let verified =
+            rules::verify_partition(entry_in(&inner, id), producer_id, producer_epoch, partition);
+        match verified {
+            // Not in the durable entry, but a decision being written may
+            // be the one that adds it: the producer retries. (One in the
+            // durable entry is safe to accept whatever is being written:
+            // the transaction's marker can only follow this batch.)
+            Err(_) if inner.writing.contains(id) => Err(ErrorCode::ConcurrentTransactions),
+            other => other,
         }
-        rules::verify_partition(entry_in(&inner, id), producer_id, producer_epoch, partition)
     }
 
     /// TxnOffsetCommit's check: has the ongoing transaction of `id` added
@@ -312,20 +317,33 @@ impl TxnCoordinator {
     }
 
     /// EndTxn: the prepared entry to complete, once it is durable, or
-    /// `None` for a retry of an EndTxn that already completed.
+    /// `None` for a retry of an EndTxn that already completed; and the
+    /// producer's identity after it (transaction version 2 bumps the
+    /// epoch at every end: `v2`, EndTxn v5).
     pub async fn end_txn(
         self: &Arc<Self>,
         id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> Result<Option<TxnEntry>, ErrorCode> {
+        v2: bool,
+    ) -> Result<(Option<TxnEntry>, (i64, i16)), ErrorCode> {
         let now = self.env.now_ms();
         self.decide(id, |entry| {
             let entry = entry.ok_or(ErrorCode::InvalidProducerIdMapping)?;
-            match rules::end_txn(entry, producer_id, producer_epoch, commit, now)? {
-                End::Prepare(next) => Ok((Some(next.clone()), Some(next))),
-                End::AlreadyComplete => Ok((None, None)),
+            let end = if v2 {
+                rules::end_txn_v2(entry, producer_id, producer_epoch, commit, now)?
+            } else {
+                rules::end_txn(entry, producer_id, producer_epoch, commit, now)?
+            };
+            match end {
+                End::Prepare(next) => {
+                    let identity = (next.producer_id, next.producer_epoch);
+                    Ok((Some(next.clone()), (Some(next), identity)))
+                }
+                End::AlreadyComplete => {
+                    Ok((None, (None, (entry.producer_id, entry.producer_epoch))))
+                }
             }
         })
         .await

@@ -53,6 +53,18 @@ async fn ongoing(c: &Arc<TxnCoordinator>, timeout_ms: i32) -> (i64, i16) {
     (pid, epoch)
 }
 
+/// EndTxn of transaction version 1: the prepared entry, if any.
+async fn end_txn(
+    c: &Arc<TxnCoordinator>,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+) -> Result<Option<TxnEntry>, ErrorCode> {
+    c.end_txn(ID, pid, epoch, commit, false)
+        .await
+        .map(|(prepared, _)| prepared)
+}
+
 fn state(c: &TxnCoordinator) -> TxnState {
     c.entry(ID).map(|e| e.state).unwrap()
 }
@@ -65,7 +77,7 @@ async fn a_decision_being_written_turns_away_a_second_one() {
     // EndTxn and the reaper's abort (or a second EndTxn) decided at once:
     // the first is written, the second is told to retry.
     let found = c.entry(ID).unwrap();
-    let (end, reap) = tokio::join!(c.end_txn(ID, pid, epoch, true), async {
+    let (end, reap) = tokio::join!(end_txn(&c, pid, epoch, true), async {
         // Let the EndTxn decide first.
         tokio::task::yield_now().await;
         c.abort_timed_out(&found).await
@@ -84,7 +96,7 @@ async fn the_reaper_leaves_a_prepared_transaction_to_its_completion() {
     let c = open(flaky(dir.path()).0);
     let (pid, epoch) = ongoing(&c, 1).await;
     let found = c.entry(ID).unwrap();
-    let prepared = c.end_txn(ID, pid, epoch, true).await.unwrap().unwrap();
+    let prepared = end_txn(&c, pid, epoch, true).await.unwrap().unwrap();
     // The reaper found it Ongoing and past its timeout a moment before:
     // by the time it decides, the transaction is prepared. Nothing to do.
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -107,7 +119,7 @@ async fn a_reaped_producer_is_fenced_and_its_end_txn_refused() {
     // The producer's EndTxn arrives after the reaper: fenced, so it can
     // never commit what was aborted (KAFKA-6119).
     assert_eq!(
-        c.end_txn(ID, pid, epoch, true).await,
+        end_txn(&c, pid, epoch, true).await,
         Err(ErrorCode::ProducerFenced)
     );
     // InitProducerId while the abort's markers are owed: retry later.
@@ -122,7 +134,7 @@ async fn two_completers_of_one_transaction_run_one_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(flaky(dir.path()).0);
     let (pid, epoch) = ongoing(&c, 60_000).await;
-    let prepared = c.end_txn(ID, pid, epoch, false).await.unwrap().unwrap();
+    let prepared = end_txn(&c, pid, epoch, false).await.unwrap().unwrap();
     // EndTxn's own completion and the reconcile.
     assert!(c.begin_completion(ID));
     assert!(!c.begin_completion(ID), "the reconcile must wait its turn");
@@ -134,9 +146,9 @@ async fn two_completers_of_one_transaction_run_one_at_a_time() {
     c.end_completion(ID);
     assert_eq!(state(&c), TxnState::CompleteAbort);
     // EndTxn retried in the same direction succeeds, the other is refused.
-    assert_eq!(c.end_txn(ID, pid, epoch, false).await, Ok(None));
+    assert_eq!(end_txn(&c, pid, epoch, false).await, Ok(None));
     assert_eq!(
-        c.end_txn(ID, pid, epoch, true).await,
+        end_txn(&c, pid, epoch, true).await,
         Err(ErrorCode::InvalidTxnState)
     );
 }
@@ -169,7 +181,7 @@ async fn a_failed_slot_write_changes_nothing_and_the_retry_succeeds() {
     let (pid, epoch) = ongoing(&c, 60_000).await;
     writes.fail.store(true, Ordering::SeqCst);
     assert_eq!(
-        c.end_txn(ID, pid, epoch, true).await,
+        end_txn(&c, pid, epoch, true).await,
         Err(ErrorCode::NotCoordinator)
     );
     assert_eq!(
@@ -178,7 +190,7 @@ async fn a_failed_slot_write_changes_nothing_and_the_retry_succeeds() {
         "nothing a crash could take back"
     );
     writes.fail.store(false, Ordering::SeqCst);
-    assert!(c.end_txn(ID, pid, epoch, true).await.unwrap().is_some());
+    assert!(end_txn(&c, pid, epoch, true).await.unwrap().is_some());
     assert_eq!(state(&c), TxnState::PrepareCommit);
 }
 
@@ -222,7 +234,7 @@ async fn entries_survive_reopening_the_volume() {
     let (volume, _) = flaky(dir.path());
     let c = open(volume.clone());
     let (pid, epoch) = ongoing(&c, 60_000).await;
-    c.end_txn(ID, pid, epoch, true).await.unwrap();
+    end_txn(&c, pid, epoch, true).await.unwrap();
     drop(c);
     let c = open(volume);
     let e = c.entry(ID).unwrap();
@@ -231,4 +243,29 @@ async fn entries_survive_reopening_the_volume() {
         (pid, epoch, TxnState::PrepareCommit)
     );
     assert_eq!(e.partitions.len(), 1, "the markers still owed");
+}
+
+#[tokio::test]
+async fn a_partition_already_added_is_verified_while_another_is_being_added() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(flaky(dir.path()).0);
+    let (pid, epoch) = ongoing(&c, 60_000).await;
+    let t0 = ("t".to_string(), 0);
+    let t1 = ("t".to_string(), 1);
+    let (added, (during_t0, during_t1)) = tokio::join!(
+        c.add_to_transaction(ID, pid, epoch, std::slice::from_ref(&t1), &[]),
+        async {
+            // The AddPartitionsToTxn for t-1 is being written now.
+            tokio::task::yield_now().await;
+            (c.verify(ID, pid, epoch, &t0), c.verify(ID, pid, epoch, &t1))
+        }
+    );
+    assert_eq!(added, Ok(()));
+    assert_eq!(during_t0, Ok(()), "t-0 is in the durable entry");
+    assert_eq!(
+        during_t1,
+        Err(ErrorCode::ConcurrentTransactions),
+        "t-1 is not durable yet: retry"
+    );
+    assert_eq!(c.verify(ID, pid, epoch, &t1), Ok(()));
 }
