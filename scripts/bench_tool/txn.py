@@ -41,6 +41,7 @@ nothing about speed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
@@ -85,6 +86,9 @@ def parse_args(argv):
     ap.add_argument("--smoke", action="store_true",
                     help="4 producers, 1 s warm-up, 3 s measured, kaas only unless --targets says "
                          "otherwise: checks that it works; the numbers mean nothing")
+    ap.add_argument("--client-debug", metavar="CONTEXTS",
+                    help="librdkafka debug contexts for the producers (e.g. eos,msg,protocol), logged to "
+                         "stderr: which requests were retried, and why")
     ap.add_argument("--bootstrap", help="use this already running broker as target 'kaas' instead of starting one")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -152,6 +156,15 @@ class Worker(threading.Thread):
             "transaction.timeout.ms": 60000,
             "message.timeout.ms": 60000,
         }
+        if args.client_debug:
+            self.conf["debug"] = args.client_debug
+        # librdkafka's statistics, for one figure: how many requests it had to
+        # send again (retriable errors such as NOT_ENOUGH_REPLICAS, each after
+        # retry.backoff.ms), a cause of slow transactions the latencies alone
+        # do not show.
+        self.conf["statistics.interval.ms"] = 1000
+        self.conf["stats_cb"] = self.on_stats
+        self.retries = 0
         self.producer = None
         self.committed_total = 0   # warm-up included: what the consumer must see
         self.committed = 0         # begun and committed inside the measured window
@@ -162,6 +175,13 @@ class Worker(threading.Thread):
         self.commit_lat = []
         self.txn_lat = []
         self.ready = threading.Event()
+
+    def on_stats(self, text):
+        try:
+            stats = json.loads(text)
+            self.retries = sum(b.get("txretries", 0) for b in stats.get("brokers", {}).values())
+        except ValueError:
+            pass
 
     def run(self):
         try:
@@ -215,6 +235,7 @@ class Worker(threading.Thread):
     def close(self):
         if self.producer is not None:
             self.producer.flush(5)
+            self.producer.poll(0)
             self.producer = None
 
 
@@ -275,6 +296,12 @@ def one_run(target, bootstrap, broker_pid, args, label):
     init_secs = time.perf_counter() - t_init
     cpu_c0, cpu_b0 = self_cpu(), proc_cpu(broker_pid) if broker_pid else None
     phase["go"].set()
+    # The warm-up starts once every producer has committed a transaction: Kafka's
+    # coordinator loads __transaction_state on first use, which can take seconds.
+    first_deadline = time.monotonic() + 120
+    while (any(w.committed_total == 0 and w.is_alive() for w in workers)
+           and time.monotonic() < first_deadline):
+        time.sleep(0.05)
     time.sleep(args.warmup)
     cpu_c1, cpu_b1 = self_cpu(), proc_cpu(broker_pid) if broker_pid else None
     t0 = time.perf_counter()
@@ -285,8 +312,10 @@ def one_run(target, bootstrap, broker_pid, args, label):
     cpu_c2, cpu_b2 = self_cpu(), proc_cpu(broker_pid) if broker_pid else None
     for w in workers:
         w.join(120)
+    time.sleep(1.1)  # every producer has queued fresh statistics by now
     for w in workers:
-        w.close()
+        w.close()  # serves them
+    retries = sum(w.retries for w in workers)
     secs = t1 - t0
     committed = sum(w.committed for w in workers)
     committed_total = sum(w.committed_total for w in workers)
@@ -304,7 +333,7 @@ def one_run(target, bootstrap, broker_pid, args, label):
         "committed": committed, "committed_total": committed_total, "aborted": aborted, "failed": failed,
         "errors": errors[:5], "txn_s": committed / secs, "rec_s": committed * args.records / secs,
         "commit": commit, "flush": flush, "txn": txn,
-        "expected": expected, "verify": ver,
+        "expected": expected, "verify": ver, "retries": retries,
         "cpu_client": mw / secs,
         "cpu_broker": (cpu_b2 - cpu_b1) / secs if cpu_b2 is not None and cpu_b1 is not None else None,
     }
@@ -325,6 +354,8 @@ def describe(r):
         % (r["label"], r["committed"], r["secs"], r["txn_s"], r["rec_s"], r["aborted"], r["failed"]),
         "[%s] latency ms p50 / p99 / max: EndTxn (commit_transaction) %s; produce (send to flush) %s; "
         "whole transaction %s" % (r["label"], lat3(r["commit"]), lat3(r["flush"]), lat3(r["txn"])),
+        "[%s] requests the producers sent again (librdkafka txretries, whole run): %d"
+        % (r["label"], r["retries"]),
         "[%s] CPU: client %.2f cores, broker %s cores (of %d); producers initialised in %.1f s"
         % (r["label"], r["cpu_client"], "%.2f" % r["cpu_broker"] if r["cpu_broker"] is not None else "?",
            os.cpu_count() or 0, r["init_secs"]),
@@ -344,17 +375,17 @@ def markdown(results, args):
            "idempotent; %.0f s measured after %.0f s warm-up; latency in ms):"
            % (args.producers, args.records, args.size, args.partitions, args.duration, args.warmup), "",
            "| target | run | committed txn/s | records/s | EndTxn p50 | EndTxn p99 | EndTxn max "
-           "| produce p50 | produce p99 | txn p99 | aborted+failed | read_committed check | client CPU | broker CPU |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+           "| produce p50 | produce p99 | txn p99 | aborted+failed | produce retries | read_committed check | client CPU | broker CPU |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for r in results:
         if "error" in r:
-            out.append("| %s | %s | FAILED: %s | | | | | | | | | | | |" % (r["target"], r["run"], r["error"]))
+            out.append("| %s | %s | FAILED: %s | | | | | | | | | | | | |" % (r["target"], r["run"], r["error"]))
             continue
         c, f, t = r["commit"], r["flush"], r["txn"]
-        out.append("| %s | %d | {:,.0f} | {:,.0f} | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %d | %s | %.2f | %s |"
+        out.append("| %s | %d | {:,.0f} | {:,.0f} | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %d | %d | %s | %.2f | %s |"
                    .format(r["txn_s"], r["rec_s"])
                    % (r["target"], r["run"], pct(c, .5), pct(c, .99), c[-1], pct(f, .5), pct(f, .99), pct(t, .99),
-                      r["aborted"] + r["failed"],
+                      r["aborted"] + r["failed"], r["retries"],
                       ("%s = %s" % ("{:,}".format(r["verify"]["got"]), "OK" if r["verify"]["ok"] else "BAD")),
                       r["cpu_client"], "%.2f" % r["cpu_broker"] if r["cpu_broker"] is not None else "?"))
     return "\n".join(out)
