@@ -158,13 +158,13 @@ class Worker(threading.Thread):
         }
         if args.client_debug:
             self.conf["debug"] = args.client_debug
-        # librdkafka's statistics, for one figure: how many requests it had to
-        # send again (retriable errors such as NOT_ENOUGH_REPLICAS, each after
-        # retry.backoff.ms), a cause of slow transactions the latencies alone
-        # do not show.
+        # librdkafka's statistics, for the requests each producer sent by API:
+        # Produce requests per transaction above the partitions it touched are
+        # batches sent again after a retriable error (NOT_ENOUGH_REPLICAS, ...),
+        # each after retry.backoff.ms; the latencies alone do not show that.
         self.conf["statistics.interval.ms"] = 1000
         self.conf["stats_cb"] = self.on_stats
-        self.retries = 0
+        self.requests = {}
         self.producer = None
         self.committed_total = 0   # warm-up included: what the consumer must see
         self.committed = 0         # begun and committed inside the measured window
@@ -179,7 +179,11 @@ class Worker(threading.Thread):
     def on_stats(self, text):
         try:
             stats = json.loads(text)
-            self.retries = sum(b.get("txretries", 0) for b in stats.get("brokers", {}).values())
+            reqs = {}
+            for b in stats.get("brokers", {}).values():
+                for api, n in (b.get("req") or {}).items():
+                    reqs[api] = reqs.get(api, 0) + n
+            self.requests = reqs
         except ValueError:
             pass
 
@@ -315,7 +319,10 @@ def one_run(target, bootstrap, broker_pid, args, label):
     time.sleep(1.1)  # every producer has queued fresh statistics by now
     for w in workers:
         w.close()  # serves them
-    retries = sum(w.retries for w in workers)
+    requests = {}
+    for w in workers:
+        for api, n in w.requests.items():
+            requests[api] = requests.get(api, 0) + n
     secs = t1 - t0
     committed = sum(w.committed for w in workers)
     committed_total = sum(w.committed_total for w in workers)
@@ -333,12 +340,18 @@ def one_run(target, bootstrap, broker_pid, args, label):
         "committed": committed, "committed_total": committed_total, "aborted": aborted, "failed": failed,
         "errors": errors[:5], "txn_s": committed / secs, "rec_s": committed * args.records / secs,
         "commit": commit, "flush": flush, "txn": txn,
-        "expected": expected, "verify": ver, "retries": retries,
+        "expected": expected, "verify": ver, "requests": requests,
         "cpu_client": mw / secs,
         "cpu_broker": (cpu_b2 - cpu_b1) / secs if cpu_b2 is not None and cpu_b1 is not None else None,
     }
     del cpu_c0, cpu_b0
     return res
+
+
+def per_txn(r):
+    n = max(1, r["committed_total"])
+    shown = [api for api in ("Produce", "AddPartitionsToTxn", "EndTxn") if api in r["requests"]]
+    return ", ".join("%s %.2f" % (api, r["requests"][api] / n) for api in shown) or "?"
 
 
 def lat3(v):
@@ -354,8 +367,8 @@ def describe(r):
         % (r["label"], r["committed"], r["secs"], r["txn_s"], r["rec_s"], r["aborted"], r["failed"]),
         "[%s] latency ms p50 / p99 / max: EndTxn (commit_transaction) %s; produce (send to flush) %s; "
         "whole transaction %s" % (r["label"], lat3(r["commit"]), lat3(r["flush"]), lat3(r["txn"])),
-        "[%s] requests the producers sent again (librdkafka txretries, whole run): %d"
-        % (r["label"], r["retries"]),
+        "[%s] requests per committed transaction (whole run, warm-up included): %s"
+        % (r["label"], per_txn(r)),
         "[%s] CPU: client %.2f cores, broker %s cores (of %d); producers initialised in %.1f s"
         % (r["label"], r["cpu_client"], "%.2f" % r["cpu_broker"] if r["cpu_broker"] is not None else "?",
            os.cpu_count() or 0, r["init_secs"]),
@@ -375,17 +388,19 @@ def markdown(results, args):
            "idempotent; %.0f s measured after %.0f s warm-up; latency in ms):"
            % (args.producers, args.records, args.size, args.partitions, args.duration, args.warmup), "",
            "| target | run | committed txn/s | records/s | EndTxn p50 | EndTxn p99 | EndTxn max "
-           "| produce p50 | produce p99 | txn p99 | aborted+failed | produce retries | read_committed check | client CPU | broker CPU |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+           "| produce p50 | produce p99 | txn p99 | aborted+failed | Produce req/txn | AddPartitionsToTxn req/txn | read_committed check | client CPU | broker CPU |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for r in results:
         if "error" in r:
-            out.append("| %s | %s | FAILED: %s | | | | | | | | | | | | |" % (r["target"], r["run"], r["error"]))
+            out.append("| %s | %s | FAILED: %s | | | | | | | | | | | | | |" % (r["target"], r["run"], r["error"]))
             continue
         c, f, t = r["commit"], r["flush"], r["txn"]
-        out.append("| %s | %d | {:,.0f} | {:,.0f} | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %d | %d | %s | %.2f | %s |"
+        out.append("| %s | %d | {:,.0f} | {:,.0f} | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %s | %.2f | %s |"
                    .format(r["txn_s"], r["rec_s"])
                    % (r["target"], r["run"], pct(c, .5), pct(c, .99), c[-1], pct(f, .5), pct(f, .99), pct(t, .99),
-                      r["aborted"] + r["failed"], r["retries"],
+                      r["aborted"] + r["failed"],
+                      r["requests"].get("Produce", 0) / max(1, r["committed_total"]),
+                      r["requests"].get("AddPartitionsToTxn", 0) / max(1, r["committed_total"]),
                       ("%s = %s" % ("{:,}".format(r["verify"]["got"]), "OK" if r["verify"]["ok"] else "BAD")),
                       r["cpu_client"], "%.2f" % r["cpu_broker"] if r["cpu_broker"] is not None else "?"))
     return "\n".join(out)
