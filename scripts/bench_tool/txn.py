@@ -89,6 +89,10 @@ def parse_args(argv):
     ap.add_argument("--smoke", action="store_true",
                     help="4 producers, 1 s warm-up, 3 s measured, kaas only unless --targets says "
                          "otherwise: checks that it works; the numbers mean nothing")
+    ap.add_argument("--retry-backoff-ms", type=int, metavar="MS",
+                    help="the producers' retry.backoff.ms and retry.backoff.max.ms (default: librdkafka's, "
+                         "100 and 1000, exponential). The Java client retries a refused first "
+                         "AddPartitionsToTxn after 20 ms; 20 here comes close to that")
     ap.add_argument("--client-debug", metavar="CONTEXTS",
                     help="librdkafka debug contexts for the producers (e.g. eos,msg,protocol), logged to "
                          "stderr: which requests were retried, and why")
@@ -163,6 +167,9 @@ class Worker(threading.Thread):
         }
         if args.client_debug:
             self.conf["debug"] = args.client_debug
+        if args.retry_backoff_ms is not None:
+            self.conf["retry.backoff.ms"] = args.retry_backoff_ms
+            self.conf["retry.backoff.max.ms"] = max(args.retry_backoff_ms, 1)
         # librdkafka's statistics, for the requests each producer sent by API:
         # Produce requests per transaction above the partitions it touched are
         # batches sent again after a retriable error (NOT_ENOUGH_REPLICAS, ...),
@@ -424,9 +431,11 @@ def main(argv=None):
     print("disk (%s, both brokers' data): %s" % (tmp, fmt_probe("fdatasync", probe["fdatasync"])))
     print("disk (%s, both brokers' data): %s" % (tmp, fmt_probe("fsync", probe["fsync"])))
     print("workload: %d transactional producers (threads), %d records x %d B per transaction over %d partitions, "
-          "acks=all; %.0f s warm-up, %.0f s measured, %d run(s) per target: %s%s"
+          "acks=all; %.0f s warm-up, %.0f s measured, %d run(s) per target: %s; retry.backoff.ms %s%s"
           % (args.producers, args.records, args.size, args.partitions, args.warmup, args.duration, args.runs,
-             ", ".join(args.targets), "; SMOKE: the numbers mean nothing" if args.smoke else ""), flush=True)
+             ", ".join(args.targets),
+             "librdkafka's default" if args.retry_backoff_ms is None else "%d (max too)" % args.retry_backoff_ms,
+             "; SMOKE: the numbers mean nothing" if args.smoke else ""), flush=True)
 
     results = []
     failures = []
