@@ -27,8 +27,8 @@ comments say what Kafka was seen to do where a client surfaces it).
   and passed.) After each broker restart librdkafka 2.16.1 was seen, on Kafka as on
   kaas, to hang in send_offsets_to_transaction; eos_app.py then restarts itself
   (30 s later), which the history printed by the test shows.
-- test_java_*: kafka-clients 4.1.1 with its default transaction version (Kafka 4.1.1
-  finalizes transaction.version=2; the client follows what the broker reports) runs
+- test_java_*: kafka-clients 4.1.1 with its default transaction version (Kafka 4.1.1 and
+  kaas finalize transaction.version=2; the client follows what the broker reports) runs
   the interleaved scenario and zombie fencing (java/ TransactionScenarios).
 
 Run only these: scripts/e2e -k test_transactions (the Kafka side alone: -k
@@ -797,8 +797,8 @@ def test_java_transactions_interleaved(kaas_or_kafka, topic_name, java_client_cl
     """kafka-clients 4.1.1 with its default transaction version (2 on Kafka 4.1.1, which
     finalizes transaction.version=2): one producer, commits and aborts in a seeded order."""
     r = run_scenario(java_client_classpath, "txn-interleaved", kaas_or_kafka.bootstrap, topic_name)
-    if kaas_or_kafka.name == "kafka":
-        assert r["transaction_version"] == 2, r["transaction_version"]
+    # both brokers finalize transaction.version=2, so the client speaks it
+    assert r["transaction_version"] == 2, r["transaction_version"]
     written = [(p, o, v, c) for p, o, v, c in r["written"]]
     assert len(written) == len({(p, o) for p, o, _, _ in written}), "two records at one offset"
     markers = {p: 0 for p in range(PARTITIONS)}
@@ -822,8 +822,8 @@ def test_java_transactions_interleaved(kaas_or_kafka, topic_name, java_client_cl
 @java_only
 def test_java_zombie_is_fenced(kaas_or_kafka, topic_name, java_client_classpath):
     r = run_scenario(java_client_classpath, "txn-fencing", kaas_or_kafka.bootstrap, topic_name)
-    if kaas_or_kafka.name == "kafka":
-        assert r["transaction_version"] == 2, r["transaction_version"]
+    # both brokers finalize transaction.version=2, so the client speaks it
+    assert r["transaction_version"] == 2, r["transaction_version"]
     # A's a1 at 0 of partition 0, B's init aborts it (the marker at 1), b1 at 2
     assert (r["a1"], r["b1"], r["b2"], r["b3"]) == ([0, 0], [0, 2], [1, 0], [2, 0]), r
     # what kafka-clients 4.1.1 raises on Kafka 4.1.1 (transaction version 2): the zombie's
