@@ -13,7 +13,8 @@
 //!   transactional, headers, markers, several in a row) and the record sets
 //!   of captured Produce requests (real clients' batches, compressed too);
 //! - `state_files/`: a producer snapshot, a PID block file, a group slot
-//!   file and a whole volume written by a real broker.
+//!   file, a transaction slot file and a whole volume written by a real
+//!   broker.
 //!
 //! File names are content hashes, so re-running never duplicates a seed.
 
@@ -188,6 +189,10 @@ fn state_files(dir: &Path) {
     slot.extend(group_slot(3, "g3"));
     write_seed(dir, "gen-group-slot", &slot);
 
+    let mut txn = vec![2u8];
+    txn.extend(txn_slot(3));
+    write_seed(dir, "gen-txn-slot", &txn);
+
     write_seed(dir, "gen-volume", &[&[3u8][..], &broker_volume()].concat());
 }
 
@@ -221,6 +226,46 @@ fn group_slot(slot: u32, group: &str) -> Vec<u8> {
         producer_epoch: 0,
         offsets: vec![("u".into(), 0, entry(3))],
     });
+    state.encode().expect("slot encodes")
+}
+
+/// A transaction slot file holding an idle id, an ongoing transaction with
+/// a partition and a group, and a prepared one (as after a crash between
+/// the phases of EndTxn).
+fn txn_slot(slot: u32) -> Vec<u8> {
+    use kaas_core::txn::{rules, Init, TxnSlotOp, TxnSlotState};
+    let ids: Vec<String> = (0..)
+        .map(|i| format!("tx-{i}"))
+        .filter(|id| kaas_core::cluster::coordinator_slot(id) == slot)
+        .take(3)
+        .collect();
+    let mut state = TxnSlotState::new(slot, 2);
+    let mut pid = 1i64 << 40;
+    for (i, id) in ids.iter().enumerate() {
+        pid += 1;
+        let Ok(Init::Ready(idle)) =
+            rules::init_producer_id(None, id, 60_000, None, || pid, 1_700_000_000_000)
+        else {
+            panic!("a fresh id initializes");
+        };
+        let mut entry = idle.clone();
+        if i > 0 {
+            let parts = [("t".to_string(), 0), ("t".to_string(), 1)];
+            entry =
+                rules::add_to_transaction(&idle, pid, 0, &parts, &["g".into()], 1_700_000_000_100)
+                    .expect("added")
+                    .expect("changed");
+        }
+        if i > 1 {
+            let Ok(kaas_core::txn::End::Prepare(prepared)) =
+                rules::end_txn(&entry, pid, 0, true, 1_700_000_000_200)
+            else {
+                panic!("an ongoing transaction prepares");
+            };
+            entry = prepared;
+        }
+        state.apply(&TxnSlotOp::Put(entry));
+    }
     state.encode().expect("slot encodes")
 }
 

@@ -18,8 +18,8 @@
 use arbitrary::Arbitrary;
 use kaas_core::partition::txn_index::{decode_index, encode_entry};
 use kaas_core::partition::{
-    aborted_index_entry, AbortedTxn, AppendDecision, IncomingBatch, IncomingMarker,
-    PartitionState, Recovered,
+    aborted_index_entry, AbortedTxn, AppendDecision, IncomingBatch, IncomingMarker, PartitionState,
+    Recovered,
 };
 use kaas_core::producer::{
     decode_snapshot, encode_snapshot, BatchIdentity, BatchMeta, Classification, ProducerTable,
@@ -309,7 +309,10 @@ impl Machine {
                     .replay(&batch, self.now_ms)
                     .expect("a marker closes a transaction");
                 let got = aborted_index_entry(&completed, self.table.first_open_offset());
-                assert_eq!(got, want, "aborted-index entry of the marker at {marker_offset}");
+                assert_eq!(
+                    got, want,
+                    "aborted-index entry of the marker at {marker_offset}"
+                );
                 let written = self
                     .state
                     .append_marker(&IncomingMarker {
@@ -500,7 +503,10 @@ impl Machine {
                 aborted.extend(aborted_index_entry(&completed, rebuilt.first_open_offset()));
             }
         }
-        assert_eq!(aborted, self.aborted, "recovery rebuilt another aborted index");
+        assert_eq!(
+            aborted, self.aborted,
+            "recovery rebuilt another aborted index"
+        );
         let bytes: Vec<u8> = aborted.iter().flat_map(encode_entry).collect();
         assert_eq!(
             decode_index(&bytes),

@@ -281,7 +281,7 @@ pub fn state_files(data: &[u8]) {
     match kind % 4 {
         0 => producer_snapshot(rest),
         1 => pid_block_file(rest),
-        2 => group_slot_file(rest),
+        2 => slot_file(rest),
         _ => broker_open(rest),
     }
 }
@@ -353,6 +353,13 @@ fn pid_block_file(data: &[u8]) {
     }
 }
 
+/// A coordinator slot file: the same bytes read as a group slot and as a
+/// transaction slot (both JSON, one layout each).
+fn slot_file(data: &[u8]) {
+    group_slot_file(data);
+    txn_slot_file(data);
+}
+
 fn group_slot_file(data: &[u8]) {
     use kaas_core::group::SlotState;
     let Ok(state) = SlotState::decode(data, 3) else {
@@ -361,6 +368,42 @@ fn group_slot_file(data: &[u8]) {
     let encoded = state.encode().expect("a slot state encodes");
     let again = SlotState::decode(&encoded, 3).expect("our own slot file parses");
     assert_eq!(again, state);
+}
+
+/// A transaction slot file as the coordinator loads it: what decodes
+/// encodes back the same, and the rules run on every loaded entry without
+/// panicking, whatever epochs, states and times the file holds.
+fn txn_slot_file(data: &[u8]) {
+    use kaas_core::txn::{rules, Claim, TxnSlotState};
+    let Ok(state) = TxnSlotState::decode(data, 3) else {
+        return;
+    };
+    let encoded = state.encode().expect("a slot state encodes");
+    let again = TxnSlotState::decode(&encoded, 3).expect("our own slot file parses");
+    assert_eq!(again, state);
+    for e in state.entries.values() {
+        let (pid, epoch) = (e.producer_id, e.producer_epoch);
+        let claim = Some(Claim {
+            producer_id: pid,
+            producer_epoch: epoch,
+        });
+        let _ = rules::init_producer_id(Some(e), &e.transactional_id, 60_000, claim, || 1, 0);
+        let _ = rules::init_producer_id(Some(e), &e.transactional_id, 60_000, None, || 1, i64::MAX);
+        let _ = rules::add_to_transaction(e, pid, epoch, &[("t".into(), 0)], &["g".into()], 0);
+        for commit in [true, false] {
+            let _ = rules::end_txn(e, pid, epoch, commit, i64::MIN);
+            let _ = rules::end_txn_v2(e, pid, epoch, commit, i64::MAX);
+            let _ = rules::end_txn_v2(e, pid, epoch.wrapping_add(1), commit, 0);
+        }
+        let _ = rules::complete(e, 0);
+        let _ = rules::has_timed_out(e, i64::MAX);
+        let _ = rules::has_timed_out(e, i64::MIN);
+        let _ = rules::fence_and_abort(e, 0);
+        let _ = rules::has_expired(e, i64::MIN, i64::MAX);
+        let _ = rules::is_listed(e, &[], &[], i64::MAX, i64::MIN);
+        let _ = rules::verify_partition(Some(e), pid, epoch, &("t".into(), 0));
+        let _ = rules::verify_group(Some(e), pid, epoch, "g");
+    }
 }
 
 /// What the broker serves, per partition: (high watermark, log start).

@@ -19,7 +19,6 @@ use kaas_core::partition::IncomingMarker;
 use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::{TxnEntry, TxnState};
 use std::sync::Arc;
-use tokio::task::JoinSet;
 
 /// Completes `prepared` (a PrepareCommit or PrepareAbort entry that is
 /// durable). Err: some step failed; the entry stays prepared and the
@@ -70,21 +69,23 @@ async fn write_markers(
     partitions: &std::collections::BTreeSet<(String, i32)>,
     marker: IncomingMarker,
 ) -> Result<(), ErrorCode> {
-    let mut writes = JoinSet::new();
+    // Spawned, so the writes to different partitions run at once (a
+    // JoinSet would do, but madsim's tokio has none).
+    let mut writes = Vec::new();
     for (topic, index) in partitions {
         let partition = match broker.partition(topic, *index, -1) {
             Ok(p) => p,
             Err(ErrorCode::UnknownTopicOrPartition) => continue,
             Err(code) => return Err(code),
         };
-        writes.spawn(async move {
+        writes.push(tokio::spawn(async move {
             let offset = partition.write_marker(marker).await?;
             partition.wait_durable(offset + 1).await
-        });
+        }));
     }
     let mut outcome = Ok(());
-    while let Some(done) = writes.join_next().await {
-        let result = done.unwrap_or(Err(ErrorCode::KafkaStorageError));
+    for write in writes {
+        let result = write.await.unwrap_or(Err(ErrorCode::KafkaStorageError));
         if let Err(code) = result {
             outcome = Err(code);
         }
