@@ -25,6 +25,7 @@ pub mod checker;
 pub mod env;
 pub mod group_history;
 pub mod params;
+pub mod txn_history;
 pub mod volume;
 
 #[cfg(madsim)]
@@ -37,5 +38,7 @@ pub mod idempotent;
 pub mod pipeline;
 #[cfg(madsim)]
 pub mod runner;
+#[cfg(madsim)]
+pub mod txn;
 #[cfg(madsim)]
 pub mod workload;
