@@ -157,7 +157,7 @@ impl fmt::Display for SeedReport {
             let t = &self.txns;
             write!(
                 f,
-                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} records read during the run, {} at the end | ",
+                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, settled {} ms after the stop | ",
                 t.begun,
                 t.commits_acked,
                 t.commits_unknown,
@@ -174,6 +174,9 @@ impl fmt::Display for SeedReport {
                 t.end_retries,
                 t.records_read_during_run,
                 t.final_records,
+                t.aborted_batches_dropped,
+                t.final_aborted_batches_dropped,
+                t.settled_ms,
             )?;
         }
         write!(
@@ -611,7 +614,12 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     }
     let txn_logs = if params.txn_producers > 0 {
         match client
-            .spawn(txn::final_read(params, BROKER_ADDR, LIVENESS_DEADLINE))
+            .spawn(txn::final_read(
+                params,
+                BROKER_ADDR,
+                shared.clone(),
+                LIVENESS_DEADLINE,
+            ))
             .await
         {
             Ok(Ok(logs)) => logs,

@@ -249,7 +249,7 @@ impl Instance {
             txns_left -= 1;
             match self.transaction().await {
                 Step::Done => {
-                    let think = thread_rng().gen_range(0..=20);
+                    let think = thread_rng().gen_range(0..=50);
                     sleep(Duration::from_millis(think)).await;
                 }
                 Step::Fenced => {
@@ -769,6 +769,8 @@ pub(crate) struct CommittedRead {
     pub(crate) records: Vec<(i64, Bytes)>,
     /// Offset after the last batch returned (the requested one if none).
     pub(crate) next_offset: i64,
+    /// Batches of aborted transactions dropped.
+    pub(crate) aborted_dropped: u64,
 }
 
 /// Delivers a read_committed partition's batches as the Java consumer
@@ -789,6 +791,7 @@ fn deliver_committed(
         last_stable_offset: data.last_stable_offset,
         records: Vec::new(),
         next_offset: requested,
+        aborted_dropped: 0,
     };
     if data.error_code != 0 {
         return Ok(out);
@@ -829,6 +832,7 @@ fn deliver_committed(
                 continue;
             }
             if batch.is_transactional() && aborted_pids.contains(&batch.producer_id()) {
+                out.aborted_dropped += u64::from(batch.next_offset() > requested);
                 continue;
             }
         }
@@ -951,7 +955,10 @@ pub async fn txn_consumer(params: SimParams, addr: SocketAddr, shared: Arc<Share
                 any_error = true;
                 continue;
             }
-            shared.txns().read_committed(part.partition, &part.records);
+            let mut t = shared.txns();
+            t.read_committed(part.partition, &part.records);
+            t.stats.aborted_batches_dropped += part.aborted_dropped;
+            drop(t);
             *position = (*position).max(part.next_offset);
         }
         if any_error {
@@ -969,17 +976,25 @@ pub async fn txn_consumer(params: SimParams, addr: SocketAddr, shared: Arc<Share
 pub async fn final_read(
     params: SimParams,
     addr: SocketAddr,
+    shared: Arc<Shared>,
     deadline: Duration,
 ) -> Result<BTreeMap<i32, Vec<(i64, Bytes)>>, String> {
-    let give_up = Instant::now() + deadline;
+    let started = Instant::now();
+    let give_up = started + deadline;
+    // Every producer has ended its transaction by now, but one that stopped
+    // mid-way: the reaper aborts it once its timeout has passed (counted
+    // from its start, on a broker clock that may be 10 s off the one that
+    // started it, as each incarnation has its own), within an interval.
+    let open_bound = Duration::from_millis(params.txn_timeout_ms as u64 + 2 * 1_000 + 10_000)
+        + Duration::from_secs(5);
+    let mut last = String::new();
     let mut conn: Option<Connection> = None;
     let mut backoff = Backoff::new();
     let ids: Vec<String> = (0..params.txn_producers).map(transactional_id).collect();
-    let mut last = String::new();
     loop {
-        if Instant::now() >= give_up {
+        if Instant::now() >= started + open_bound {
             return Err(format!(
-                "liveness: {deadline:?} after the faults, transactions are still open: {last}"
+                "liveness: {open_bound:?} after the producers stopped, transactions are still open: {last}"
             ));
         }
         let c = match ensure_connected(&mut conn, addr).await {
@@ -1044,6 +1059,7 @@ pub async fn final_read(
             })
             .collect();
         if open.is_empty() {
+            shared.txns().stats.settled_ms = started.elapsed().as_millis() as u64;
             break;
         }
         last = open.join(", ");
@@ -1081,6 +1097,7 @@ pub async fn final_read(
                 last = format!("partition {} error {}", part.partition, part.error_code);
                 continue;
             }
+            shared.txns().stats.final_aborted_batches_dropped += part.aborted_dropped;
             logs.entry(part.partition)
                 .or_default()
                 .extend(part.records.iter().cloned());

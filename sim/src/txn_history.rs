@@ -125,6 +125,12 @@ pub struct TxnStats {
     pub final_records: u64,
     /// Transactions whose commit answer was lost, found committed.
     pub unknown_found_committed: u64,
+    /// Batches of aborted transactions the read_committed consumer
+    /// dropped (by the aborted list) during the run, and in the final read.
+    pub aborted_batches_dropped: u64,
+    pub final_aborted_batches_dropped: u64,
+    /// After the producers stopped, how long until no transaction was open.
+    pub settled_ms: u64,
 }
 
 #[derive(Debug, Default)]
