@@ -175,6 +175,8 @@ mod tests {
             assert!((1..=kaas_core::producer::MAX_CACHED_BATCHES).contains(&a.max_in_flight));
             assert!(a.group_members == 0 || a.group_members >= 2);
             assert!(a.idempotent_producers <= a.producers);
+            assert!(a.txn_producers <= 2 && a.txn_abort_percent > 0);
+            assert!(a.txn_timeout_ms >= 2_000);
         }
     }
 }
