@@ -219,6 +219,11 @@ impl History {
         }
     }
 
+    /// Every producer id handed to an idempotent producer.
+    pub fn granted_pids(&self) -> &BTreeSet<i64> {
+        &self.pids
+    }
+
     /// How many distinct allocator blocks the handed-out ids come from: more
     /// than one means ids were drawn by more than one broker incarnation.
     pub fn pid_blocks(&self) -> usize {

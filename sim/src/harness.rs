@@ -10,9 +10,10 @@ use crate::checker::{History, IdempotenceStats, PartitionLog};
 use crate::env::{SimClock, SimIo};
 use crate::group_history::GroupStats;
 use crate::params::SimParams;
+use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
 use crate::workload::{self, Shared};
-use crate::{group_member, idempotent};
+use crate::{group_member, idempotent, txn};
 use kaas_core::layout;
 use kaas_core::record::{split_batches, Tail};
 use kaas_net::config::{BrokerConfig, LogDefaults};
@@ -53,6 +54,12 @@ pub const MIN_GENERATIONS: usize = 2;
 pub const MIN_OFFSETS_READ_AFTER_RESTART: u64 = 1;
 /// ... and crash the broker at least this often.
 pub const MIN_CRASHES: u64 = 1;
+/// With transactional producers: this many transactions committed,
+pub const MIN_TXN_COMMITS: u64 = 3;
+/// ... this many aborted (acknowledged aborts, fences, abandoned ones),
+pub const MIN_TXN_ABORTS: u64 = 1;
+/// ... and, when the seed drew zombies, this many fences.
+pub const MIN_TXN_FENCES: u64 = 1;
 /// How long the final read-back may take once faults have stopped.
 const LIVENESS_DEADLINE: Duration = Duration::from_secs(120);
 /// How long to wait for an armed power cut or fsync failure before
@@ -92,6 +99,7 @@ pub struct SeedReport {
     pub pid_blocks: usize,
     pub groups: GroupStats,
     pub generations: usize,
+    pub txns: TxnStats,
     pub syncs: u64,
     pub simulated: Duration,
     /// Equal between two runs of a seed iff they behaved the same.
@@ -143,6 +151,32 @@ impl fmt::Display for SeedReport {
                 g.member_crashes,
                 g.member_leaves,
                 g.records_consumed,
+            )?;
+        }
+        if p.txn_producers > 0 {
+            let t = &self.txns;
+            write!(
+                f,
+                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, settled {} ms after the stop | ",
+                t.begun,
+                t.commits_acked,
+                t.commits_unknown,
+                t.unknown_found_committed,
+                t.aborts_acked + t.fenced + t.abandoned,
+                t.aborts_acked,
+                t.fenced,
+                t.abandoned,
+                t.zombies,
+                t.fences_seen,
+                t.inits,
+                t.produce_retries,
+                t.produce_refusals,
+                t.end_retries,
+                t.records_read_during_run,
+                t.final_records,
+                t.aborted_batches_dropped,
+                t.final_aborted_batches_dropped,
+                t.settled_ms,
             )?;
         }
         write!(
@@ -211,6 +245,10 @@ fn broker_config(params: &SimParams) -> BrokerConfig {
     // the simulated minute.
     config.group.min_session_timeout_ms = 100;
     config.group.initial_rebalance_delay_ms = params.initial_rebalance_delay_ms;
+    // The reaper and the marker reconcile run every second, so that
+    // transactions past their (few seconds') timeout are aborted, and
+    // prepared ones completed, within the run.
+    config.txn.abort_timed_out_interval_ms = 1_000;
     config
 }
 
@@ -275,7 +313,13 @@ fn crash_gates_met(params: &SimParams, shared: &Shared) -> bool {
         || shared.groups().reads_after_restart() >= MIN_OFFSETS_READ_AFTER_RESTART;
     let idempotent =
         params.idempotent_producers == 0 || shared.history().pid_blocks() >= MIN_PID_BLOCKS;
-    group && idempotent
+    let txns = params.txn_producers == 0 || {
+        let t = shared.txns();
+        t.stats.commits_acked >= MIN_TXN_COMMITS
+            && t.aborted() >= MIN_TXN_ABORTS
+            && (params.txn_zombie_percent == 0 || t.stats.fences_seen >= MIN_TXN_FENCES)
+    };
+    group && idempotent && txns
 }
 
 /// Kills and restarts the broker at seeded moments until `fault_phase`
@@ -516,6 +560,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         })
         .collect();
     let consumer = client.spawn(workload::consumer(params, BROKER_ADDR, shared.clone()));
+    let txn_producers: Vec<_> = (0..params.txn_producers)
+        .map(|slot| client.spawn(txn::txn_producer(slot, params, BROKER_ADDR, shared.clone())))
+        .collect();
+    let txn_consumer = (params.txn_producers > 0)
+        .then(|| client.spawn(txn::txn_consumer(params, BROKER_ADDR, shared.clone())));
     let members: Vec<_> = (0..params.group_members)
         .map(|slot| {
             client.spawn(group_member::group_member(
@@ -549,10 +598,43 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             problems.push("a producer task died".to_string());
         }
     }
+    for p in txn_producers {
+        if p.await.is_err() {
+            problems.push("a transactional producer task died".to_string());
+        }
+    }
     shared.stop_fetching.store(true, Relaxed);
     if consumer.await.is_err() {
         problems.push("the consumer task died".to_string());
     }
+    if let Some(c) = txn_consumer {
+        if c.await.is_err() {
+            problems.push("the read_committed consumer task died".to_string());
+        }
+    }
+    let txn_logs = if params.txn_producers > 0 {
+        match client
+            .spawn(txn::final_read(
+                params,
+                BROKER_ADDR,
+                shared.clone(),
+                LIVENESS_DEADLINE,
+            ))
+            .await
+        {
+            Ok(Ok(logs)) => logs,
+            Ok(Err(e)) => {
+                problems.push(e);
+                Default::default()
+            }
+            Err(_) => {
+                problems.push("the final read_committed reader died".to_string());
+                Default::default()
+            }
+        }
+    } else {
+        Default::default()
+    };
     let logs = match client
         .spawn(workload::read_everything(
             params,
@@ -631,6 +713,29 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             .map(|e| format!("broker: {e}")),
     );
     problems.extend(history.check_final(params.partitions, &logs));
+    let mut txns = shared.txns();
+    if params.txn_producers > 0 {
+        problems.extend(txns.check_final(&txn_logs, history.granted_pids()));
+        let t = txns.stats;
+        if t.commits_acked < MIN_TXN_COMMITS {
+            problems.push(format!(
+                "vacuous: {} transactions committed (need {MIN_TXN_COMMITS})",
+                t.commits_acked
+            ));
+        }
+        if txns.aborted() < MIN_TXN_ABORTS {
+            problems.push(format!(
+                "vacuous: {} transactions aborted (need {MIN_TXN_ABORTS})",
+                txns.aborted()
+            ));
+        }
+        if params.txn_zombie_percent > 0 && t.zombies > 0 && t.fences_seen < MIN_TXN_FENCES {
+            problems.push(format!(
+                "vacuous: {} zombies but {} fences (need {MIN_TXN_FENCES})",
+                t.zombies, t.fences_seen
+            ));
+        }
+    }
     // Gates against vacuous passes: a seed that did no work or never
     // crashed the broker proves nothing.
     if history.acked_records() < MIN_ACKED_RECORDS {
@@ -693,8 +798,9 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             seed,
             problems,
             context: format!(
-                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nidempotence: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
+                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nidempotence: {:?}\ntransactions: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
                 history.stats,
+                txns.stats,
                 history.idem,
                 groups.stats,
                 final_records,
@@ -717,8 +823,12 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         pid_blocks: history.pid_blocks(),
         groups: groups.stats,
         generations: groups.generations(),
+        txns: txns.stats,
         syncs: volume.stats().syncs,
         simulated: started.elapsed(),
-        fingerprint: history.fingerprint(&logs, &groups.describe()),
+        fingerprint: history.fingerprint(
+            &logs,
+            &format!("{} {}", groups.describe(), txns.fingerprint(&txn_logs)),
+        ),
     })
 }

@@ -8,15 +8,18 @@
 //! - [`checker`]: the history of a run and the rules it must satisfy.
 //! - [`group_history`]: the same for the consumer group (commits, offset
 //!   fetches, assignments).
+//! - [`txn_history`]: the same for the transactional workload (what
+//!   read_committed may return, atomicity, epochs).
 //! - [`params`]: per-seed workload and fault parameters.
 //! - `env` (madsim builds only): each broker's own clock (seeded offset and
 //!   drift) and an IO runner on which an fsync takes simulated time.
-//! - `harness`, `workload`, `idempotent`, `group_member`, `pipeline`,
-//!   `runner` (madsim builds only): the simulated cluster, the client actors
-//!   (plain and idempotent producers, a tailing consumer, consumer group
-//!   members), and running many seeds.
+//! - `harness`, `workload`, `idempotent`, `group_member`, `txn`,
+//!   `pipeline`, `runner` (madsim builds only): the simulated cluster, the
+//!   client actors (plain and idempotent producers, a tailing consumer,
+//!   consumer group members, transactional producers with zombies and a
+//!   read_committed consumer), and running many seeds.
 //!
-//! Without `--cfg madsim` only the first four exist, and their unit tests
+//! Without `--cfg madsim` only the first five exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
@@ -25,6 +28,7 @@ pub mod checker;
 pub mod env;
 pub mod group_history;
 pub mod params;
+pub mod txn_history;
 pub mod volume;
 
 #[cfg(madsim)]
@@ -37,5 +41,7 @@ pub mod idempotent;
 pub mod pipeline;
 #[cfg(madsim)]
 pub mod runner;
+#[cfg(madsim)]
+pub mod txn;
 #[cfg(madsim)]
 pub mod workload;

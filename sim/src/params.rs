@@ -72,6 +72,21 @@ pub struct SimParams {
     /// Mean lifetime of a member incarnation before it crashes or leaves
     /// (`None`: members live until the end).
     pub member_lifetime_ms: Option<u64>,
+    /// Transactional producer slots (0: no transactions this seed). Each
+    /// writes the transactional topic under its own transactional id.
+    pub txn_producers: usize,
+    /// Chance (percent) that a transaction is aborted rather than
+    /// committed.
+    pub txn_abort_percent: u32,
+    /// Chance (percent), per transaction, that a zombie starts: a second
+    /// instance with the same transactional id, which fences the first.
+    pub txn_zombie_percent: u32,
+    /// Chance (percent) that a producer stops mid-transaction and comes
+    /// back later as a new instance: the reaper (or the new instance's
+    /// InitProducerId) must abort what it left open.
+    pub txn_stall_percent: u32,
+    /// The transaction timeout producers ask for.
+    pub txn_timeout_ms: i32,
 }
 
 impl SimParams {
@@ -131,6 +146,13 @@ impl SimParams {
             commit_interval_ms: [0, uptime_ms / 20, uptime_ms / 8][rng.gen_range(0..3)],
             member_lifetime_ms: [None, Some(uptime_ms * 4), Some(uptime_ms * 12)]
                 [rng.gen_range(0..3)],
+            // Drawn last, so the draws above are those of seeds before
+            // transactions existed.
+            txn_producers: [0, 1, 2][rng.gen_range(0..3)],
+            txn_abort_percent: [10, 30, 50][rng.gen_range(0..3)],
+            txn_zombie_percent: [0, 3, 10][rng.gen_range(0..3)],
+            txn_stall_percent: [0, 2, 8][rng.gen_range(0..3)],
+            txn_timeout_ms: [2_000, 4_000][rng.gen_range(0..2)],
         }
     }
 }
@@ -153,6 +175,8 @@ mod tests {
             assert!((1..=kaas_core::producer::MAX_CACHED_BATCHES).contains(&a.max_in_flight));
             assert!(a.group_members == 0 || a.group_members >= 2);
             assert!(a.idempotent_producers <= a.producers);
+            assert!(a.txn_producers <= 2 && a.txn_abort_percent > 0);
+            assert!(a.txn_timeout_ms >= 2_000);
         }
     }
 }

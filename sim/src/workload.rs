@@ -9,6 +9,7 @@
 use crate::checker::{History, PartitionLog};
 use crate::group_history::GroupHistory;
 use crate::params::SimParams;
+use crate::txn_history::TxnHistory;
 use bytes::Bytes;
 use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest};
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
@@ -38,13 +39,14 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_PRODUCE_ATTEMPTS: u32 = 40;
 /// How long the consumer's fetches long-poll.
 const FETCH_MAX_WAIT_MS: i32 = 200;
-const FETCH_MAX_BYTES: i32 = 64 * 1024;
+pub(crate) const FETCH_MAX_BYTES: i32 = 64 * 1024;
 
 /// State shared by the actors and the supervisor.
 #[derive(Default)]
 pub struct Shared {
     history: Mutex<History>,
     groups: Mutex<GroupHistory>,
+    txns: Mutex<TxnHistory>,
     /// Faults are over: producers finish their current batch and stop.
     pub stop_producing: AtomicBool,
     /// Producers are done: the consumer stops.
@@ -68,6 +70,11 @@ impl Shared {
     /// The group history; same rule.
     pub fn groups(&self) -> MutexGuard<'_, GroupHistory> {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The transactional workload's history; same rule.
+    pub fn txns(&self) -> MutexGuard<'_, TxnHistory> {
+        self.txns.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn incarnation(&self) -> u64 {
@@ -138,7 +145,7 @@ impl RequestError {
 
 /// Sends one request frame and returns its response frame, dropping the
 /// connection on any failure so the next attempt starts clean.
-async fn round_trip(
+pub(crate) async fn round_trip(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
     frame: &[u8],

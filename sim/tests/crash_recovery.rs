@@ -1,9 +1,13 @@
 //! Broker crashes under plain and idempotent acks=all producers and a
 //! consumer group: every acknowledged record survives at its acknowledged
 //! offset, offsets stay dense, nothing a consumer read is ever taken back,
-//! idempotent retries never duplicate, producer ids are never reused, and
-//! committed offsets never go back (see `kaas_sim::checker` and
-//! `kaas_sim::group_history` for the exact rules).
+//! idempotent retries never duplicate, producer ids are never reused,
+//! committed offsets never go back, and under transactional producers
+//! (zombies, producers stopping mid-transaction, the reaper) read_committed
+//! never returns what did not commit, a transaction is all or nothing,
+//! epochs never go back and every transaction ends (see
+//! `kaas_sim::checker`, `kaas_sim::group_history` and
+//! `kaas_sim::txn_history` for the exact rules).
 //!
 //! Simulation only: run through `scripts/sim` (which sets
 //! `RUSTFLAGS="--cfg madsim"`); in a normal build this file is empty.

@@ -1,0 +1,1124 @@
+//! The transactional workload: transactional producers (with zombies and
+//! producers that stop mid-transaction), a read_committed consumer, and the
+//! final read_committed read and liveness checks. Everything observed goes
+//! to [`crate::txn_history::TxnHistory`].
+//!
+//! A producer slot owns the transactional id `tx-<slot>` and runs instances
+//! of it, as an application restarting would. An instance does what the
+//! Java producer does, one request at a time:
+//! FindCoordinator (key type 1) → InitProducerId (v4; after an error that
+//! leaves its transaction's fate to the coordinator, claiming its identity,
+//! KIP-360) → loop { AddPartitionsToTxn (v3) for 1-3 partitions → Produce
+//! (transactional batches, acks=all, every retry with the same bytes) →
+//! EndTxn (commit or abort, drawn per transaction) }. Retriable answers
+//! (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, a lost connection, ...) are
+//! retried; a fence (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH) ends the
+//! transaction and the instance starts again with a fresh InitProducerId.
+//!
+//! Sometimes a zombie starts: a second instance of the same id that inits
+//! (fencing the first), runs a transaction or two and goes away. Sometimes
+//! an instance stops mid-transaction without a word; the slot starts a new
+//! instance later, and until then the reaper must abort what it left open.
+
+use crate::params::SimParams;
+use crate::txn_history::{Txn, TxnEnd, TxnIndex, TXN_TOPIC};
+use crate::workload::{
+    ensure_connected, retriable, round_trip, Backoff, RequestError, Shared, FETCH_MAX_BYTES,
+    PRODUCE_VERSION, REQUEST_TIMEOUT,
+};
+use bytes::Bytes;
+use kaas_core::protocol::messages::{
+    add_partitions_to_txn_request, describe_transactions_request, end_txn_request, fetch_request,
+    find_coordinator_request, init_producer_id_request, metadata_request, produce_request,
+    AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest, FetchRequest,
+    FindCoordinatorRequest, InitProducerIdRequest, MetadataRequest, ProduceRequest,
+};
+use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_core::record::{
+    parse_end_txn_marker, split_batches, BatchBuilder, ControlType, NewRecord,
+};
+use kaas_net::client::{decode_response, encode_request, Connection};
+use madsim::rand::{thread_rng, Rng};
+use madsim::time::{sleep, timeout, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const FIND_COORDINATOR_VERSION: i16 = 3;
+const INIT_PRODUCER_ID_VERSION: i16 = 4;
+const ADD_PARTITIONS_VERSION: i16 = 3;
+const END_TXN_VERSION: i16 = 3;
+const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
+const METADATA_VERSION: i16 = 9;
+const FETCH_VERSION: i16 = 12;
+const READ_COMMITTED: i8 = 1;
+const CLIENT_ID: &str = "sim-txn";
+/// How long the acks=all wait of a transactional Produce may take.
+const PRODUCE_TIMEOUT_MS: i32 = 5_000;
+/// Once told to stop, how long a producer may take to end its transaction.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The transactional id of a producer slot.
+pub fn transactional_id(slot: usize) -> String {
+    format!("tx-{slot}")
+}
+
+fn percent(p: u32) -> bool {
+    thread_rng().gen_range(0..100) < p
+}
+
+/// Instance numbers, unique in the run.
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(0);
+
+/// How a transaction attempt ended for the instance.
+enum Step {
+    /// Ended (committed or aborted); the instance goes on.
+    Done,
+    /// The instance was fenced: it starts over with a fresh identity.
+    Fenced,
+    /// The transaction's fate is the coordinator's (an abort after a
+    /// refusal, an unclear EndTxn): re-init claiming the identity.
+    Reinit,
+    /// The instance stopped mid-transaction.
+    Stalled,
+    /// Told to stop and out of time (a liveness violation is recorded).
+    GaveUp,
+}
+
+/// Whether an error is a fence of this producer.
+fn is_fence(code: i16) -> bool {
+    code == ErrorCode::ProducerFenced.code() || code == ErrorCode::InvalidProducerEpoch.code()
+}
+
+/// Coordinator answers that mean "not now": retry (after finding the
+/// coordinator again for NOT_COORDINATOR).
+fn coordinator_retriable(code: i16) -> bool {
+    [
+        ErrorCode::ConcurrentTransactions,
+        ErrorCode::NotCoordinator,
+        ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::CoordinatorLoadInProgress,
+        ErrorCode::RequestTimedOut,
+    ]
+    .iter()
+    .any(|c| c.code() == code)
+}
+
+struct Instance {
+    slot: usize,
+    instance: u64,
+    txn_id: String,
+    params: SimParams,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    conn: Option<Connection>,
+    /// Producer id and epoch of the current session.
+    session: Option<(i64, i16)>,
+    /// The identity to claim at the next InitProducerId (KIP-360).
+    claim: Option<(i64, i16)>,
+    /// Next sequence per partition, in the current session.
+    seqs: BTreeMap<i32, i32>,
+    txn_no: u32,
+    backoff: Backoff,
+    zombie: bool,
+    drain_deadline: Option<Instant>,
+}
+
+/// Runs transactional producer slot `slot` until told to stop.
+pub async fn txn_producer(slot: usize, params: SimParams, addr: SocketAddr, shared: Arc<Shared>) {
+    let zombie_alive = Arc::new(AtomicBool::new(false));
+    loop {
+        let mut instance = Instance::new(slot, params, addr, shared.clone(), false);
+        let ending = instance.run(Some(&zombie_alive)).await;
+        if !matches!(ending, Step::Stalled) {
+            break;
+        }
+        // Back some time later, often after the reaper has aborted what
+        // this instance left open, sometimes before.
+        let pause = thread_rng().gen_range(0..=2 * params.txn_timeout_ms as u64);
+        sleep(Duration::from_millis(pause)).await;
+        if shared.stop_producing.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    // A zombie still running finishes on its own; wait for it, so the
+    // harness's final checks see its transactions ended.
+    while zombie_alive.load(Ordering::Relaxed) {
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+impl Instance {
+    fn new(
+        slot: usize,
+        params: SimParams,
+        addr: SocketAddr,
+        shared: Arc<Shared>,
+        zombie: bool,
+    ) -> Instance {
+        Instance {
+            slot,
+            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
+            txn_id: transactional_id(slot),
+            params,
+            addr,
+            shared,
+            conn: None,
+            session: None,
+            claim: None,
+            seqs: BTreeMap::new(),
+            txn_no: 0,
+            backoff: Backoff::new(),
+            zombie,
+            drain_deadline: None,
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.shared.stop_producing.load(Ordering::Relaxed)
+    }
+
+    /// Told to stop and past the drain deadline: records the liveness
+    /// violation once and says so.
+    fn out_of_time(&mut self, doing: &str) -> bool {
+        if !self.stopping() {
+            return false;
+        }
+        let d = *self
+            .drain_deadline
+            .get_or_insert_with(|| Instant::now() + DRAIN_DEADLINE);
+        if Instant::now() < d {
+            return false;
+        }
+        self.violation(format!(
+            "liveness: still {doing} {DRAIN_DEADLINE:?} after the faults stopped"
+        ));
+        true
+    }
+
+    fn violation(&self, what: String) {
+        self.shared.txns().violation(format!(
+            "transactional producer {} instance {}: {what}",
+            self.txn_id, self.instance
+        ));
+    }
+
+    async fn request(
+        &mut self,
+        api_key: i16,
+        version: i16,
+        body: &RequestBody,
+    ) -> Result<ResponseBody, RequestError> {
+        let c = ensure_connected(&mut self.conn, self.addr)
+            .await
+            .map_err(RequestError::Network)?;
+        let result = match timeout(REQUEST_TIMEOUT, c.send(api_key, version, body)).await {
+            Ok(Ok(b)) => Ok(b),
+            Ok(Err(e)) => Err(RequestError::of(e)),
+            Err(_) => Err(RequestError::Network("timed out".into())),
+        };
+        if let Err(e) = &result {
+            self.conn = None;
+            if let RequestError::Malformed(m) = e {
+                self.violation(format!("malformed answer to api {api_key}: {m}"));
+            }
+        }
+        result
+    }
+
+    async fn run(&mut self, zombie_alive: Option<&Arc<AtomicBool>>) -> Step {
+        let mut txns_left: u32 = if self.zombie {
+            thread_rng().gen_range(1..=2)
+        } else {
+            u32::MAX
+        };
+        loop {
+            if self.stopping() || txns_left == 0 {
+                return Step::Done;
+            }
+            if self.session.is_none() && !self.init().await {
+                return Step::GaveUp;
+            }
+            if let Some(alive) = zombie_alive {
+                if !alive.load(Ordering::Relaxed) && percent(self.params.txn_zombie_percent) {
+                    self.spawn_zombie(alive.clone());
+                }
+            }
+            txns_left -= 1;
+            match self.transaction().await {
+                Step::Done => {
+                    let think = thread_rng().gen_range(0..=50);
+                    sleep(Duration::from_millis(think)).await;
+                }
+                Step::Fenced => {
+                    self.session = None;
+                    self.claim = None;
+                    if self.zombie {
+                        return Step::Done;
+                    }
+                    // Give whoever fenced us time to get something done.
+                    let pause = thread_rng().gen_range(100..=1_500);
+                    sleep(Duration::from_millis(pause)).await;
+                }
+                Step::Reinit => {
+                    self.claim = self.session.take();
+                }
+                Step::Stalled => return Step::Stalled,
+                Step::GaveUp => return Step::GaveUp,
+            }
+        }
+    }
+
+    fn spawn_zombie(&self, alive: Arc<AtomicBool>) {
+        alive.store(true, Ordering::Relaxed);
+        self.shared.txns().stats.zombies += 1;
+        let mut zombie =
+            Instance::new(self.slot, self.params, self.addr, self.shared.clone(), true);
+        tracing::debug!(txn_id = %self.txn_id, instance = zombie.instance, "zombie starts");
+        tokio::spawn(async move {
+            let _ = zombie.run(None).await;
+            alive.store(false, Ordering::Relaxed);
+        });
+    }
+
+    async fn find_coordinator(&mut self) -> bool {
+        let body = RequestBody::FindCoordinator(FindCoordinatorRequest {
+            key: self.txn_id.clone(),
+            key_type: 1,
+            ..Default::default()
+        });
+        match self
+            .request(
+                find_coordinator_request::API_KEY,
+                FIND_COORDINATOR_VERSION,
+                &body,
+            )
+            .await
+        {
+            Ok(ResponseBody::FindCoordinator(r)) if r.error_code == 0 => {
+                let at = format!("{}:{}", r.host, r.port);
+                if r.node_id != 0 || at != self.addr.to_string() {
+                    self.violation(format!(
+                        "FindCoordinator named node {} at {at}, not this broker",
+                        r.node_id
+                    ));
+                }
+                true
+            }
+            Ok(ResponseBody::FindCoordinator(r)) if coordinator_retriable(r.error_code) => false,
+            Ok(other @ ResponseBody::FindCoordinator(_)) => {
+                self.violation(format!("unexpected FindCoordinator answer {other:?}"));
+                false
+            }
+            Ok(other) => {
+                self.violation(format!("FindCoordinator answered {other:?}"));
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// FindCoordinator and InitProducerId until granted; false if told to
+    /// stop and out of time.
+    async fn init(&mut self) -> bool {
+        let mut found = false;
+        loop {
+            if self.out_of_time("initializing") {
+                return false;
+            }
+            if !found {
+                found = self.find_coordinator().await;
+                if !found {
+                    self.backoff.wait().await;
+                    continue;
+                }
+            }
+            let (producer_id, producer_epoch) = self.claim.unwrap_or((-1, -1));
+            let body = RequestBody::InitProducerId(InitProducerIdRequest {
+                transactional_id: Some(self.txn_id.clone()),
+                transaction_timeout_ms: self.params.txn_timeout_ms,
+                producer_id,
+                producer_epoch,
+                ..Default::default()
+            });
+            let sent_at = self.shared.txns().tick();
+            let answer = self
+                .request(
+                    init_producer_id_request::API_KEY,
+                    INIT_PRODUCER_ID_VERSION,
+                    &body,
+                )
+                .await;
+            match answer {
+                Ok(ResponseBody::InitProducerId(r)) if r.error_code == 0 => {
+                    tracing::debug!(txn_id = %self.txn_id, instance = self.instance, pid = r.producer_id, epoch = r.producer_epoch, claim = ?self.claim, "transactional id initialized");
+                    self.shared.txns().granted(
+                        &self.txn_id,
+                        self.instance,
+                        r.producer_id,
+                        r.producer_epoch,
+                        sent_at,
+                    );
+                    self.session = Some((r.producer_id, r.producer_epoch));
+                    self.claim = None;
+                    self.seqs.clear();
+                    self.backoff.reset();
+                    return true;
+                }
+                Ok(ResponseBody::InitProducerId(r)) if is_fence(r.error_code) => {
+                    // Our claim is stale: someone else initialized since.
+                    self.shared.txns().stats.fences_seen += 1;
+                    self.claim = None;
+                }
+                Ok(ResponseBody::InitProducerId(r)) if coordinator_retriable(r.error_code) => {
+                    if r.error_code == ErrorCode::NotCoordinator.code() {
+                        found = false;
+                    }
+                    self.backoff.wait().await;
+                }
+                Ok(other) => {
+                    self.violation(format!("unexpected InitProducerId answer {other:?}"));
+                    self.backoff.wait().await;
+                }
+                Err(_) => self.backoff.wait().await,
+            }
+        }
+    }
+
+    /// One transaction, begun to ended.
+    async fn transaction(&mut self) -> Step {
+        let Some((pid, epoch)) = self.session else {
+            return Step::Reinit;
+        };
+        let (partitions, commit, stall_after) = {
+            let mut rng = thread_rng();
+            let n = rng.gen_range(1..=self.params.partitions.min(3)) as usize;
+            let mut all: Vec<i32> = (0..self.params.partitions).collect();
+            let mut chosen = Vec::new();
+            for _ in 0..n {
+                let i = rng.gen_range(0..all.len());
+                chosen.push(all.swap_remove(i));
+            }
+            chosen.sort_unstable();
+            let commit = rng.gen_range(0..100) >= self.params.txn_abort_percent;
+            let stall = !self.zombie && rng.gen_range(0..100) < self.params.txn_stall_percent;
+            // Stall after this many batches (0: right after adding).
+            let stall_after = stall.then(|| rng.gen_range(0..=n));
+            (chosen, commit, stall_after)
+        };
+        let txn_no = self.txn_no;
+        self.txn_no += 1;
+        let index = self.shared.txns().begin(Txn {
+            transactional_id: self.txn_id.clone(),
+            instance: self.instance,
+            producer_id: pid,
+            epoch,
+            batches: Vec::new(),
+            end: TxnEnd::Open,
+        });
+        tracing::debug!(txn_id = %self.txn_id, instance = self.instance, index, ?partitions, commit, ?stall_after, "transaction begins");
+        if let Some(step) = self.add_partitions(index, pid, epoch, &partitions).await {
+            return step;
+        }
+        let mut batches_sent = 0;
+        for &p in &partitions {
+            let count = thread_rng().gen_range(1..=2);
+            for k in 0..count {
+                if stall_after == Some(batches_sent) {
+                    return self.stall(index);
+                }
+                batches_sent += 1;
+                let values: Vec<Bytes> = (0..thread_rng()
+                    .gen_range(1..=self.params.max_records_per_batch))
+                    .map(|r| {
+                        Bytes::from(format!(
+                            "t{}.{}.{txn_no}.p{p}.b{k}.r{r}",
+                            self.slot, self.instance
+                        ))
+                    })
+                    .collect();
+                if let Some(step) = self.produce(index, pid, epoch, p, values).await {
+                    return step;
+                }
+            }
+        }
+        if stall_after.is_some() {
+            return self.stall(index);
+        }
+        self.end_txn(index, pid, epoch, commit).await
+    }
+
+    fn stall(&mut self, index: TxnIndex) -> Step {
+        tracing::debug!(txn_id = %self.txn_id, instance = self.instance, index, "stalls mid-transaction");
+        self.shared.txns().end(index, TxnEnd::Abandoned);
+        self.conn = None;
+        Step::Stalled
+    }
+
+    /// The end of a transaction the producer cannot finish: it was fenced,
+    /// or gave up.
+    fn fenced(&mut self, index: TxnIndex) -> Step {
+        let mut t = self.shared.txns();
+        t.stats.fences_seen += 1;
+        t.end(index, TxnEnd::Fenced);
+        Step::Fenced
+    }
+
+    async fn create_topic(&mut self) {
+        let body = RequestBody::Metadata(MetadataRequest {
+            topics: Some(vec![
+                kaas_core::protocol::messages::metadata_request::MetadataRequestTopic {
+                    name: Some(TXN_TOPIC.into()),
+                    ..Default::default()
+                },
+            ]),
+            allow_auto_topic_creation: true,
+            ..Default::default()
+        });
+        let _ = self
+            .request(metadata_request::API_KEY, METADATA_VERSION, &body)
+            .await;
+    }
+
+    async fn add_partitions(
+        &mut self,
+        index: TxnIndex,
+        pid: i64,
+        epoch: i16,
+        partitions: &[i32],
+    ) -> Option<Step> {
+        use kaas_core::protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+        let body = RequestBody::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+            v3_and_below_transactional_id: self.txn_id.clone(),
+            v3_and_below_producer_id: pid,
+            v3_and_below_producer_epoch: epoch,
+            v3_and_below_topics: vec![AddPartitionsToTxnTopic {
+                name: TXN_TOPIC.into(),
+                partitions: partitions.to_vec(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        loop {
+            if self.out_of_time("adding partitions") {
+                self.shared.txns().end(index, TxnEnd::Abandoned);
+                return Some(Step::GaveUp);
+            }
+            let answer = self
+                .request(
+                    add_partitions_to_txn_request::API_KEY,
+                    ADD_PARTITIONS_VERSION,
+                    &body,
+                )
+                .await;
+            let codes: Vec<i16> = match answer {
+                Ok(ResponseBody::AddPartitionsToTxn(r)) => r
+                    .results_by_topic_v3_and_below
+                    .iter()
+                    .flat_map(|t| t.results_by_partition.iter())
+                    .map(|p| p.partition_error_code)
+                    .collect(),
+                Ok(other) => {
+                    self.violation(format!("AddPartitionsToTxn answered {other:?}"));
+                    self.backoff.wait().await;
+                    continue;
+                }
+                Err(_) => {
+                    self.backoff.wait().await;
+                    continue;
+                }
+            };
+            if codes.len() != partitions.len() {
+                self.violation(format!(
+                    "AddPartitionsToTxn answered {} partitions for {}",
+                    codes.len(),
+                    partitions.len()
+                ));
+            }
+            if codes.iter().all(|&c| c == 0) {
+                self.backoff.reset();
+                return None;
+            }
+            if let Some(&c) = codes.iter().find(|&&c| is_fence(c)) {
+                let _ = c;
+                return Some(self.fenced(index));
+            }
+            if codes
+                .iter()
+                .any(|&c| c == ErrorCode::UnknownTopicOrPartition.code())
+            {
+                self.create_topic().await;
+            } else if !codes.iter().all(|&c| {
+                c == 0 || coordinator_retriable(c) || c == ErrorCode::OperationNotAttempted.code()
+            }) {
+                // INVALID_PRODUCER_ID_MAPPING and the like: the coordinator
+                // forgot us (it must not) or moved on; start over.
+                self.violation(format!(
+                    "AddPartitionsToTxn refused with {codes:?} (session {pid}/{epoch})"
+                ));
+                self.shared.txns().end(index, TxnEnd::Abandoned);
+                return Some(Step::Reinit);
+            }
+            self.backoff.wait().await;
+        }
+    }
+
+    /// One transactional batch, retried with the same bytes until
+    /// acknowledged. `Some` ends the transaction.
+    async fn produce(
+        &mut self,
+        index: TxnIndex,
+        pid: i64,
+        epoch: i16,
+        partition: i32,
+        values: Vec<Bytes>,
+    ) -> Option<Step> {
+        let seq = self.seqs.get(&partition).copied().unwrap_or(0);
+        let count = values.len() as i32;
+        let batch = self
+            .shared
+            .txns()
+            .add_batch(index, partition, values.clone());
+        let mut builder = BatchBuilder::transactional(pid, epoch, seq);
+        let now = crate::env::wall_ms();
+        for v in &values {
+            builder.push(NewRecord::new(now, None, Some(v)));
+        }
+        let body = RequestBody::Produce(ProduceRequest {
+            transactional_id: Some(self.txn_id.clone()),
+            acks: -1,
+            timeout_ms: PRODUCE_TIMEOUT_MS,
+            topic_data: vec![produce_request::TopicProduceData {
+                name: TXN_TOPIC.into(),
+                partition_data: vec![produce_request::PartitionProduceData {
+                    index: partition,
+                    records: Some(builder.build().into_bytes()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let correlation_id = (self.instance as i32).wrapping_mul(7919) ^ (index as i32);
+        let frame = match encode_request(
+            produce_request::API_KEY,
+            PRODUCE_VERSION,
+            correlation_id,
+            Some(CLIENT_ID),
+            &body,
+        ) {
+            Ok(f) => f,
+            Err(e) => {
+                self.violation(format!("cannot encode a produce request: {e}"));
+                return Some(Step::GaveUp);
+            }
+        };
+        loop {
+            if self.out_of_time("producing") {
+                self.shared.txns().end(index, TxnEnd::Abandoned);
+                return Some(Step::GaveUp);
+            }
+            let outcome = match round_trip(&mut self.conn, self.addr, &frame).await {
+                Ok(response) => decode_response(
+                    produce_request::API_KEY,
+                    PRODUCE_VERSION,
+                    correlation_id,
+                    response,
+                )
+                .map_err(RequestError::of)
+                .and_then(|b| produce_outcome(b, partition)),
+                Err(e) => Err(e),
+            };
+            let code = match outcome {
+                Ok((0, base_offset)) => {
+                    self.shared.txns().batch_acked(index, batch, base_offset);
+                    self.seqs.insert(partition, seq.wrapping_add(count));
+                    self.backoff.reset();
+                    return None;
+                }
+                Ok((code, _)) => code,
+                Err(RequestError::Malformed(e)) => {
+                    self.violation(format!("malformed produce answer: {e}"));
+                    self.conn = None;
+                    -1
+                }
+                Err(RequestError::Network(_)) => -1,
+            };
+            if is_fence(code) {
+                return Some(self.fenced(index));
+            }
+            if code == -1
+                || retriable(code)
+                || code == ErrorCode::NotEnoughReplicas.code()
+                || code == ErrorCode::ConcurrentTransactions.code()
+            {
+                self.shared.txns().stats.produce_retries += 1;
+                self.backoff.wait().await;
+                continue;
+            }
+            // Refused for good (a sequence error, the transaction no
+            // longer open): abort, then bump the epoch by claiming it, as
+            // the Java client does with an abortable error.
+            tracing::debug!(txn_id = %self.txn_id, instance = self.instance, index, partition, code, "produce refused");
+            self.shared.txns().stats.produce_refusals += 1;
+            return Some(match self.end_txn(index, pid, epoch, false).await {
+                Step::Done => Step::Reinit,
+                other => other,
+            });
+        }
+    }
+
+    async fn end_txn(&mut self, index: TxnIndex, pid: i64, epoch: i16, commit: bool) -> Step {
+        let body = RequestBody::EndTxn(EndTxnRequest {
+            transactional_id: self.txn_id.clone(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            committed: commit,
+            ..Default::default()
+        });
+        // Whether an earlier attempt may have prepared the outcome.
+        let mut maybe_applied = false;
+        loop {
+            let unknown = if commit {
+                TxnEnd::CommitUnknown
+            } else {
+                TxnEnd::AbortUnknown
+            };
+            if self.out_of_time("ending a transaction") {
+                self.shared.txns().end(index, unknown);
+                return Step::GaveUp;
+            }
+            let answer = self
+                .request(end_txn_request::API_KEY, END_TXN_VERSION, &body)
+                .await;
+            let code = match answer {
+                Ok(ResponseBody::EndTxn(r)) => r.error_code,
+                Ok(other) => {
+                    self.violation(format!("EndTxn answered {other:?}"));
+                    -1
+                }
+                Err(_) => -1,
+            };
+            if code == 0 {
+                let end = if commit {
+                    TxnEnd::CommitAcked
+                } else {
+                    TxnEnd::AbortAcked
+                };
+                tracing::debug!(txn_id = %self.txn_id, instance = self.instance, index, ?end, "transaction ended");
+                self.shared.txns().end(index, end);
+                self.backoff.reset();
+                return Step::Done;
+            }
+            if is_fence(code) {
+                let mut t = self.shared.txns();
+                t.stats.fences_seen += 1;
+                t.end(
+                    index,
+                    if maybe_applied {
+                        unknown
+                    } else {
+                        TxnEnd::Fenced
+                    },
+                );
+                return Step::Fenced;
+            }
+            if code == -1 || coordinator_retriable(code) {
+                maybe_applied = true;
+                self.shared.txns().stats.end_retries += 1;
+                self.backoff.wait().await;
+                continue;
+            }
+            self.violation(format!(
+                "EndTxn({}) of {pid}/{epoch} refused with error {code}",
+                if commit { "commit" } else { "abort" }
+            ));
+            self.shared.txns().end(index, unknown);
+            return Step::Reinit;
+        }
+    }
+}
+
+/// The (error code, base offset) of the one partition a produce carried.
+fn produce_outcome(body: ResponseBody, partition: i32) -> Result<(i16, i64), RequestError> {
+    let ResponseBody::Produce(resp) = body else {
+        return Err(RequestError::Malformed(
+            "produce answered with another response type".into(),
+        ));
+    };
+    resp.responses
+        .iter()
+        .filter(|t| t.name == TXN_TOPIC)
+        .flat_map(|t| &t.partition_responses)
+        .find(|p| p.index == partition)
+        .map(|p| (p.error_code, p.base_offset))
+        .ok_or_else(|| {
+            RequestError::Malformed(format!("produce response lacks partition {partition}"))
+        })
+}
+
+/// One partition of a read_committed fetch, as a Kafka client delivers it.
+pub(crate) struct CommittedRead {
+    pub(crate) partition: i32,
+    pub(crate) error_code: i16,
+    pub(crate) high_watermark: i64,
+    pub(crate) last_stable_offset: i64,
+    /// Records delivered: of no aborted transaction, no control batch.
+    pub(crate) records: Vec<(i64, Bytes)>,
+    /// Offset after the last batch returned (the requested one if none).
+    pub(crate) next_offset: i64,
+    /// Batches of aborted transactions dropped.
+    pub(crate) aborted_dropped: u64,
+}
+
+/// Delivers a read_committed partition's batches as the Java consumer
+/// does (`CompletedFetch.nextFetchedBatch`): before a batch with a producer
+/// id, every aborted transaction whose first offset is at or below the
+/// batch's last offset marks its producer aborted; an ABORT marker clears
+/// its producer; a transactional batch of an aborted producer is dropped;
+/// control batches are never delivered.
+fn deliver_committed(
+    data: &kaas_core::protocol::messages::fetch_response::PartitionData,
+    requested: i64,
+) -> Result<CommittedRead, String> {
+    let p = data.partition_index;
+    let mut out = CommittedRead {
+        partition: p,
+        error_code: data.error_code,
+        high_watermark: data.high_watermark,
+        last_stable_offset: data.last_stable_offset,
+        records: Vec::new(),
+        next_offset: requested,
+        aborted_dropped: 0,
+    };
+    if data.error_code != 0 {
+        return Ok(out);
+    }
+    let Some(mut aborted) = data.aborted_transactions.clone() else {
+        return Err(format!(
+            "{TXN_TOPIC} partition {p}: a read_committed fetch answered a null aborted_transactions"
+        ));
+    };
+    aborted.sort_by_key(|a| a.first_offset);
+    let mut aborted = aborted.into_iter().peekable();
+    let mut aborted_pids: BTreeSet<i64> = BTreeSet::new();
+    let Some(bytes) = data.records.clone() else {
+        return Ok(out);
+    };
+    for batch in split_batches(bytes) {
+        batch.validate().map_err(|e| {
+            format!(
+                "{TXN_TOPIC} partition {p}: fetched batch at {} is invalid: {e}",
+                batch.base_offset()
+            )
+        })?;
+        out.next_offset = out.next_offset.max(batch.next_offset());
+        if batch.has_producer_id() {
+            while let Some(a) = aborted.next_if(|a| a.first_offset <= batch.last_offset()) {
+                aborted_pids.insert(a.producer_id);
+            }
+            if batch.is_control() {
+                let marker = parse_end_txn_marker(&batch).map_err(|e| {
+                    format!(
+                        "{TXN_TOPIC} partition {p}: bad control batch at {}: {e}",
+                        batch.base_offset()
+                    )
+                })?;
+                if marker.is_some_and(|m| m.control_type == ControlType::Abort) {
+                    aborted_pids.remove(&batch.producer_id());
+                }
+                continue;
+            }
+            if batch.is_transactional() && aborted_pids.contains(&batch.producer_id()) {
+                out.aborted_dropped += u64::from(batch.next_offset() > requested);
+                continue;
+            }
+        }
+        if batch.is_control() {
+            continue;
+        }
+        for record in batch.records() {
+            let record = record
+                .map_err(|e| format!("{TXN_TOPIC} partition {p}: undecodable record: {e}"))?;
+            let value = record.value.ok_or_else(|| {
+                format!(
+                    "{TXN_TOPIC} partition {p}: record at {} has no value",
+                    record.offset
+                )
+            })?;
+            if record.offset >= requested {
+                if record.offset >= data.last_stable_offset {
+                    return Err(format!(
+                        "{TXN_TOPIC} partition {p}: read_committed returned offset {} at or above the last stable offset {}",
+                        record.offset, data.last_stable_offset
+                    ));
+                }
+                out.records.push((record.offset, value));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One read_committed fetch of `positions`.
+async fn fetch_committed(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    positions: &BTreeMap<i32, i64>,
+    max_wait_ms: i32,
+) -> Result<Vec<CommittedRead>, RequestError> {
+    let c = ensure_connected(conn, addr)
+        .await
+        .map_err(RequestError::Network)?;
+    let body = RequestBody::Fetch(FetchRequest {
+        replica_id: -1,
+        max_wait_ms,
+        min_bytes: 1,
+        max_bytes: FETCH_MAX_BYTES,
+        isolation_level: READ_COMMITTED,
+        topics: vec![fetch_request::FetchTopic {
+            topic: TXN_TOPIC.into(),
+            partitions: positions
+                .iter()
+                .map(|(&partition, &offset)| fetch_request::FetchPartition {
+                    partition,
+                    fetch_offset: offset,
+                    partition_max_bytes: FETCH_MAX_BYTES,
+                    current_leader_epoch: -1,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let result = match timeout(
+        REQUEST_TIMEOUT,
+        c.send(fetch_request::API_KEY, FETCH_VERSION, &body),
+    )
+    .await
+    {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(e)) => Err(RequestError::of(e)),
+        Err(_) => Err(RequestError::Network("fetch timed out".to_string())),
+    };
+    let body = match result {
+        Ok(b) => b,
+        Err(e) => {
+            *conn = None;
+            return Err(e);
+        }
+    };
+    let ResponseBody::Fetch(resp) = body else {
+        return Err(RequestError::Malformed(
+            "fetch answered with another response type".into(),
+        ));
+    };
+    let mut out = Vec::new();
+    for topic in resp.responses.iter().filter(|t| t.topic == TXN_TOPIC) {
+        for data in &topic.partitions {
+            let requested = positions.get(&data.partition_index).copied().unwrap_or(0);
+            out.push(deliver_committed(data, requested).map_err(RequestError::Malformed)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Tails every partition of the transactional topic at read_committed
+/// while faults run, reporting what it delivers.
+pub async fn txn_consumer(params: SimParams, addr: SocketAddr, shared: Arc<Shared>) {
+    let mut conn = None;
+    let mut backoff = Backoff::new();
+    let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    while !shared.stop_fetching.load(Ordering::Relaxed) {
+        let fetched = match fetch_committed(&mut conn, addr, &positions, 200).await {
+            Ok(f) => f,
+            Err(e) => {
+                if let RequestError::Malformed(e) = e {
+                    shared.txns().violation(e);
+                    conn = None;
+                }
+                backoff.wait().await;
+                continue;
+            }
+        };
+        let mut any_error = false;
+        for part in fetched {
+            let Some(position) = positions.get_mut(&part.partition) else {
+                continue;
+            };
+            if part.error_code != 0 {
+                any_error = true;
+                continue;
+            }
+            let mut t = shared.txns();
+            t.read_committed(part.partition, &part.records);
+            t.stats.aborted_batches_dropped += part.aborted_dropped;
+            drop(t);
+            *position = (*position).max(part.next_offset);
+        }
+        if any_error {
+            backoff.wait().await;
+        } else {
+            backoff.reset();
+        }
+    }
+}
+
+/// Liveness after the faults: every transactional id's transaction ends
+/// (DescribeTransactions shows no Ongoing or Prepare* state), then every
+/// partition is read at read_committed up to its high watermark (the last
+/// stable offset must catch up with it). Returns what a client delivers.
+pub async fn final_read(
+    params: SimParams,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    deadline: Duration,
+) -> Result<BTreeMap<i32, Vec<(i64, Bytes)>>, String> {
+    let started = Instant::now();
+    let give_up = started + deadline;
+    // Every producer has ended its transaction by now, but one that stopped
+    // mid-way: the reaper aborts it once its timeout has passed (counted
+    // from its start, on a broker clock that may be 10 s off the one that
+    // started it, as each incarnation has its own), within an interval.
+    let open_bound = Duration::from_millis(params.txn_timeout_ms as u64 + 2 * 1_000 + 10_000)
+        + Duration::from_secs(5);
+    let mut last = String::new();
+    let mut conn: Option<Connection> = None;
+    let mut backoff = Backoff::new();
+    let ids: Vec<String> = (0..params.txn_producers).map(transactional_id).collect();
+    loop {
+        if Instant::now() >= started + open_bound {
+            return Err(format!(
+                "liveness: {open_bound:?} after the producers stopped, transactions are still open: {last}"
+            ));
+        }
+        let c = match ensure_connected(&mut conn, addr).await {
+            Ok(c) => c,
+            Err(e) => {
+                last = e;
+                backoff.wait().await;
+                continue;
+            }
+        };
+        let body = RequestBody::DescribeTransactions(DescribeTransactionsRequest {
+            transactional_ids: ids.clone(),
+            ..Default::default()
+        });
+        let answer = timeout(
+            REQUEST_TIMEOUT,
+            c.send(
+                describe_transactions_request::API_KEY,
+                DESCRIBE_TRANSACTIONS_VERSION,
+                &body,
+            ),
+        )
+        .await;
+        let states = match answer {
+            Ok(Ok(ResponseBody::DescribeTransactions(r))) => r.transaction_states,
+            other => {
+                last = format!("DescribeTransactions: {other:?}");
+                conn = None;
+                backoff.wait().await;
+                continue;
+            }
+        };
+        let open: Vec<String> = states
+            .iter()
+            .filter(|s| {
+                s.error_code != 0
+                    || matches!(
+                        s.transaction_state.as_str(),
+                        "Ongoing" | "PrepareCommit" | "PrepareAbort"
+                    )
+            })
+            .map(|s| {
+                format!(
+                    "{} {} (error {}, pid {} epoch {}, started {})",
+                    s.transactional_id,
+                    s.transaction_state,
+                    s.error_code,
+                    s.producer_id,
+                    s.producer_epoch,
+                    s.transaction_start_time_ms
+                )
+            })
+            .collect();
+        // An id no instance ever initialized is unknown; that is fine.
+        let open: Vec<String> = open
+            .into_iter()
+            .filter(|s| {
+                !s.contains(&format!(
+                    "error {}",
+                    ErrorCode::TransactionalIdNotFound.code()
+                ))
+            })
+            .collect();
+        if open.is_empty() {
+            shared.txns().stats.settled_ms = started.elapsed().as_millis() as u64;
+            break;
+        }
+        last = open.join(", ");
+        sleep(Duration::from_millis(200)).await;
+    }
+    let mut logs: BTreeMap<i32, Vec<(i64, Bytes)>> = BTreeMap::new();
+    let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    while !positions.is_empty() {
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "liveness: could not read {TXN_TOPIC} at read_committed up to its high watermark within {deadline:?} (positions {positions:?}; {last})"
+            ));
+        }
+        let fetched = match fetch_committed(&mut conn, addr, &positions, 0).await {
+            Ok(f) => f,
+            Err(RequestError::Malformed(e)) => return Err(format!("final read: {e}")),
+            Err(RequestError::Network(e)) => {
+                last = e;
+                backoff.wait().await;
+                continue;
+            }
+        };
+        let mut progressed = false;
+        for part in fetched {
+            let Some(&position) = positions.get(&part.partition) else {
+                continue;
+            };
+            if part.error_code == ErrorCode::UnknownTopicOrPartition.code() && position == 0 {
+                // The topic was never created: nothing to read.
+                positions.remove(&part.partition);
+                progressed = true;
+                continue;
+            }
+            if part.error_code != 0 {
+                last = format!("partition {} error {}", part.partition, part.error_code);
+                continue;
+            }
+            shared.txns().stats.final_aborted_batches_dropped += part.aborted_dropped;
+            logs.entry(part.partition)
+                .or_default()
+                .extend(part.records.iter().cloned());
+            if part.next_offset > position {
+                progressed = true;
+                positions.insert(part.partition, part.next_offset);
+            } else if position >= part.high_watermark {
+                positions.remove(&part.partition);
+                progressed = true;
+            } else {
+                last = format!(
+                    "partition {}: read_committed stuck at {position}, last stable offset {}, high watermark {}",
+                    part.partition, part.last_stable_offset, part.high_watermark
+                );
+            }
+        }
+        if progressed {
+            backoff.reset();
+        } else {
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(logs)
+}

@@ -1,0 +1,563 @@
+//! The history of the transactional workload and the rules it must satisfy.
+//!
+//! Transactional producers report every InitProducerId answer, every
+//! transaction they begin (its batches, where Produce acknowledged them) and
+//! how it ended; a read_committed consumer reports what it read while faults
+//! ran; the final read_committed read of every partition of
+//! [`TXN_TOPIC`] (aborted transactions dropped as a Kafka client drops them)
+//! is checked against all of it. Pure bookkeeping, unit-tested without
+//! madsim.
+//!
+//! Rules:
+//! - read_committed never returns a record of a transaction that did not
+//!   commit: not during the run, not in the final read. A transaction
+//!   acknowledged aborted, fenced before its EndTxn(commit) was sent, or
+//!   abandoned mid-way (the reaper's or a new instance's to abort) must be
+//!   wholly absent;
+//! - atomicity: a transaction whose EndTxn(commit) was acknowledged is
+//!   wholly present (every batch, on every partition, at the offset Produce
+//!   acknowledged); one whose commit answer never came (a crash, or a fence
+//!   that overtook the retry) is all or nothing;
+//! - what read_committed returned during the run is never taken back: it
+//!   is in the final read at the same offset;
+//! - every record read is one a transactional producer sent, at most once;
+//! - epochs: per transactional id one producer id for the whole run, never
+//!   reused by another transactional id or handed to an idempotent
+//!   producer; an InitProducerId answer received before another request
+//!   was sent is never at a later epoch than that request's answer, and two
+//!   instances are never granted the same epoch.
+
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+
+/// The topic the transactional workload writes (auto-created).
+pub const TXN_TOPIC: &str = "simtx";
+
+/// How a transaction ended, as its producer knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxnEnd {
+    /// Still running (or the producer is still trying to end it).
+    Open,
+    /// EndTxn(commit) answered success.
+    CommitAcked,
+    /// EndTxn(commit) was sent but no definite answer came (the producer
+    /// was fenced, or gave up): all or nothing.
+    CommitUnknown,
+    /// EndTxn(abort) answered success.
+    AbortAcked,
+    /// Fenced (by a new instance, or the reaper) before any EndTxn(commit)
+    /// was sent: the coordinator aborted it.
+    Fenced,
+    /// The producer stopped mid-transaction: the reaper or the next
+    /// instance must abort it.
+    Abandoned,
+    /// EndTxn(abort) was sent but no definite answer came: it cannot
+    /// commit, since the producer never asked for that.
+    AbortUnknown,
+}
+
+impl TxnEnd {
+    /// The transaction may never be visible.
+    fn must_be_absent(self) -> bool {
+        matches!(
+            self,
+            TxnEnd::AbortAcked | TxnEnd::Fenced | TxnEnd::Abandoned | TxnEnd::AbortUnknown
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TxnBatch {
+    pub partition: i32,
+    pub values: Vec<Bytes>,
+    /// Base offset a successful Produce answer named.
+    pub acked_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Txn {
+    pub transactional_id: String,
+    pub instance: u64,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub batches: Vec<TxnBatch>,
+    pub end: TxnEnd,
+}
+
+/// Index of a transaction in the history.
+pub type TxnIndex = usize;
+
+/// One InitProducerId answer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Grant {
+    transactional_id: String,
+    instance: u64,
+    producer_id: i64,
+    epoch: i16,
+    /// Index, in the order of events, of the request and of its answer.
+    sent_at: u64,
+    answered_at: u64,
+}
+
+/// Counters for the report and the vacuity gates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct TxnStats {
+    pub begun: u64,
+    pub commits_acked: u64,
+    pub commits_unknown: u64,
+    pub aborts_acked: u64,
+    /// Transactions fenced before their commit was asked for.
+    pub fenced: u64,
+    /// Fences any request of a producer ran into (zombies, the reaper).
+    pub fences_seen: u64,
+    pub abandoned: u64,
+    pub zombies: u64,
+    pub inits: u64,
+    pub batches_acked: u64,
+    pub produce_retries: u64,
+    /// Produce refusals that made the producer abort (neither retriable
+    /// nor a fence).
+    pub produce_refusals: u64,
+    pub end_retries: u64,
+    pub records_read_during_run: u64,
+    /// Records of committed transactions in the final read.
+    pub final_records: u64,
+    /// Transactions whose commit answer was lost, found committed.
+    pub unknown_found_committed: u64,
+    /// Batches of aborted transactions the read_committed consumer
+    /// dropped (by the aborted list) during the run, and in the final read.
+    pub aborted_batches_dropped: u64,
+    pub final_aborted_batches_dropped: u64,
+    /// After the producers stopped, how long until no transaction was open.
+    pub settled_ms: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct TxnHistory {
+    txns: Vec<Txn>,
+    grants: Vec<Grant>,
+    /// (partition, offset) -> record, from read_committed fetches during
+    /// the run.
+    observed: BTreeMap<(i32, i64), Bytes>,
+    events: u64,
+    violations: Vec<String>,
+    pub stats: TxnStats,
+}
+
+fn show(v: &Bytes) -> String {
+    String::from_utf8_lossy(v).into_owned()
+}
+
+impl TxnHistory {
+    pub fn violation(&mut self, message: String) {
+        self.violations.push(message);
+    }
+
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    /// A logical clock for ordering requests and answers.
+    pub fn tick(&mut self) -> u64 {
+        self.events += 1;
+        self.events
+    }
+
+    /// InitProducerId sent at `sent_at` (a [`tick`](Self::tick)) answered
+    /// `producer_id` / `epoch`.
+    pub fn granted(
+        &mut self,
+        transactional_id: &str,
+        instance: u64,
+        producer_id: i64,
+        epoch: i16,
+        sent_at: u64,
+    ) {
+        let answered_at = self.tick();
+        self.stats.inits += 1;
+        self.grants.push(Grant {
+            transactional_id: transactional_id.to_string(),
+            instance,
+            producer_id,
+            epoch,
+            sent_at,
+            answered_at,
+        });
+    }
+
+    pub fn begin(&mut self, txn: Txn) -> TxnIndex {
+        self.stats.begun += 1;
+        self.txns.push(txn);
+        self.txns.len() - 1
+    }
+
+    /// A batch of transaction `txn` is about to be produced; returns its
+    /// index within the transaction.
+    pub fn add_batch(&mut self, txn: TxnIndex, partition: i32, values: Vec<Bytes>) -> usize {
+        let Some(t) = self.txns.get_mut(txn) else {
+            return 0;
+        };
+        t.batches.push(TxnBatch {
+            partition,
+            values,
+            acked_at: None,
+        });
+        t.batches.len() - 1
+    }
+
+    pub fn batch_acked(&mut self, txn: TxnIndex, batch: usize, base_offset: i64) {
+        self.stats.batches_acked += 1;
+        let Some(b) = self
+            .txns
+            .get_mut(txn)
+            .and_then(|t| t.batches.get_mut(batch))
+        else {
+            return;
+        };
+        if let Some(earlier) = b.acked_at.replace(base_offset) {
+            if earlier != base_offset {
+                self.violations.push(format!(
+                    "transaction {txn}: a batch on partition {} was acknowledged at {base_offset}, earlier at {earlier}",
+                    b.partition
+                ));
+            }
+        }
+    }
+
+    pub fn end(&mut self, txn: TxnIndex, end: TxnEnd) {
+        let Some(t) = self.txns.get_mut(txn) else {
+            return;
+        };
+        t.end = end;
+        match end {
+            TxnEnd::CommitAcked => self.stats.commits_acked += 1,
+            TxnEnd::CommitUnknown => self.stats.commits_unknown += 1,
+            TxnEnd::AbortAcked => self.stats.aborts_acked += 1,
+            TxnEnd::Fenced => self.stats.fenced += 1,
+            TxnEnd::Abandoned => self.stats.abandoned += 1,
+            TxnEnd::AbortUnknown | TxnEnd::Open => {}
+        }
+    }
+
+    /// Transactions that ended in an abort of any kind.
+    pub fn aborted(&self) -> u64 {
+        self.stats.aborts_acked + self.stats.fenced + self.stats.abandoned
+    }
+
+    /// read_committed returned `records` of `partition` during the run.
+    pub fn read_committed(&mut self, partition: i32, records: &[(i64, Bytes)]) {
+        self.stats.records_read_during_run += records.len() as u64;
+        for (offset, value) in records {
+            if let Some(earlier) = self.observed.insert((partition, *offset), value.clone()) {
+                if earlier != *value {
+                    self.violations.push(format!(
+                        "{TXN_TOPIC} partition {partition} offset {offset}: read_committed returned {} but earlier {}",
+                        show(value),
+                        show(&earlier)
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Every producer id granted to a transactional id.
+    pub fn producer_ids(&self) -> BTreeSet<i64> {
+        self.grants.iter().map(|g| g.producer_id).collect()
+    }
+
+    /// The epoch rules (module docs); `idempotent_pids`: the ids handed to
+    /// idempotent producers.
+    fn check_grants(&self, idempotent_pids: &BTreeSet<i64>) -> Vec<String> {
+        let mut v = Vec::new();
+        let mut pid_owner: BTreeMap<i64, &str> = BTreeMap::new();
+        for g in &self.grants {
+            match pid_owner.insert(g.producer_id, &g.transactional_id) {
+                Some(other) if other != g.transactional_id => v.push(format!(
+                    "producer id {} granted to transactional ids {other} and {}",
+                    g.producer_id, g.transactional_id
+                )),
+                _ => {}
+            }
+            if idempotent_pids.contains(&g.producer_id) {
+                v.push(format!(
+                    "producer id {} granted to transactional id {} was also handed to an idempotent producer",
+                    g.producer_id, g.transactional_id
+                ));
+            }
+        }
+        let mut by_id: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
+        for g in &self.grants {
+            by_id.entry(&g.transactional_id).or_default().push(g);
+        }
+        for (id, grants) in by_id {
+            let pids: BTreeSet<i64> = grants.iter().map(|g| g.producer_id).collect();
+            if pids.len() > 1 {
+                v.push(format!(
+                    "transactional id {id} was granted several producer ids {pids:?} (no epoch was exhausted)"
+                ));
+            }
+            for a in &grants {
+                for b in &grants {
+                    if a.answered_at < b.sent_at && b.epoch < a.epoch {
+                        v.push(format!(
+                            "transactional id {id}: epoch went back: instance {} was granted epoch {} before instance {} asked and was granted {}",
+                            a.instance, a.epoch, b.instance, b.epoch
+                        ));
+                    }
+                    if a.instance < b.instance && a.epoch == b.epoch {
+                        v.push(format!(
+                            "transactional id {id}: instances {} and {} were both granted epoch {}",
+                            a.instance, b.instance, a.epoch
+                        ));
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Checks the final read_committed read of every partition of the
+    /// topic (`logs`: the records a Kafka client would deliver, offset
+    /// order). Returns every violation, those found during the run too.
+    pub fn check_final(
+        &mut self,
+        logs: &BTreeMap<i32, Vec<(i64, Bytes)>>,
+        idempotent_pids: &BTreeSet<i64>,
+    ) -> Vec<String> {
+        let mut v = self.violations.clone();
+        v.extend(self.check_grants(idempotent_pids));
+        // Where each value was read.
+        let mut found: BTreeMap<&Bytes, Vec<(i32, i64)>> = BTreeMap::new();
+        for (&p, log) in logs {
+            let mut last = -1;
+            for (offset, value) in log {
+                if *offset <= last {
+                    v.push(format!(
+                        "{TXN_TOPIC} partition {p}: the final read went back from offset {last} to {offset}"
+                    ));
+                }
+                last = *offset;
+                found.entry(value).or_default().push((p, *offset));
+            }
+        }
+        let mut ours: BTreeSet<&Bytes> = BTreeSet::new();
+        for (i, t) in self.txns.iter().enumerate() {
+            let name = || {
+                format!(
+                    "transaction {i} of {} (instance {}, pid {} epoch {}, {:?})",
+                    t.transactional_id, t.instance, t.producer_id, t.epoch, t.end
+                )
+            };
+            let mut present = 0;
+            let mut total = 0;
+            for b in &t.batches {
+                for (k, value) in b.values.iter().enumerate() {
+                    ours.insert(value);
+                    total += 1;
+                    let Some(at) = found.get(value) else {
+                        continue;
+                    };
+                    present += 1;
+                    if at.len() > 1 {
+                        v.push(format!(
+                            "{}: record {} read {} times: {at:?}",
+                            name(),
+                            show(value),
+                            at.len()
+                        ));
+                    }
+                    let expected = b.acked_at.map(|base| (b.partition, base + k as i64));
+                    if let Some(expected) = expected {
+                        if at[0] != expected {
+                            v.push(format!(
+                                "{}: record {} read at {:?}, acknowledged at {expected:?}",
+                                name(),
+                                show(value),
+                                at[0]
+                            ));
+                        }
+                    } else if at[0].0 != b.partition {
+                        v.push(format!(
+                            "{}: record {} read on partition {}, produced to {}",
+                            name(),
+                            show(value),
+                            at[0].0,
+                            b.partition
+                        ));
+                    }
+                }
+            }
+            if present > 0 && t.end.must_be_absent() {
+                v.push(format!(
+                    "{}: read_committed returned {present} of its {total} records, but it did not commit",
+                    name()
+                ));
+            } else if t.end == TxnEnd::Open && present > 0 {
+                v.push(format!(
+                    "{}: read_committed returned {present} of its {total} records of a transaction that never ended",
+                    name()
+                ));
+            } else if t.end == TxnEnd::CommitAcked && present < total {
+                v.push(format!(
+                    "{}: only {present} of its {total} records are visible after its commit was acknowledged",
+                    name()
+                ));
+            } else if t.end == TxnEnd::CommitUnknown && present > 0 && present < total {
+                v.push(format!(
+                    "{}: {present} of its {total} records are visible (all or none)",
+                    name()
+                ));
+            }
+            if t.end == TxnEnd::CommitUnknown && present == total && total > 0 {
+                self.stats.unknown_found_committed += 1;
+            }
+        }
+        for (&(p, offset), value) in &self.observed {
+            let at = found.get(value).and_then(|a| a.first());
+            if at != Some(&(p, offset)) {
+                v.push(format!(
+                    "{TXN_TOPIC} partition {p} offset {offset}: read_committed returned {} during the run, the final read has it at {at:?}",
+                    show(value)
+                ));
+            }
+        }
+        for (value, at) in &found {
+            if !ours.contains(value) {
+                v.push(format!(
+                    "{TXN_TOPIC}: read_committed returned a record nobody sent transactionally: {} at {at:?}",
+                    show(value)
+                ));
+            }
+        }
+        self.stats.final_records = logs.values().map(|l| l.len() as u64).sum();
+        if v.len() > 20 {
+            let more = v.len() - 20;
+            v.truncate(20);
+            v.push(format!("... and {more} more"));
+        }
+        v
+    }
+
+    /// A fingerprint of everything observed (the determinism check).
+    pub fn fingerprint(&self, logs: &BTreeMap<i32, Vec<(i64, Bytes)>>) -> u64 {
+        let mut h = std::hash::DefaultHasher::new();
+        logs.hash(&mut h);
+        self.txns.hash(&mut h);
+        self.grants.hash(&mut h);
+        self.observed.hash(&mut h);
+        self.stats.hash(&mut h);
+        h.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    fn txn(h: &mut TxnHistory, end: TxnEnd, parts: &[(i32, &[&str], Option<i64>)]) -> TxnIndex {
+        let i = h.begin(Txn {
+            transactional_id: "t".into(),
+            instance: 0,
+            producer_id: 5,
+            epoch: 0,
+            batches: vec![],
+            end: TxnEnd::Open,
+        });
+        for (p, values, at) in parts {
+            let k = h.add_batch(i, *p, values.iter().map(|v| b(v)).collect());
+            if let Some(at) = at {
+                h.batch_acked(i, k, *at);
+            }
+        }
+        h.end(i, end);
+        i
+    }
+
+    #[test]
+    fn committed_visible_and_aborted_absent_pass() {
+        let mut h = TxnHistory::default();
+        txn(
+            &mut h,
+            TxnEnd::CommitAcked,
+            &[(0, &["a", "b"], Some(0)), (1, &["c"], Some(0))],
+        );
+        txn(&mut h, TxnEnd::AbortAcked, &[(0, &["x"], Some(3))]);
+        txn(&mut h, TxnEnd::CommitUnknown, &[(1, &["u"], Some(2))]);
+        h.read_committed(0, &[(0, b("a"))]);
+        let logs = BTreeMap::from([(0, vec![(0, b("a")), (1, b("b"))]), (1, vec![(0, b("c"))])]);
+        assert_eq!(h.check_final(&logs, &BTreeSet::new()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_aborted_record_or_a_partial_commit_fails() {
+        let mut h = TxnHistory::default();
+        txn(
+            &mut h,
+            TxnEnd::CommitAcked,
+            &[(0, &["a"], Some(0)), (1, &["c"], Some(0))],
+        );
+        txn(&mut h, TxnEnd::Fenced, &[(0, &["x"], Some(2))]);
+        let logs = BTreeMap::from([(0, vec![(0, b("a")), (2, b("x"))])]);
+        let v = h.check_final(&logs, &BTreeSet::new());
+        assert!(v.iter().any(|m| m.contains("did not commit")), "{v:?}");
+        assert!(v.iter().any(|m| m.contains("only 1 of its 2")), "{v:?}");
+    }
+
+    #[test]
+    fn an_unknown_commit_half_visible_fails() {
+        let mut h = TxnHistory::default();
+        txn(
+            &mut h,
+            TxnEnd::CommitUnknown,
+            &[(0, &["a"], Some(0)), (1, &["c"], Some(0))],
+        );
+        let logs = BTreeMap::from([(0, vec![(0, b("a"))])]);
+        let v = h.check_final(&logs, &BTreeSet::new());
+        assert!(v.iter().any(|m| m.contains("all or none")), "{v:?}");
+    }
+
+    #[test]
+    fn a_record_read_during_the_run_then_gone_fails() {
+        let mut h = TxnHistory::default();
+        txn(&mut h, TxnEnd::CommitUnknown, &[(0, &["a"], None)]);
+        h.read_committed(0, &[(0, b("a"))]);
+        let v = h.check_final(&BTreeMap::new(), &BTreeSet::new());
+        assert!(v.iter().any(|m| m.contains("during the run")), "{v:?}");
+    }
+
+    #[test]
+    fn epochs_going_back_or_shared_pids_fail() {
+        let mut h = TxnHistory::default();
+        let s = h.tick();
+        h.granted("t", 0, 7, 3, s);
+        let s = h.tick();
+        h.granted("t", 1, 7, 2, s);
+        let s = h.tick();
+        h.granted("u", 2, 7, 0, s);
+        let v = h.check_final(&BTreeMap::new(), &BTreeSet::from([7]));
+        assert!(v.iter().any(|m| m.contains("epoch went back")), "{v:?}");
+        assert!(
+            v.iter().any(|m| m.contains("transactional ids t and u")),
+            "{v:?}"
+        );
+        assert!(v.iter().any(|m| m.contains("idempotent")), "{v:?}");
+    }
+
+    #[test]
+    fn concurrent_grants_in_any_order_pass() {
+        let mut h = TxnHistory::default();
+        let s0 = h.tick();
+        let s1 = h.tick();
+        h.granted("t", 1, 7, 2, s1);
+        h.granted("t", 0, 7, 1, s0);
+        assert_eq!(
+            h.check_final(&BTreeMap::new(), &BTreeSet::new()),
+            Vec::<String>::new()
+        );
+    }
+}
