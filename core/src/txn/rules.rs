@@ -334,7 +334,8 @@ pub fn complete(entry: &TxnEntry, now_ms: i64) -> Option<TxnEntry> {
 /// The reaper's test: an Ongoing transaction past its start plus its
 /// timeout is aborted.
 pub fn has_timed_out(entry: &TxnEntry, now_ms: i64) -> bool {
-    entry.state == TxnState::Ongoing && entry.start_ms.saturating_add(i64::from(entry.timeout_ms)) < now_ms
+    entry.state == TxnState::Ongoing
+        && entry.start_ms.saturating_add(i64::from(entry.timeout_ms)) < now_ms
 }
 
 /// Aborts an Ongoing transaction from the coordinator's side (the reaper,
