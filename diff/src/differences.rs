@@ -76,11 +76,6 @@ pub static KNOWN: &[Known] = &[
         "[0,1]",
         "ListTransactions v2 adds a transactional id pattern (KIP-1152, a Java regular expression); kaas serves v0-v1 until it matches Java's pattern syntax.",
     ),
-    unserved(
-        "27 WriteTxnMarkers",
-        "[1,1]",
-        "kaas's coordinator writes markers to its partitions directly; the admin use of WriteTxnMarkers (KIP-664, aborting a hanging transaction) is not served yet.",
-    ),
     unserved("33 AlterConfigs", "[0,2]", CONFIGS_LATER),
     unserved("44 IncrementalAlterConfigs", "[0,1]", CONFIGS_LATER),
     Known {

@@ -224,3 +224,72 @@ fn the_reaper_fences_a_stalled_producer_on_every_partition() {
         assert_eq!(tb.broker.partition("t", 1, -1).unwrap().high_watermark(), 0);
     });
 }
+
+/// KIP-664: an operator aborts a hanging transaction with WriteTxnMarkers,
+/// naming the producer, its epoch and the coordinator epoch; the last
+/// stable offset moves on and read_committed drops the records. A marker
+/// from an older producer epoch is refused and writes nothing.
+#[test]
+fn an_operator_aborts_a_hanging_transaction_with_write_txn_markers() {
+    runtime().block_on(async {
+        let tb = support::start_broker(|_| {}).await;
+        tb.broker
+            .create_topic("t", 1, 1, BTreeMap::new())
+            .await
+            .unwrap();
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        // A second InitProducerId: epoch 1, so an older one exists.
+        init(&mut conn, 60_000).await;
+        let (pid, epoch) = init(&mut conn, 60_000).await;
+        assert_eq!(epoch, 1);
+        add_partition(&mut conn, pid, epoch, "t", 0).await;
+        assert_eq!(
+            produce(&mut conn, "t", 0, &txn_batch(pid, epoch, 0, &["hanging"])).await,
+            0
+        );
+        let p = tb.broker.partition("t", 0, -1).unwrap();
+        assert_eq!(p.last_stable_offset(), 0);
+        let abort = |producer_epoch: i16, partition: i32| {
+            RequestBody::WriteTxnMarkers(WriteTxnMarkersRequest {
+                markers: vec![write_txn_markers_request::WritableTxnMarker {
+                    producer_id: pid,
+                    producer_epoch,
+                    transaction_result: false,
+                    topics: vec![write_txn_markers_request::WritableTxnMarkerTopic {
+                        name: "t".into(),
+                        partition_indexes: vec![partition],
+                        ..Default::default()
+                    }],
+                    coordinator_epoch: 0,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+        };
+        let code = |resp: ResponseBody| match resp {
+            ResponseBody::WriteTxnMarkers(r) => r.markers[0].topics[0].partitions[0].error_code,
+            other => panic!("unexpected {other:?}"),
+        };
+        let api = write_txn_markers_request::API_KEY;
+        assert_eq!(
+            code(conn.send(api, 1, &abort(epoch, 7)).await.unwrap()),
+            ErrorCode::UnknownTopicOrPartition.code()
+        );
+        assert_eq!(code(conn.send(api, 1, &abort(epoch, 0)).await.unwrap()), 0);
+        assert_eq!(p.high_watermark(), 2);
+        assert_eq!(
+            p.last_stable_offset(),
+            2,
+            "the hanging transaction is closed"
+        );
+        let read = p.read(0, 1 << 20, Isolation::ReadCommitted).await.unwrap();
+        assert_eq!(read.aborted_transactions, Some(vec![(pid, 0)]));
+        // A marker of an older producer epoch is refused.
+        let older = epoch - 1;
+        assert_eq!(
+            code(conn.send(api, 1, &abort(older, 0)).await.unwrap()),
+            ErrorCode::InvalidProducerEpoch.code()
+        );
+        assert_eq!(p.high_watermark(), 2);
+    });
+}

@@ -36,6 +36,7 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 mod txn_offset_commit;
+mod write_txn_markers;
 
 use crate::broker::{Broker, Partition};
 use kaas_core::protocol::messages::*;
@@ -81,6 +82,7 @@ pub const SUPPORTED_APIS: &[(i16, i16, i16)] = &[
     (txn_offset_commit_request::API_KEY, 0, 5),
     (describe_transactions_request::API_KEY, 0, 0),
     (list_transactions_request::API_KEY, 0, 1),
+    (write_txn_markers_request::API_KEY, 1, 1),
 ];
 
 /// One partition of a partition-addressed request.
@@ -245,6 +247,9 @@ pub async fn dispatch(
         )),
         RequestBody::ListTransactions(req) => respond(ResponseBody::ListTransactions(
             list_transactions::handle(broker, req),
+        )),
+        RequestBody::WriteTxnMarkers(req) => respond(ResponseBody::WriteTxnMarkers(
+            write_txn_markers::handle(broker, req).await,
         )),
         RequestBody::DescribeProducers(req) => respond(ResponseBody::DescribeProducers(
             describe_producers::handle(broker, req).await,
