@@ -23,12 +23,19 @@ SERVED = {
     21: "DeleteRecords",
     22: "InitProducerId",
     23: "OffsetForLeaderEpoch",
+    24: "AddPartitionsToTxn",
+    25: "AddOffsetsToTxn",
+    26: "EndTxn",
+    27: "WriteTxnMarkers",
+    28: "TxnOffsetCommit",
     32: "DescribeConfigs",
     37: "CreatePartitions",
     42: "DeleteGroups",
     47: "OffsetDelete",
     60: "DescribeCluster",
     61: "DescribeProducers",
+    65: "DescribeTransactions",
+    66: "ListTransactions",
 }
 
 
