@@ -184,3 +184,36 @@ async fn write<O: SlotOwner>(owner: &O, slot: u32, state: &O::File) -> io::Resul
         .blocking(IoKind::Fsync, move || volume.write_atomic(&path, &bytes))
         .await
 }
+
+/// A local volume whose slot writes the coordinator tests count and fail.
+#[cfg(test)]
+pub(crate) mod test_volume {
+    use crate::volume::hooked::{DiskWait, HookedVolume};
+    use crate::volume::{LocalVolume, Volume};
+    use std::io;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Counts slot writes, and fails them while `fail` is set.
+    #[derive(Default)]
+    pub struct SlotWrites {
+        pub writes: AtomicUsize,
+        pub fail: AtomicBool,
+    }
+
+    /// A local volume on `dir` whose atomic writes `SlotWrites` watches.
+    pub fn flaky(dir: &std::path::Path) -> (Arc<dyn Volume>, Arc<SlotWrites>) {
+        let watch = Arc::new(SlotWrites::default());
+        let seen = watch.clone();
+        let volume = HookedVolume::new(LocalVolume::new(dir).expect("volume"), move |wait| {
+            if let DiskWait::WriteAtomic(_) = wait {
+                if seen.fail.load(Ordering::SeqCst) {
+                    return Err(io::Error::other("injected fsync failure"));
+                }
+                seen.writes.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        });
+        (Arc::new(volume), watch)
+    }
+}

@@ -403,6 +403,39 @@ pub fn not_in_transaction_error(api_key: i16, version: i16) -> ErrorCode {
     }
 }
 
+/// A Produce refused by its transaction check (KIP-890 part 1), in the
+/// words Produce clients know: a check the coordinator cannot answer yet
+/// (a decision being written, the coordinator moving) is
+/// NOT_ENOUGH_REPLICAS, which every client retries, as Kafka answers it; a
+/// fenced producer INVALID_PRODUCER_EPOCH; a batch outside the transaction
+/// the error its version knows ([`not_in_transaction_error`]).
+pub fn produce_error_of_verification(code: ErrorCode, version: i16) -> ErrorCode {
+    use crate::protocol::messages::produce_request;
+    match code {
+        ErrorCode::ConcurrentTransactions
+        | ErrorCode::NotCoordinator
+        | ErrorCode::CoordinatorNotAvailable
+        | ErrorCode::CoordinatorLoadInProgress => ErrorCode::NotEnoughReplicas,
+        ErrorCode::InvalidTxnState => not_in_transaction_error(produce_request::API_KEY, version),
+        ErrorCode::ProducerFenced => ErrorCode::InvalidProducerEpoch,
+        other => other,
+    }
+}
+
+/// The refusals of a transactional batch that come from its transaction
+/// check, before the log: answered without a log start offset, as Kafka
+/// answers them.
+pub fn refused_by_transaction_check(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::InvalidProducerEpoch
+            | ErrorCode::InvalidTxnState
+            | ErrorCode::TransactionAbortable
+            | ErrorCode::InvalidProducerIdMapping
+            | ErrorCode::NotEnoughReplicas
+    )
+}
+
 /// KIP-890 part 1: a transactional batch may open a transaction on a
 /// partition only if the producer's ongoing transaction, at its current
 /// epoch, has added that partition. An id unknown here or mapped to

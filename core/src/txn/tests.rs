@@ -404,6 +404,35 @@ fn fenced_error_is_producer_fenced_from_kip_588_versions() {
 }
 
 #[test]
+fn produce_error_of_verification_speaks_the_produce_errors_clients_retry_or_know() {
+    for pending in [
+        ErrorCode::ConcurrentTransactions,
+        ErrorCode::NotCoordinator,
+        ErrorCode::CoordinatorNotAvailable,
+    ] {
+        let code = produce_error_of_verification(pending, 9);
+        assert_eq!(code, ErrorCode::NotEnoughReplicas);
+        assert!(refused_by_transaction_check(code));
+    }
+    assert_eq!(
+        produce_error_of_verification(ErrorCode::ProducerFenced, 9),
+        ErrorCode::InvalidProducerEpoch
+    );
+    assert_eq!(
+        produce_error_of_verification(ErrorCode::InvalidTxnState, 10),
+        ErrorCode::InvalidTxnState
+    );
+    assert_eq!(
+        produce_error_of_verification(ErrorCode::InvalidTxnState, 11),
+        ErrorCode::TransactionAbortable
+    );
+    // A sequence error comes from the log's rules, with its log start.
+    assert!(!refused_by_transaction_check(
+        ErrorCode::OutOfOrderSequenceNumber
+    ));
+}
+
+#[test]
 fn not_in_transaction_error_is_transaction_abortable_for_kip_890_versions() {
     assert_eq!(not_in_transaction_error(0, 10), ErrorCode::InvalidTxnState);
     assert_eq!(

@@ -296,26 +296,10 @@ impl GroupCoordinator {
         self: &Arc<Self>,
         req: CommitRequest,
     ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
-        let slot = coordinator_slot(&req.group_id);
-        let (outcomes, rx) = {
-            let mut inner = self.lock();
-            let mut out = Output::default();
-            let result = inner.core.commit_offsets(&req, self.env.now_ms(), &mut out);
-            let outcomes = match result {
-                Ok(outcomes) if !out.ops.is_empty() => outcomes,
-                other => {
-                    self.finish(&mut inner, out, None, false);
-                    return other;
-                }
-            };
-            let (tx, rx) = oneshot::channel();
-            self.finish(&mut inner, out, Some((slot, tx)), false);
-            (outcomes, rx)
-        };
-        // An accepted offset counts only once written: a failed write is
-        // its answer instead.
-        let written = wait_written(rx).await;
-        Ok(outcomes.into_iter().map(|o| o.and(written)).collect())
+        self.write_offsets(&req.group_id, |core, now, out| {
+            core.commit_offsets(&req, now, out)
+        })
+        .await
     }
 
     /// TxnOffsetCommit: like [`commit_offsets`](Self::commit_offsets), but
@@ -334,18 +318,30 @@ impl GroupCoordinator {
         producer_epoch: i16,
         verify: impl FnOnce() -> Result<(), ErrorCode>,
     ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
-        let slot = coordinator_slot(&req.group_id);
+        self.write_offsets(&req.group_id, |core, now, out| {
+            verify()?;
+            core.stage_txn_offsets(&req, producer_id, producer_epoch, now, out)
+        })
+        .await
+    }
+
+    /// Runs an offset-writing decision under the lock and answers once what
+    /// it accepted is durable: an accepted offset counts only once written,
+    /// and a failed write is its answer instead.
+    async fn write_offsets(
+        self: &Arc<Self>,
+        group_id: &str,
+        decide: impl FnOnce(
+            &mut Coordinator,
+            i64,
+            &mut Output,
+        ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode>,
+    ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
+        let slot = coordinator_slot(group_id);
         let (outcomes, rx) = {
             let mut inner = self.lock();
-            verify()?;
             let mut out = Output::default();
-            let result = inner.core.stage_txn_offsets(
-                &req,
-                producer_id,
-                producer_epoch,
-                self.env.now_ms(),
-                &mut out,
-            );
+            let result = decide(&mut inner.core, self.env.now_ms(), &mut out);
             let outcomes = match result {
                 Ok(outcomes) if !out.ops.is_empty() => outcomes,
                 other => {

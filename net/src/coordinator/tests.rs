@@ -2,8 +2,7 @@
 //! commit of slot writes, failed writes, and timers on real time.
 
 use super::GroupCoordinator;
-use crate::volume::hooked::{DiskWait, HookedVolume};
-use crate::volume::{LocalVolume, Volume};
+use crate::volume::Volume;
 use bytes::Bytes;
 use kaas_core::cluster::coordinator_slot;
 use kaas_core::group::coordinator::{CommitOffset, CommitRequest};
@@ -11,32 +10,10 @@ use kaas_core::group::slot::SlotState;
 use kaas_core::group::{GroupConfig, JoinRequest, Protocol, SyncRequest};
 use kaas_core::layout::group_slot_file;
 use kaas_core::protocol::ErrorCode;
-use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Counts slot writes, and fails them while `fail` is set.
-#[derive(Default)]
-struct SlotWrites {
-    writes: AtomicUsize,
-    fail: AtomicBool,
-}
-
-/// A local volume whose atomic writes `SlotWrites` watches.
-fn flaky(dir: &std::path::Path) -> (Arc<dyn Volume>, Arc<SlotWrites>) {
-    let watch = Arc::new(SlotWrites::default());
-    let seen = watch.clone();
-    let volume = HookedVolume::new(LocalVolume::new(dir).unwrap(), move |wait| {
-        if let DiskWait::WriteAtomic(_) = wait {
-            if seen.fail.load(Ordering::SeqCst) {
-                return Err(io::Error::other("injected fsync failure"));
-            }
-            seen.writes.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(())
-    });
-    (Arc::new(volume), watch)
-}
+use crate::slot_store::test_volume::flaky;
 
 /// A coordinator as broker 0 on `volume`.
 fn open(volume: Arc<dyn Volume>, config: GroupConfig) -> Arc<GroupCoordinator> {

@@ -8,9 +8,9 @@ use kaas_core::producer::BatchIdentity;
 use kaas_core::protocol::messages::produce_response::{
     PartitionProduceResponse, TopicProduceResponse,
 };
-use kaas_core::protocol::messages::{produce_request, ProduceRequest, ProduceResponse};
+use kaas_core::protocol::messages::{ProduceRequest, ProduceResponse};
 use kaas_core::protocol::{ErrorCode, Uuid};
-use kaas_core::txn::rules::not_in_transaction_error;
+use kaas_core::txn::rules::{produce_error_of_verification, refused_by_transaction_check};
 use std::sync::Arc;
 
 /// First Produce version that names topics by id instead of by name.
@@ -195,42 +195,10 @@ async fn append_one(
         // A transactional batch from outside its transaction, or from a
         // fenced epoch, is refused by the transaction check, before the
         // log: no log start, as Kafka answers it.
-        Err(code) if identity.is_some() && is_transaction_check(code) => Err(code.into()),
+        Err(code) if identity.is_some() && refused_by_transaction_check(code) => Err(code.into()),
         Err(code) => Err(Refused {
             code,
             log_start_offset: partition.log_start_offset(),
         }),
     }
-}
-
-/// A verification the coordinator could not answer yet (a decision on the
-/// transaction being written, the coordinator moving) is retriable; Produce
-/// clients do not know the coordinator's errors, so it is answered
-/// NOT_ENOUGH_REPLICAS, which every client retries, as Kafka does. A batch
-/// outside the transaction gets the error its version knows.
-fn produce_error_of_verification(code: ErrorCode, version: i16) -> ErrorCode {
-    match code {
-        ErrorCode::ConcurrentTransactions
-        | ErrorCode::NotCoordinator
-        | ErrorCode::CoordinatorNotAvailable
-        | ErrorCode::CoordinatorLoadInProgress => ErrorCode::NotEnoughReplicas,
-        ErrorCode::InvalidTxnState => not_in_transaction_error(produce_request::API_KEY, version),
-        // A zombie's Produce is told it is fenced the Produce way.
-        ErrorCode::ProducerFenced => ErrorCode::InvalidProducerEpoch,
-        other => other,
-    }
-}
-
-/// The refusals of a transactional batch that come from its transaction
-/// check (the coordinator's verification, or a fenced epoch), not from
-/// the log.
-fn is_transaction_check(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::InvalidProducerEpoch
-            | ErrorCode::InvalidTxnState
-            | ErrorCode::TransactionAbortable
-            | ErrorCode::InvalidProducerIdMapping
-            | ErrorCode::NotEnoughReplicas
-    )
 }

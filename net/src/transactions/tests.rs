@@ -3,36 +3,15 @@
 //! against the real slot store on a local volume.
 
 use super::{InitOutcome, TxnCoordinator};
-use crate::volume::hooked::{DiskWait, HookedVolume};
-use crate::volume::{LocalVolume, Volume};
+use crate::volume::Volume;
 use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::{TxnConfig, TxnEntry, TxnState};
-use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const ID: &str = "tx";
 
-#[derive(Default)]
-struct SlotWrites {
-    writes: AtomicUsize,
-    fail: AtomicBool,
-}
-
-fn flaky(dir: &std::path::Path) -> (Arc<dyn Volume>, Arc<SlotWrites>) {
-    let watch = Arc::new(SlotWrites::default());
-    let seen = watch.clone();
-    let volume = HookedVolume::new(LocalVolume::new(dir).unwrap(), move |wait| {
-        if let DiskWait::WriteAtomic(_) = wait {
-            if seen.fail.load(Ordering::SeqCst) {
-                return Err(io::Error::other("injected fsync failure"));
-            }
-            seen.writes.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(())
-    });
-    (Arc::new(volume), watch)
-}
+use crate::slot_store::test_volume::flaky;
 
 fn open(volume: Arc<dyn Volume>) -> Arc<TxnCoordinator> {
     TxnCoordinator::open(volume, crate::env::Env::system(), 0, TxnConfig::default()).unwrap()
