@@ -15,8 +15,10 @@
 //! __cluster/topics/<topic>.json                                 topic metadata
 //! __cluster/producer_ids/kaas-<broker>.json                     PID block end (writer: that broker)
 //! __cluster/producer_fences/from-<broker>.json                  fence log (writer: that broker)
-//! __cluster/txn_state/slot-<N>.json                             transaction slot (writer: slot owner)
-//! __cluster/group_state/slot-<N>.json                           group slot (writer: slot owner)
+//! __cluster/txn_state/slot-<N>.json                             transaction slot snapshot (writer: slot owner)
+//! __cluster/txn_state/slot-<N>.log                              its journal since the snapshot (writer: slot owner)
+//! __cluster/group_state/slot-<N>.json                           group slot snapshot (writer: slot owner)
+//! __cluster/group_state/slot-<N>.log                            its journal since the snapshot (writer: slot owner)
 //! __cluster/marker_queue/to-<broker>/<pid>-<epoch>.json         markers another broker must write
 //! __cluster/brokers/kaas-<broker>.json                          liveness / registration
 //! __cluster/epochs/partitions/<topic>-<partition>/<epoch>       partition ownership epochs
@@ -179,12 +181,23 @@ pub fn txn_slot_file(slot: u32) -> String {
     format!("{TXN_STATE_DIR}/slot-{slot}.json")
 }
 
+/// The journal of transaction slot `slot`: the rounds written since its
+/// snapshot (see `slot_journal`).
+pub fn txn_slot_journal(slot: u32) -> String {
+    format!("{TXN_STATE_DIR}/slot-{slot}.log")
+}
+
 /// Group coordinator slot files.
 pub const GROUP_STATE_DIR: &str = "__cluster/group_state";
 
 /// The state (offsets and their pending layer) of group slot `slot`.
 pub fn group_slot_file(slot: u32) -> String {
     format!("{GROUP_STATE_DIR}/slot-{slot}.json")
+}
+
+/// The journal of group slot `slot` (see `slot_journal`).
+pub fn group_slot_journal(slot: u32) -> String {
+    format!("{GROUP_STATE_DIR}/slot-{slot}.log")
 }
 
 /// Transaction markers queued for other brokers.

@@ -13,6 +13,7 @@ pub mod produce;
 pub mod producer;
 pub mod protocol;
 pub mod record;
+pub mod slot_journal;
 pub mod topic_config;
 pub mod topic_name;
 pub mod txn;

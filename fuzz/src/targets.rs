@@ -358,6 +358,14 @@ fn pid_block_file(data: &[u8]) {
 fn slot_file(data: &[u8]) {
     group_slot_file(data);
     txn_slot_file(data);
+    // The same bytes as a slot journal: the scan ends inside them, and the
+    // last whole record is what a coordinator would decode.
+    let found = kaas_core::slot_journal::scan(data);
+    assert!(found.valid_len <= data.len());
+    if let Some(last) = found.last {
+        group_slot_file(last);
+        txn_slot_file(last);
+    }
 }
 
 fn group_slot_file(data: &[u8]) {

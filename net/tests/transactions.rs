@@ -11,13 +11,14 @@
 mod support;
 
 use kaas_core::cluster::coordinator_slot;
-use kaas_core::layout::txn_slot_file;
+use kaas_core::layout::{txn_slot_file, txn_slot_journal};
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{BatchBuilder, NewRecord, RecordBatch};
 use kaas_core::txn::{TxnSlotState, TxnState};
 use kaas_net::broker::Isolation;
 use kaas_net::client::Connection;
+use kaas_net::slot_store;
 use kaas_net::volume::{LocalVolume, Volume};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -130,16 +131,22 @@ fn a_transaction_prepared_before_a_crash_is_completed_by_the_reconcile_after_it(
     // As if it had stopped right after EndTxn(commit) made PrepareCommit
     // durable: the slot file says the transaction is prepared.
     let volume = LocalVolume::new(dir.path()).unwrap();
-    let path = txn_slot_file(coordinator_slot(TXN_ID));
-    let mut slot = TxnSlotState::decode(
-        &volume.read(&path).unwrap().unwrap(),
-        coordinator_slot(TXN_ID),
-    )
+    let n = coordinator_slot(TXN_ID);
+    let mut slot = slot_store::load(&volume, &txn_slot_file(n), &txn_slot_journal(n), |bytes| {
+        TxnSlotState::decode(bytes, n)
+    })
+    .unwrap()
+    .state
     .unwrap();
     let entry = slot.entries.get_mut(TXN_ID).unwrap();
     assert_eq!(entry.state, TxnState::Ongoing);
     entry.state = TxnState::PrepareCommit;
-    volume.write_atomic(&path, &slot.encode().unwrap()).unwrap();
+    // A newer snapshot is what the next start reads (its version beats
+    // the journal's last record).
+    slot.version += 1;
+    volume
+        .write_atomic(&txn_slot_file(n), &slot.encode().unwrap())
+        .unwrap();
 
     let second = runtime();
     second.block_on(async {

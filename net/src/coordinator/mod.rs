@@ -23,7 +23,7 @@ mod tests;
 use crate::broker::ownership;
 use crate::env::Env;
 use crate::slot_store::{
-    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, WriteDone,
+    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, Taken, WriteDone,
 };
 use crate::volume::Volume;
 use kaas_core::cluster::{
@@ -37,7 +37,8 @@ use kaas_core::group::{
     SyncRequest, SyncResult, Waiter,
 };
 use kaas_core::layout::{
-    group_slot_epoch_file, group_slot_epochs_dir, group_slot_file, GROUP_STATE_DIR,
+    group_slot_epoch_file, group_slot_epochs_dir, group_slot_file, group_slot_journal,
+    GROUP_STATE_DIR,
 };
 use kaas_core::protocol::ErrorCode;
 use std::collections::HashMap;
@@ -88,6 +89,7 @@ impl GroupCoordinator {
         let now = env.now_ms();
         let mut groups = 0;
         let mut claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
+        let mut journals = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         for slot in 0..COORDINATOR_SLOTS {
             // The slot's coordinator epoch is this broker's claim on it,
             // written into the slot file with every change.
@@ -98,13 +100,16 @@ impl GroupCoordinator {
                 broker_id,
             )?;
             claims.push(claim);
-            let path = group_slot_file(slot);
-            let mut state = match volume.read(&path)? {
-                Some(bytes) => SlotState::decode(&bytes, slot).map_err(|e| {
-                    io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}"))
-                })?,
-                None => SlotState::new(slot, claim.epoch),
-            };
+            let loaded = slot_store::load(
+                volume.as_ref(),
+                &group_slot_file(slot),
+                &group_slot_journal(slot),
+                |bytes| SlotState::decode(bytes, slot),
+            )?;
+            journals.push(loaded.journal);
+            let mut state = loaded
+                .state
+                .unwrap_or_else(|| SlotState::new(slot, claim.epoch));
             state.coordinator_epoch = claim.epoch;
             groups += state.groups.len();
             core.install_slot(state, now);
@@ -117,7 +122,7 @@ impl GroupCoordinator {
                 core,
                 joins: HashMap::new(),
                 syncs: HashMap::new(),
-                queues: SlotQueues::new(COORDINATOR_SLOTS),
+                queues: SlotQueues::new(journals),
             }),
             volume,
             env,
@@ -513,6 +518,10 @@ impl SlotFile for SlotState {
         self.version += 1;
     }
 
+    fn version(&self) -> u64 {
+        self.version
+    }
+
     fn encode(&self) -> io::Result<Vec<u8>> {
         SlotState::encode(self).map_err(io::Error::other)
     }
@@ -524,8 +533,13 @@ impl SlotOwner for GroupCoordinator {
     fn take_round(&self, slot: u32) -> Option<Round<SlotState>> {
         let mut inner = self.lock();
         let state = inner.core.slot(slot).cloned()?;
-        let (ops, done) = inner.queues.take(slot)?;
-        Some(Round { ops, done, state })
+        let Taken { ops, done, journal } = inner.queues.take(slot)?;
+        Some(Round {
+            ops,
+            done,
+            state,
+            journal,
+        })
     }
 
     fn finish_round(&self, slot: u32, outcome: RoundOutcome<SlotState>) -> Result<(), ErrorCode> {
@@ -549,10 +563,6 @@ impl SlotOwner for GroupCoordinator {
                 Err(ErrorCode::NotCoordinator)
             }
         }
-    }
-
-    fn slot_path(&self, slot: u32) -> String {
-        group_slot_file(slot)
     }
 
     fn volume(&self) -> &Arc<dyn Volume> {

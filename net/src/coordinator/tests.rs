@@ -8,7 +8,7 @@ use kaas_core::cluster::coordinator_slot;
 use kaas_core::group::coordinator::{CommitOffset, CommitRequest};
 use kaas_core::group::slot::SlotState;
 use kaas_core::group::{GroupConfig, JoinRequest, Protocol, SyncRequest};
-use kaas_core::layout::group_slot_file;
+use kaas_core::layout::{group_slot_file, group_slot_journal};
 use kaas_core::protocol::ErrorCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -60,11 +60,16 @@ async fn committed_offsets_survive_reopening_the_volume() {
     assert_eq!(committed(&c, "g", 0), 42);
     drop(c);
     // What a restart (or kill -9 after the answer) finds on the volume.
-    let bytes = volume
-        .read(&group_slot_file(coordinator_slot("g")))
-        .unwrap()
-        .expect("slot file written");
-    let state = SlotState::decode(&bytes, coordinator_slot("g")).unwrap();
+    let slot = coordinator_slot("g");
+    let state = crate::slot_store::load(
+        volume.as_ref(),
+        &group_slot_file(slot),
+        &group_slot_journal(slot),
+        |bytes| SlotState::decode(bytes, slot),
+    )
+    .unwrap()
+    .state
+    .expect("slot written");
     assert_eq!(state.groups["g"].offsets["t"][&0].offset, 42);
     let reopened = open(volume, GroupConfig::default());
     assert_eq!(committed(&reopened, "g", 0), 42);

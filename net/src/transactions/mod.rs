@@ -29,12 +29,16 @@ pub use timers::run_timers;
 
 use crate::broker::ownership;
 use crate::env::Env;
-use crate::slot_store::{self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues};
+use crate::slot_store::{
+    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, Taken,
+};
 use crate::volume::Volume;
 use kaas_core::cluster::{
     check_slot_access, coordinator_slot, Claim, ClusterView, COORDINATOR_SLOTS,
 };
-use kaas_core::layout::{txn_slot_epoch_file, txn_slot_epochs_dir, txn_slot_file, TXN_STATE_DIR};
+use kaas_core::layout::{
+    txn_slot_epoch_file, txn_slot_epochs_dir, txn_slot_file, txn_slot_journal, TXN_STATE_DIR,
+};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::rules::{self, epoch_is_exhausted};
 use kaas_core::txn::{
@@ -90,6 +94,7 @@ impl TxnCoordinator {
         let mut slots = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         let mut claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         let mut ids = 0;
+        let mut journals = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         for slot in 0..COORDINATOR_SLOTS {
             let claim = ownership::claim(
                 volume.as_ref(),
@@ -98,13 +103,16 @@ impl TxnCoordinator {
                 broker_id,
             )?;
             claims.push(claim);
-            let path = txn_slot_file(slot);
-            let mut state = match volume.read(&path)? {
-                Some(bytes) => TxnSlotState::decode(&bytes, slot).map_err(|e| {
-                    io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}"))
-                })?,
-                None => TxnSlotState::new(slot, claim.epoch),
-            };
+            let loaded = slot_store::load(
+                volume.as_ref(),
+                &txn_slot_file(slot),
+                &txn_slot_journal(slot),
+                |bytes| TxnSlotState::decode(bytes, slot),
+            )?;
+            journals.push(loaded.journal);
+            let mut state = loaded
+                .state
+                .unwrap_or_else(|| TxnSlotState::new(slot, claim.epoch));
             state.coordinator_epoch = claim.epoch;
             ids += state.entries.len();
             slots.push(state);
@@ -115,7 +123,7 @@ impl TxnCoordinator {
         Ok(Arc::new(TxnCoordinator {
             inner: Mutex::new(Inner {
                 slots,
-                queues: SlotQueues::new(COORDINATOR_SLOTS),
+                queues: SlotQueues::new(journals),
                 writing: HashSet::new(),
                 completing: HashSet::new(),
             }),
@@ -450,6 +458,10 @@ impl SlotFile for TxnSlotState {
         self.version += 1;
     }
 
+    fn version(&self) -> u64 {
+        self.version
+    }
+
     fn encode(&self) -> io::Result<Vec<u8>> {
         TxnSlotState::encode(self).map_err(io::Error::other)
     }
@@ -461,8 +473,13 @@ impl SlotOwner for TxnCoordinator {
     fn take_round(&self, slot: u32) -> Option<Round<TxnSlotState>> {
         let mut inner = self.lock();
         let state = inner.slots.get(slot as usize).cloned()?;
-        let (ops, done) = inner.queues.take(slot)?;
-        Some(Round { ops, done, state })
+        let Taken { ops, done, journal } = inner.queues.take(slot)?;
+        Some(Round {
+            ops,
+            done,
+            state,
+            journal,
+        })
     }
 
     fn finish_round(
@@ -485,10 +502,6 @@ impl SlotOwner for TxnCoordinator {
                 Err(ErrorCode::NotCoordinator)
             }
         }
-    }
-
-    fn slot_path(&self, slot: u32) -> String {
-        txn_slot_file(slot)
     }
 
     fn volume(&self) -> &Arc<dyn Volume> {

@@ -10,10 +10,14 @@
 //! only then hands the copy back to the owner to install and answers the
 //! waiting requests. Ops queued during a write go into the next round, so
 //! many concurrent changes cost one fsync, and no reader ever sees a state
-//! a crash could take back.
+//! a crash could take back. A round's write is an append to the slot's
+//! journal (see [`journal`]), not a replace of its file.
+
+pub mod journal;
 
 use crate::env::{Env, IoKind};
 use crate::volume::Volume;
+pub use journal::{load, Journal, Loaded};
 use kaas_core::protocol::ErrorCode;
 use std::io;
 use std::sync::Arc;
@@ -28,6 +32,8 @@ pub trait SlotFile: Clone + Send + 'static {
     /// Called once before a changed state is written: the file's version
     /// counter moves on.
     fn bump_version(&mut self);
+    /// The file's version counter: which of two states is newer.
+    fn version(&self) -> u64;
     fn encode(&self) -> io::Result<Vec<u8>>;
 }
 
@@ -51,6 +57,7 @@ struct SlotQueue<Op> {
     done: Vec<WriteDone>,
     /// A writer task is running for this slot.
     writing: bool,
+    journal: Journal,
 }
 
 /// One round of a slot's writer: what was queued, and the durable state it
@@ -59,16 +66,27 @@ pub struct Round<F: SlotFile> {
     pub ops: Vec<F::Op>,
     pub done: Vec<WriteDone>,
     pub state: F,
+    pub journal: Journal,
+}
+
+/// What a round takes from a slot's queue.
+pub struct Taken<Op> {
+    pub ops: Vec<Op>,
+    pub done: Vec<WriteDone>,
+    pub journal: Journal,
 }
 
 impl<Op> SlotQueues<Op> {
-    pub fn new(slots: u32) -> SlotQueues<Op> {
+    /// One queue per slot, slot `i` writing to `journals[i]`.
+    pub fn new(journals: Vec<Journal>) -> SlotQueues<Op> {
         SlotQueues {
-            queues: (0..slots)
-                .map(|_| SlotQueue {
+            queues: journals
+                .into_iter()
+                .map(|journal| SlotQueue {
                     ops: Vec::new(),
                     done: Vec::new(),
                     writing: false,
+                    journal,
                 })
                 .collect(),
         }
@@ -110,13 +128,17 @@ impl<Op> SlotQueues<Op> {
 
     /// Takes everything queued for `slot`, or `None` (and the writer
     /// stops) when nothing is.
-    pub fn take(&mut self, slot: u32) -> Option<(Vec<Op>, Vec<WriteDone>)> {
+    pub fn take(&mut self, slot: u32) -> Option<Taken<Op>> {
         let q = self.queues.get_mut(slot as usize)?;
         if q.ops.is_empty() && q.done.is_empty() {
             q.writing = false;
             return None;
         }
-        Some((std::mem::take(&mut q.ops), std::mem::take(&mut q.done)))
+        Some(Taken {
+            ops: std::mem::take(&mut q.ops),
+            done: std::mem::take(&mut q.done),
+            journal: q.journal.clone(),
+        })
     }
 }
 
@@ -142,7 +164,6 @@ pub trait SlotOwner: Send + Sync + 'static {
     /// for the round must be undone. Returns what the waiting requests are
     /// told.
     fn finish_round(&self, slot: u32, outcome: RoundOutcome<Self::File>) -> Result<(), ErrorCode>;
-    fn slot_path(&self, slot: u32) -> String;
     fn volume(&self) -> &Arc<dyn Volume>;
     fn env(&self) -> &Env;
 }
@@ -153,6 +174,7 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
         ops,
         done,
         mut state,
+        journal,
     }) = owner.take_round(slot)
     {
         let mut changed = false;
@@ -161,7 +183,7 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
         }
         let outcome = if changed {
             state.bump_version();
-            match write(owner.as_ref(), slot, &state).await {
+            match write(owner.as_ref(), &journal, &state).await {
                 Ok(()) => RoundOutcome::Written(state),
                 Err(e) => RoundOutcome::Failed(e),
             }
@@ -175,13 +197,15 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
     }
 }
 
-async fn write<O: SlotOwner>(owner: &O, slot: u32, state: &O::File) -> io::Result<()> {
+async fn write<O: SlotOwner>(owner: &O, journal: &Journal, state: &O::File) -> io::Result<()> {
     let bytes = state.encode()?;
     let volume = owner.volume().clone();
-    let path = owner.slot_path(slot);
+    let journal = journal.clone();
     owner
         .env()
-        .blocking(IoKind::Fsync, move || volume.write_atomic(&path, &bytes))
+        .blocking(IoKind::Fsync, move || {
+            journal.write(volume.as_ref(), &bytes)
+        })
         .await
 }
 
@@ -206,7 +230,14 @@ pub(crate) mod test_volume {
         let watch = Arc::new(SlotWrites::default());
         let seen = watch.clone();
         let volume = HookedVolume::new(LocalVolume::new(dir).expect("volume"), move |wait| {
-            if let DiskWait::WriteAtomic(_) = wait {
+            // A slot write is a journal sync, or a snapshot replace when
+            // the journal is folded.
+            let slot_write = match wait {
+                DiskWait::WriteAtomic(_) => true,
+                DiskWait::Sync(path) => path.ends_with(".log"),
+                _ => false,
+            };
+            if slot_write {
                 if seen.fail.load(Ordering::SeqCst) {
                     return Err(io::Error::other("injected fsync failure"));
                 }
