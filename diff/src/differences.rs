@@ -42,22 +42,6 @@ const fn unserved(step: &'static str, kafka: &'static str, why: &'static str) ->
     }
 }
 
-/// An API kaas serves to an older version than Kafka.
-const fn served_up_to(
-    step: &'static str,
-    kafka: &'static str,
-    kaas: &'static str,
-    why: &'static str,
-) -> Known {
-    Known {
-        scenario: "versions/api-versions",
-        step,
-        kafka,
-        kaas,
-        why,
-    }
-}
-
 fn parse(s: &str) -> Option<Value> {
     serde_json::from_str(s).ok()
 }
@@ -70,12 +54,6 @@ pub static KNOWN: &[Known] = &[
         kaas: "[3,13]",
         why: "kaas stores record batches of format v2 only, which Produce carries from v3 on; Kafka 4 still accepts v0-v2 (message formats 0 and 1) for old clients and converts them.",
     },
-    served_up_to(
-        "66 ListTransactions",
-        "[0,2]",
-        "[0,1]",
-        "ListTransactions v2 adds a transactional id pattern (KIP-1152, a Java regular expression); kaas serves v0-v1 until it matches Java's pattern syntax.",
-    ),
     unserved("33 AlterConfigs", "[0,2]", CONFIGS_LATER),
     unserved("44 IncrementalAlterConfigs", "[0,1]", CONFIGS_LATER),
     Known {

@@ -408,7 +408,7 @@ fn txn_slot_file(data: &[u8]) {
         let _ = rules::has_timed_out(e, i64::MIN);
         let _ = rules::fence_and_abort(e, 0);
         let _ = rules::has_expired(e, i64::MIN, i64::MAX);
-        let _ = rules::is_listed(e, &[], &[], i64::MAX, i64::MIN);
+        let _ = rules::is_listed(e, &[], &[], i64::MAX, None, i64::MIN);
         let _ = rules::verify_partition(Some(e), pid, epoch, &("t".into(), 0));
         let _ = rules::verify_group(Some(e), pid, epoch, "g");
     }

@@ -5,8 +5,9 @@ what Kafka 4.1.1 does is the oracle, and each assertion below holds there (the
 comments say what Kafka was seen to do where a client surfaces it).
 
 - test_commits_and_aborts_interleaved: PRODUCERS confluent-kafka transactional
-  producers run N_TXNS committed and N_TXNS aborted transactions between them, in a
-  seeded order, over 3 partitions; read_committed reads exactly the committed
+  producers run N_TXNS committed and N_TXNS aborted transactions between them (on
+  Kafka, the oracle, N_TXNS_KAFKA of each: the same scenario, a quarter of the
+  time), in a seeded order, over 3 partitions; read_committed reads exactly the committed
   records, read_uncommitted all of them, in offset order; every transaction leaves
   one marker per partition it wrote to; the last stable offset stops at an open
   transaction and moves to the end when it commits.
@@ -19,8 +20,9 @@ comments say what Kafka was seen to do where a client surfaces it).
 - test_kafka_python_transactions: kafka-python's transactional producer (commit, abort,
   send_offsets_to_transaction), read back by kafka-python and confluent-kafka.
 - test_eos_copy_*: a consume-transform-produce application (eos_app.py, a subprocess)
-  copies EOS_RECORDS records while it is SIGKILLed and restarted twice — on both
-  brokers — and, on kaas only, while the broker is also kill -9'd three times; the
+  copies EOS_APP_RESTART_RECORDS records while it is SIGKILLed and restarted twice —
+  on both brokers — and, on kaas only, EOS_RECORDS while the broker is also kill -9'd
+  three times; the
   output, read_committed, holds every input record exactly once, in order. (The
   kill -9 variant cannot run on the shared Kafka node; its driver, run_eos_copy, was
   run by hand against a private Kafka 4.1.1 node killed and restarted the same way,
@@ -29,7 +31,8 @@ comments say what Kafka was seen to do where a client surfaces it).
   (30 s later), which the history printed by the test shows.
 - test_java_*: kafka-clients 4.1.1 with its default transaction version (Kafka 4.1.1 and
   kaas finalize transaction.version=2; the client follows what the broker reports) runs
-  the interleaved scenario and zombie fencing (java/ TransactionScenarios).
+  the interleaved scenario and zombie fencing (java/ TransactionScenarios), and its
+  Admin lists, describes and aborts a hanging transaction (TransactionAdminScenarios).
 
 Run only these: scripts/e2e -k test_transactions (the Kafka side alone: -k
 "test_transactions and not kaas and not kill9").
@@ -51,6 +54,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
+from kafka_ref import KafkaRef
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
@@ -180,16 +184,17 @@ def fenced_error(fn, *args):
 # ------------------------------------------------- (a) commits and aborts interleaved
 
 N_TXNS = 1000  # committed transactions, and as many aborted ones (issue 10 item 11)
+N_TXNS_KAFKA = 250  # the same on the Kafka node, which takes ~4 times as long per transaction
 PRODUCERS = 4  # each runs N_TXNS / PRODUCERS of each, concurrently (one alone: ~40 ms per transaction on Kafka)
 
 
-def _run_producer(bootstrap: str, topic: str, j: int, results: dict) -> None:
+def _run_producer(bootstrap: str, topic: str, j: int, n_txns: int, results: dict) -> None:
     """Producer j: its share of commits and aborts in a seeded order (runs of
     either), 1-4 records per transaction over 1-3 partitions. Every transaction is
     flushed before it ends, so the aborted records are in the log too."""
     try:
         rng = random.Random(1000 + j)
-        plan = ["commit"] * (N_TXNS // PRODUCERS) + ["abort"] * (N_TXNS // PRODUCERS)
+        plan = ["commit"] * (n_txns // PRODUCERS) + ["abort"] * (n_txns // PRODUCERS)
         rng.shuffle(plan)
         delivered: Dict[bytes, Tuple[int, int]] = {}
         failed: Dict[bytes, str] = {}
@@ -231,7 +236,9 @@ def test_commits_and_aborts_interleaved(kaas_or_kafka, topic_name):
     ck_create_topic(bs, topic_name, PARTITIONS)
     t0 = time.monotonic()
     results: dict = {}
-    threads = [threading.Thread(target=_run_producer, args=(bs, topic_name, j, results)) for j in range(PRODUCERS)]
+    n_txns = N_TXNS_KAFKA if isinstance(kaas_or_kafka, KafkaRef) else N_TXNS
+    threads = [threading.Thread(target=_run_producer, args=(bs, topic_name, j, n_txns, results))
+               for j in range(PRODUCERS)]
     for t in threads:
         t.start()
     for t in threads:
@@ -239,7 +246,7 @@ def test_commits_and_aborts_interleaved(kaas_or_kafka, topic_name):
     assert not any(t.is_alive() for t in threads), "producers still running after 200 s"
     errors = {j: r["error"] for j, r in results.items() if "error" in r}
     assert not errors, "producer errors:\n" + "\n".join("producer %d: %s" % kv for kv in errors.items())
-    print("%d producers ran %d transactions in %.1fs" % (PRODUCERS, 2 * N_TXNS, time.monotonic() - t0))
+    print("%d producers ran %d transactions in %.1fs" % (PRODUCERS, 2 * n_txns, time.monotonic() - t0))
 
     # what was written, from the delivery reports
     records = []  # (partition, offset, value, committed)
@@ -561,7 +568,8 @@ def test_kafka_python_transactions(kaas_or_kafka, topic_name):
 
 # ------------------------------------------------------------ (b) exactly-once copy
 
-EOS_RECORDS = 100_000
+EOS_RECORDS = 100_000  # the copy through broker kill -9s (issue 10 item 11b)
+EOS_APP_RESTART_RECORDS = 30_000  # the copy through app restarts only, on both brokers
 EOS_MAX_APP_STARTS = 8  # the planned restarts plus a few after fatal errors (each one is printed)
 
 
@@ -613,8 +621,9 @@ def _group_committed(reader, topic: str) -> Optional[Dict[int, int]]:
         return None
 
 
-def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, str]], timeout: float = 200):
-    """Copy EOS_RECORDS input records with eos_app.py while `events` happen: (fraction
+def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, str]], n: int,
+                 timeout: float = 200):
+    """Copy `n` input records with eos_app.py while `events` happen: (fraction
     of the input committed, "app" | "broker"), each fired on the app's first "open"
     line past that fraction, i.e. inside a transaction whose records are written.
     "app" SIGKILLs the app and starts a new one; "broker" kill -9s the broker and
@@ -625,9 +634,9 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
     admin = admin_for(bs)
     ck_create_topic(admin, input_topic, PARTITIONS)
     ck_create_topic(admin, output_topic, PARTITIONS)
-    msgs = make_messages(EOS_RECORDS, PARTITIONS, seed=47, max_value=100)
+    msgs = make_messages(n, PARTITIONS, seed=47, max_value=100)
     d = ck_produce(ck_producer(bs, **{"enable.idempotence": True, "linger.ms": 20}), input_topic, msgs)
-    assert not d.failed and len(d.ok) == EOS_RECORDS, list(d.failed.items())[:3]
+    assert not d.failed and len(d.ok) == n, list(d.failed.items())[:3]
     ends = {p: 0 for p in range(PARTITIONS)}
     for p, off in d.ok.values():
         ends[p] = max(ends[p], off + 1)
@@ -656,7 +665,7 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
         while True:
             assert time.monotonic() - t0 < timeout, (
                 "copy not done after %.0f s: %d of %d counted, group offsets %s of %s; history %s; app stderr:\n%s" % (
-                    timeout, counted, EOS_RECORDS, _group_committed(reader, input_topic), ends, history[-30:],
+                    timeout, counted, n, _group_committed(reader, input_topic), ends, history[-30:],
                     apps[-1].stderr_tail(30)))
             app = apps[-1]
             try:
@@ -673,7 +682,7 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
                     history.append("%.1fs %s" % (time.monotonic() - t0, line[:300]))
                 elif word == "open":
                     opens += 1
-                    if events and counted >= events[0][0] * EOS_RECORDS:
+                    if events and counted >= events[0][0] * n:
                         _, what = events.pop(0)
                         if what == "app":
                             app.kill()
@@ -750,8 +759,8 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
     assert reader_offsets == ends, reader_offsets
     # the records of aborted transactions are there for read_uncommitted
     all_out, _, _ = read_to_end(bs, output_topic, "read_uncommitted", timeout=90)
-    aborted = sum(len(v) for v in all_out.values()) - EOS_RECORDS
-    print("output: %d copies, %d records of aborted transactions, end offsets %s" % (EOS_RECORDS, aborted, out_end))
+    aborted = sum(len(v) for v in all_out.values()) - n
+    print("output: %d copies, %d records of aborted transactions, end offsets %s" % (n, aborted, out_end))
     return dict(starts=starts, opens=opens, commits=commits, aborts=aborts, aborted_records=aborted,
                 history=history)
 
@@ -759,7 +768,7 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_eos_copy_through_app_restarts(kaas_or_kafka, topic_name, tmp_path):
-    r = run_eos_copy(kaas_or_kafka, topic_name, tmp_path, [(0.3, "app"), (0.6, "app")])
+    r = run_eos_copy(kaas_or_kafka, topic_name, tmp_path, [(0.3, "app"), (0.6, "app")], EOS_APP_RESTART_RECORDS)
     assert sum("app killed" in h for h in r["history"]) == 2, r["history"]
     # the killed instances' open transactions had written records, and were aborted
     assert r["aborted_records"] > 0, r
@@ -770,7 +779,7 @@ def test_eos_copy_through_app_restarts(kaas_or_kafka, topic_name, tmp_path):
 @pytest.mark.timeout(300)
 def test_eos_copy_through_broker_kill9_and_app_restarts(kaas, topic_name, tmp_path):
     r = run_eos_copy(kaas, topic_name, tmp_path, [
-        (0.1, "broker"), (0.25, "app"), (0.4, "broker"), (0.55, "app"), (0.7, "broker")])
+        (0.1, "broker"), (0.25, "app"), (0.4, "broker"), (0.55, "app"), (0.7, "broker")], EOS_RECORDS)
     assert sum("broker killed" in h for h in r["history"]) == 3, r["history"]
     assert sum("app killed" in h for h in r["history"]) == 2, r["history"]
 
@@ -835,3 +844,28 @@ def test_java_zombie_is_fenced(kaas_or_kafka, topic_name, java_client_classpath)
     assert _java_records(r["read_committed"]) == {0: [(2, "b1")], 1: [(0, "b2")], 2: [(0, "b3")]}, r
     assert _java_records(r["read_uncommitted"]) == {0: [(0, "a1"), (2, "b1")], 1: [(0, "b2")], 2: [(0, "b3")]}, r
     assert r["read_committed"]["positions"] == end, r
+
+
+@java_only
+def test_java_admin_lists_describes_and_aborts_a_hanging_transaction(kaas_or_kafka, topic_name, java_client_classpath):
+    """KIP-664 and KIP-1152 as an operator uses them (java/ TransactionAdminScenarios): a
+    transaction left open on partitions 0 and 1 is listed (all, by state, by an id pattern
+    that must match the whole id, and a pattern that does not compile), described with its
+    producer on partition 0, then aborted on partition 0 only (WriteTxnMarkers), as
+    kafka-transactions.sh abort does. The same answers on Kafka 4.1.1 and kaas."""
+    r = run_scenario(java_client_classpath, "txn-admin", kaas_or_kafka.bootstrap, topic_name)
+    assert r["list_all"] == [["done", "CompleteCommit"], ["hang", "Ongoing"]], r
+    assert r["list_ongoing"] == [["hang", "Ongoing"]], r
+    assert r["list_pattern_whole"] == [["hang", "Ongoing"]], r
+    assert r["list_pattern_part"] == [], r
+    assert r["list_pattern_invalid"] == "InvalidRegularExpression", r
+    assert r["describe_state"] == "Ongoing" and r["describe_has_start_time"] is True, r
+    assert r["describe_partitions"] == ["%s-0" % topic_name, "%s-1" % topic_name], r
+    assert r["producer_found"] is True and r["producer_txn_start_offset"] == 0, r
+    assert r["lso_before"] == {"0": 0, "1": 0}, r
+    assert r["abort"] == "ok", r
+    # partition 0: the record and the operator's ABORT marker; partition 1 still held by the
+    # hanging transaction (its record, then "done"'s record and COMMIT marker)
+    assert r["lso_after"] == {"0": 2, "1": 0} and r["hwm_after"] == {"0": 2, "1": 3}, r
+    assert r["read_committed"]["records"] == {"0": [], "1": []}, r
+    assert r["read_committed"]["positions"] == {"0": 2, "1": 0}, r

@@ -113,6 +113,7 @@ pub enum ErrorCode {
     TelemetryTooLarge = 118,
     InvalidRegistration = 119,
     TransactionAbortable = 120,
+    InvalidRegularExpression = 128,
 }
 
 impl ErrorCode {

@@ -6,6 +6,7 @@
 use super::entry::{TxnEntry, NO_PRODUCER_EPOCH};
 use super::state::TxnState;
 use crate::protocol::ErrorCode;
+use regex::{Regex, RegexBuilder};
 
 /// `transaction.max.timeout.ms`: the longest transaction a producer may
 /// ask for (Kafka's default, 15 minutes).
@@ -487,21 +488,44 @@ pub fn verify_group(
     Ok(())
 }
 
-/// ListTransactions filters (KIP-664, KIP-994): every filter given must
-/// match: the state by its wire name, the producer id, and the duration
-/// (`now - start` above `min_duration_ms`; -1: any). As in Kafka, an id
-/// with no transaction in flight has start -1, so it passes any duration.
-/// An empty list filters nothing.
+/// ListTransactions filters (KIP-664, KIP-994, KIP-1152): every filter
+/// given must match: the state by its wire name, the producer id, the
+/// duration (`now - start` above `min_duration_ms`; -1: any) and the
+/// transactional id pattern (see [`transactional_id_pattern`]). As in
+/// Kafka, an id with no transaction in flight has start -1, so it passes
+/// any duration. An empty list filters nothing.
 pub fn is_listed(
     entry: &TxnEntry,
     states: &[String],
     producer_ids: &[i64],
     min_duration_ms: i64,
+    pattern: Option<&Regex>,
     now_ms: i64,
 ) -> bool {
     let state_ok = states.is_empty() || states.iter().any(|s| s == entry.state.as_str());
     let pid_ok = producer_ids.is_empty() || producer_ids.contains(&entry.producer_id);
     let duration_ok =
         min_duration_ms < 0 || now_ms.saturating_sub(entry.start_ms) > min_duration_ms;
-    state_ok && pid_ok && duration_ok && entry.state != TxnState::Dead
+    let id_ok = pattern.is_none_or(|p| p.is_match(&entry.transactional_id));
+    state_ok && pid_ok && duration_ok && id_ok && entry.state != TxnState::Dead
+}
+
+/// The most a compiled transactional id pattern may take: a pattern comes
+/// from the network, and the regex engine's own default is ten times this.
+const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+/// KIP-1152: ListTransactions v2's transactional id pattern, a regular
+/// expression the whole id must match. Absent or empty, it filters nothing;
+/// one that does not compile (or would compile past
+/// [`PATTERN_SIZE_LIMIT`]) is INVALID_REGULAR_EXPRESSION, as Kafka answers a
+/// pattern its regex engine refuses.
+pub fn transactional_id_pattern(pattern: Option<&str>) -> Result<Option<Regex>, ErrorCode> {
+    match pattern {
+        None | Some("") => Ok(None),
+        Some(p) => RegexBuilder::new(&format!("^(?:{p})$"))
+            .size_limit(PATTERN_SIZE_LIMIT)
+            .build()
+            .map(Some)
+            .map_err(|_| ErrorCode::InvalidRegularExpression),
+    }
 }

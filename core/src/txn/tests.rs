@@ -511,16 +511,54 @@ fn verify_group_accepts_only_a_group_the_ongoing_transaction_added() {
 fn is_listed_matches_every_filter_given() {
     let e = ongoing();
     let none: &[String] = &[];
-    assert!(is_listed(&e, none, &[], -1, NOW + 100));
-    assert!(is_listed(&e, &["Ongoing".into()], &[7000], -1, NOW + 100));
-    assert!(!is_listed(&e, &["Empty".into()], &[], -1, NOW + 100));
-    assert!(!is_listed(&e, none, &[1], -1, NOW + 100));
+    assert!(is_listed(&e, none, &[], -1, None, NOW + 100));
+    assert!(is_listed(
+        &e,
+        &["Ongoing".into()],
+        &[7000],
+        -1,
+        None,
+        NOW + 100
+    ));
+    assert!(!is_listed(&e, &["Empty".into()], &[], -1, None, NOW + 100));
+    assert!(!is_listed(&e, none, &[1], -1, None, NOW + 100));
     // Running for 95 ms (began at NOW + 5).
-    assert!(is_listed(&e, none, &[], 94, NOW + 100));
-    assert!(!is_listed(&e, none, &[], 95, NOW + 100));
+    assert!(is_listed(&e, none, &[], 94, None, NOW + 100));
+    assert!(!is_listed(&e, none, &[], 95, None, NOW + 100));
     // An id with no transaction in flight starts at -1: listed, as Kafka
     // lists it.
-    assert!(is_listed(&initialized(), none, &[], 1_000_000, NOW + 100));
+    assert!(is_listed(
+        &initialized(),
+        none,
+        &[],
+        1_000_000,
+        None,
+        NOW + 100
+    ));
+    // KIP-1152: the pattern must match the whole id.
+    let listed_by = |p: &str| {
+        let re = transactional_id_pattern(Some(p)).unwrap();
+        is_listed(&e, none, &[], -1, re.as_ref(), NOW + 100)
+    };
+    assert!(listed_by(&format!("^{ID}$")));
+    assert!(listed_by(".*"));
+    assert!(!listed_by(&ID[1..]), "part of the id is not a match");
+}
+
+#[test]
+fn transactional_id_pattern_must_compile_and_empty_filters_nothing() {
+    assert!(transactional_id_pattern(None).unwrap().is_none());
+    assert!(transactional_id_pattern(Some("")).unwrap().is_none());
+    assert_eq!(
+        transactional_id_pattern(Some("(ab(cd")).err(),
+        Some(ErrorCode::InvalidRegularExpression)
+    );
+    // A pattern that would compile to more than the limit is refused, not
+    // built: its size is the sender's choice.
+    assert_eq!(
+        transactional_id_pattern(Some("(a{1000}){1000}")).err(),
+        Some(ErrorCode::InvalidRegularExpression)
+    );
 }
 
 fn end_v2(e: &TxnEntry, epoch: i16, commit: bool) -> Result<End, ErrorCode> {

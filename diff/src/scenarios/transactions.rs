@@ -1032,30 +1032,18 @@ async fn describe_list(s: &mut Session) -> Step {
     if lv >= 2 {
         // The whole id, anchored (the run's prefix holds '.', escaped).
         let full = format!("^{}$", ongoing.id.replace('.', "\\."));
-        s.list_transactions_with(
-            "list by a pattern of the whole id",
-            lv,
-            &[],
-            &pids,
-            (-1, Some(&full)),
-        )
-        .await?;
-        s.list_transactions_with(
-            "list by a pattern of part of the id",
-            lv,
-            &[],
-            &pids,
-            (-1, Some("tx-(empty|ongoing)")),
-        )
-        .await?;
-        s.list_transactions_with(
-            "list by a pattern matching nothing",
-            lv,
-            &[],
-            &pids,
-            (-1, Some("^nothing$")),
-        )
-        .await?;
+        let patterns = [
+            ("list by a pattern of the whole id", full.as_str()),
+            ("list by a pattern of part of the id", "tx-(empty|ongoing)"),
+            ("list by a pattern matching nothing", "^nothing$"),
+            ("list by a pattern that does not compile", "(ab(cd"),
+            // RE2 (KIP-1152) has no back-references; java.util.regex has.
+            ("list by a pattern with a back-reference", "(tx)\\1"),
+        ];
+        for (step, pattern) in patterns {
+            s.list_transactions_with(step, lv, &[], &pids, (-1, Some(pattern)))
+                .await?;
+        }
     }
     s.end_txn("ongoing: abort", &ongoing, false).await?;
     s.list_transactions("list after the abort", &[], &pids)

@@ -6,7 +6,8 @@ import java.util.Map;
  * The Java Kafka client against a broker (kaas or Apache Kafka). Usage: Main SCENARIO BOOTSTRAP TOPIC
  * Prints one JSON line of what the scenario observed on stdout (the assertions live in
  * test_java_client.py); exits 1 on any unexpected error, 2 when the watchdog fires.
- * The scenarios live in ProducerScenarios, ConsumerScenarios, AdminScenarios and TransactionScenarios.
+ * The scenarios live in ProducerScenarios, ConsumerScenarios, AdminScenarios, TransactionScenarios
+ * and TransactionAdminScenarios.
  */
 public final class Main {
     static final long SCENARIO_DEADLINE_S = 100; // the whole program (watchdog)
@@ -15,17 +16,18 @@ public final class Main {
         Map<String, Object> run() throws Exception;
     }
 
-    static final Map<String, Scenario> SCENARIOS = Map.of(
-        "produce-consume", ProducerScenarios::produceConsume,
-        "acks", ProducerScenarios::acks,
-        "static-member", ConsumerScenarios::staticMember,
-        "cooperative-sticky", ConsumerScenarios::cooperativeSticky,
-        "admin-topics", AdminScenarios::topics,
-        "admin-configs", AdminScenarios::configs,
-        "admin-groups", AdminScenarios::groupsAndOffsets,
-        "admin-records-producers", AdminScenarios::recordsAndProducers,
-        "txn-interleaved", TransactionScenarios::interleaved,
-        "txn-fencing", TransactionScenarios::fencing);
+    static final Map<String, Scenario> SCENARIOS = Map.ofEntries(
+        Map.entry("produce-consume", ProducerScenarios::produceConsume),
+        Map.entry("acks", ProducerScenarios::acks),
+        Map.entry("static-member", ConsumerScenarios::staticMember),
+        Map.entry("cooperative-sticky", ConsumerScenarios::cooperativeSticky),
+        Map.entry("admin-topics", AdminScenarios::topics),
+        Map.entry("admin-configs", AdminScenarios::configs),
+        Map.entry("admin-groups", AdminScenarios::groupsAndOffsets),
+        Map.entry("admin-records-producers", AdminScenarios::recordsAndProducers),
+        Map.entry("txn-interleaved", TransactionScenarios::interleaved),
+        Map.entry("txn-fencing", TransactionScenarios::fencing),
+        Map.entry("txn-admin", TransactionAdminScenarios::hangingTransaction));
 
     public static void main(String[] args) throws Exception {
         if (args.length != 3 || !SCENARIOS.containsKey(args[0])) {
