@@ -400,8 +400,8 @@ fn txn_slot_file(data: &[u8]) {
         let _ = rules::add_to_transaction(e, pid, epoch, &[("t".into(), 0)], &["g".into()], 0);
         for commit in [true, false] {
             let _ = rules::end_txn(e, pid, epoch, commit, i64::MIN);
-            let _ = rules::end_txn_v2(e, pid, epoch, commit, i64::MAX);
-            let _ = rules::end_txn_v2(e, pid, epoch.wrapping_add(1), commit, 0);
+            let _ = rules::end_txn_v2(e, pid, epoch, commit, || 1, i64::MAX);
+            let _ = rules::end_txn_v2(e, pid, epoch.wrapping_add(1), commit, || 1, 0);
         }
         let _ = rules::complete(e, 0);
         let _ = rules::has_timed_out(e, i64::MAX);

@@ -15,7 +15,7 @@ use kaas_core::layout::{txn_slot_file, txn_slot_journal};
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{BatchBuilder, NewRecord, RecordBatch};
-use kaas_core::txn::{TxnSlotState, TxnState};
+use kaas_core::txn::{TxnEntry, TxnSlotState, TxnState};
 use kaas_net::broker::Isolation;
 use kaas_net::client::Connection;
 use kaas_net::slot_store;
@@ -106,6 +106,41 @@ async fn produce(conn: &mut Connection, topic: &str, partition: i32, b: &RecordB
     }
 }
 
+/// Changes TXN_ID's durable entry while the broker is stopped: a newer
+/// snapshot is what the next start reads (its version beats the journal's
+/// last record).
+fn edit_entry(dir: &std::path::Path, edit: impl FnOnce(&mut TxnEntry)) {
+    let volume = LocalVolume::new(dir).unwrap();
+    let n = coordinator_slot(TXN_ID);
+    let mut slot = slot_store::load(&volume, &txn_slot_file(n), &txn_slot_journal(n), |bytes| {
+        TxnSlotState::decode(bytes, n)
+    })
+    .unwrap()
+    .state
+    .unwrap();
+    edit(slot.entries.get_mut(TXN_ID).unwrap());
+    slot.version += 1;
+    volume
+        .write_atomic(&txn_slot_file(n), &slot.encode().unwrap())
+        .unwrap();
+}
+
+/// EndTxn v5 (transaction version 2): the error and the identity the
+/// producer continues with.
+async fn end_txn_v5(conn: &mut Connection, pid: i64, epoch: i16, commit: bool) -> (i16, i64, i16) {
+    let req = RequestBody::EndTxn(EndTxnRequest {
+        transactional_id: TXN_ID.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        committed: commit,
+        ..Default::default()
+    });
+    match conn.send(end_txn_request::API_KEY, 5, &req).await.unwrap() {
+        ResponseBody::EndTxn(r) => (r.error_code, r.producer_id, r.producer_epoch),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 #[test]
 fn a_transaction_prepared_before_a_crash_is_completed_by_the_reconcile_after_it() {
     let first = runtime();
@@ -130,23 +165,10 @@ fn a_transaction_prepared_before_a_crash_is_completed_by_the_reconcile_after_it(
     drop(first);
     // As if it had stopped right after EndTxn(commit) made PrepareCommit
     // durable: the slot file says the transaction is prepared.
-    let volume = LocalVolume::new(dir.path()).unwrap();
-    let n = coordinator_slot(TXN_ID);
-    let mut slot = slot_store::load(&volume, &txn_slot_file(n), &txn_slot_journal(n), |bytes| {
-        TxnSlotState::decode(bytes, n)
-    })
-    .unwrap()
-    .state
-    .unwrap();
-    let entry = slot.entries.get_mut(TXN_ID).unwrap();
-    assert_eq!(entry.state, TxnState::Ongoing);
-    entry.state = TxnState::PrepareCommit;
-    // A newer snapshot is what the next start reads (its version beats
-    // the journal's last record).
-    slot.version += 1;
-    volume
-        .write_atomic(&txn_slot_file(n), &slot.encode().unwrap())
-        .unwrap();
+    edit_entry(dir.path(), |entry| {
+        assert_eq!(entry.state, TxnState::Ongoing);
+        entry.state = TxnState::PrepareCommit;
+    });
 
     let second = runtime();
     second.block_on(async {
@@ -298,5 +320,67 @@ fn an_operator_aborts_a_hanging_transaction_with_write_txn_markers() {
             ErrorCode::InvalidProducerEpoch.code()
         );
         assert_eq!(p.high_watermark(), 2);
+    });
+}
+
+/// KIP-890: EndTxn v5 at an exhausted epoch cannot bump again, so the
+/// transaction's markers carry i16::MAX and the producer is answered a
+/// fresh producer id at epoch 0, with which it carries on; the old
+/// identity is refused.
+#[test]
+fn end_txn_v5_at_an_exhausted_epoch_moves_the_producer_to_a_fresh_id() {
+    let first = runtime();
+    let (dir, pid) = first.block_on(async {
+        let tb = support::start_broker(|_| {}).await;
+        tb.broker
+            .create_topic("t", 1, 1, BTreeMap::new())
+            .await
+            .unwrap();
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        let (pid, _) = init(&mut conn, 60_000).await;
+        (tb._dir, pid)
+    });
+    drop(first);
+    let exhausted = i16::MAX - 1;
+    edit_entry(dir.path(), |entry| entry.producer_epoch = exhausted);
+
+    runtime().block_on(async {
+        let tb = support::start_broker_in(dir, |_| {}).await;
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        add_partition(&mut conn, pid, exhausted, "t", 0).await;
+        let batch = txn_batch(pid, exhausted, 0, &["last"]);
+        assert_eq!(produce(&mut conn, "t", 0, &batch).await, 0);
+        let (error, new_pid, new_epoch) = end_txn_v5(&mut conn, pid, exhausted, true).await;
+        assert_eq!(error, 0);
+        assert_ne!(new_pid, pid, "a fresh producer id");
+        assert_eq!(new_epoch, 0);
+        // The lost answer's retry gets the same identity back.
+        assert_eq!(
+            end_txn_v5(&mut conn, pid, exhausted, true).await,
+            (0, new_pid, 0)
+        );
+        let p = tb.broker.partition("t", 0, -1).unwrap();
+        assert_eq!((p.high_watermark(), p.last_stable_offset()), (2, 2));
+        let read = p.read(0, 1 << 20, Isolation::ReadCommitted).await.unwrap();
+        let batches: Vec<_> = kaas_core::record::split_batches(read.records).collect();
+        assert!(batches[1].is_control());
+        assert_eq!(
+            (batches[1].producer_id(), batches[1].producer_epoch()),
+            (pid, i16::MAX),
+            "the marker fences the exhausted epoch"
+        );
+        // The old identity is no longer this transactional id's.
+        let stale = txn_batch(pid, exhausted, 1, &["zombie"]);
+        assert_ne!(produce(&mut conn, "t", 0, &stale).await, 0);
+        // The new one carries on from epoch 0.
+        add_partition(&mut conn, new_pid, 0, "t", 0).await;
+        assert_eq!(
+            produce(&mut conn, "t", 0, &txn_batch(new_pid, 0, 0, &["next"])).await,
+            0
+        );
+        assert_eq!(
+            end_txn_v5(&mut conn, new_pid, 0, true).await,
+            (0, new_pid, 1)
+        );
     });
 }

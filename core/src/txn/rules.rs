@@ -3,7 +3,7 @@
 //! (or a typed outcome) without touching anything: the driver writes the
 //! slot file, places markers and answers.
 
-use super::entry::{TxnEntry, NO_PRODUCER_EPOCH};
+use super::entry::{TxnEntry, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use super::state::TxnState;
 use crate::protocol::ErrorCode;
 use regex::{Regex, RegexBuilder};
@@ -257,20 +257,37 @@ pub fn end_txn(
 ///   INVALID_TXN_STATE; this also covers a transaction the reaper aborted,
 ///   whose producer's commit is then INVALID_TXN_STATE rather than fenced;
 /// - any other epoch: PRODUCER_FENCED.
+///
+/// At an exhausted epoch ([`epoch_is_exhausted`]) the bump still happens,
+/// to `i16::MAX`, so the markers fence the old epoch, and the entry takes
+/// `fresh()` as its next producer id: completion moves it there at epoch 0
+/// ([`complete`]), and that identity is the answer
+/// ([`TxnEntry::continues_as`]). A
+/// retry from the old identity after that (the previous producer id at the
+/// exhausted epoch) is recognised like any other retry.
 pub fn end_txn_v2(
     entry: &TxnEntry,
     producer_id: i64,
     producer_epoch: i16,
     commit: bool,
+    fresh: impl FnOnce() -> i64,
     now_ms: i64,
 ) -> Result<End, ErrorCode> {
-    if producer_id != entry.producer_id {
+    let rotated_retry = producer_id == entry.prev_producer_id
+        && entry.producer_epoch == 0
+        && epoch_is_exhausted(producer_epoch)
+        && producer_epoch < i16::MAX;
+    if producer_id != entry.producer_id && !rotated_retry {
         return Err(ErrorCode::InvalidProducerIdMapping);
     }
-    let current = producer_epoch == entry.producer_epoch;
-    let previous = i32::from(producer_epoch) == i32::from(entry.producer_epoch) - 1;
+    let current = producer_epoch == entry.producer_epoch && !rotated_retry;
+    let previous =
+        rotated_retry || i32::from(producer_epoch) == i32::from(entry.producer_epoch) - 1;
     let bumped = |state| {
         let mut next = entry.clone();
+        if epoch_is_exhausted(next.producer_epoch) {
+            next.next_producer_id = fresh();
+        }
         next.last_producer_epoch = next.producer_epoch;
         next.producer_epoch = next.producer_epoch.saturating_add(1);
         next.state = state;
@@ -311,6 +328,7 @@ pub fn end_txn_v2(
         (TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::Dead, _) if current => {
             Err(ErrorCode::ConcurrentTransactions)
         }
+        _ if rotated_retry => Err(ErrorCode::InvalidProducerIdMapping),
         _ => Err(ErrorCode::ProducerFenced),
     }
 }
@@ -329,6 +347,15 @@ pub fn complete(entry: &TxnEntry, now_ms: i64) -> Option<TxnEntry> {
     next.partitions.clear();
     next.groups.clear();
     next.last_update_ms = now_ms;
+    if next.next_producer_id != NO_PRODUCER_ID {
+        // EndTxn v5 found the epoch exhausted: the producer continues as
+        // the next producer id at epoch 0; the old one stays claimable.
+        next.prev_producer_id = next.producer_id;
+        next.producer_id = next.next_producer_id;
+        next.next_producer_id = NO_PRODUCER_ID;
+        next.producer_epoch = 0;
+        next.last_producer_epoch = NO_PRODUCER_EPOCH;
+    }
     Some(next)
 }
 

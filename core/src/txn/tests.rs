@@ -562,7 +562,7 @@ fn transactional_id_pattern_must_compile_and_empty_filters_nothing() {
 }
 
 fn end_v2(e: &TxnEntry, epoch: i16, commit: bool) -> Result<End, ErrorCode> {
-    end_txn_v2(e, 7000, epoch, commit, NOW + 10)
+    end_txn_v2(e, 7000, epoch, commit, || 9000, NOW + 10)
 }
 
 fn prepared_v2(r: Result<End, ErrorCode>) -> TxnEntry {
@@ -621,8 +621,54 @@ fn end_txn_v2_after_the_reaper_is_invalid_txn_state_and_older_epochs_are_fenced(
     assert_eq!(end_v2(&later, 0, true), Err(ErrorCode::ProducerFenced));
     assert_eq!(end_v2(&later, 3, true), Err(ErrorCode::ProducerFenced));
     assert_eq!(
-        end_txn_v2(&later, 7001, 2, true, NOW),
+        end_txn_v2(&later, 7001, 2, true, || 9000, NOW),
         Err(ErrorCode::InvalidProducerIdMapping)
+    );
+}
+
+/// KIP-890: at an exhausted epoch EndTxn v5 still bumps (to i16::MAX, for
+/// the markers) and moves the id to a fresh producer id at epoch 0 when the
+/// transaction completes; the answer names that identity, a lost answer's
+/// retry from the old one is recognised, and the old identity is fenced.
+#[test]
+fn end_txn_v2_at_an_exhausted_epoch_rotates_to_a_fresh_producer_id() {
+    let mut e = ongoing();
+    e.producer_epoch = i16::MAX - 1;
+    let p = prepared_v2(end_v2(&e, i16::MAX - 1, true));
+    assert_eq!(
+        (p.producer_id, p.producer_epoch),
+        (7000, i16::MAX),
+        "the markers' identity"
+    );
+    assert_eq!(p.next_producer_id, 9000);
+    assert_eq!(p.continues_as(), (9000, 0), "the answer");
+    let done = complete(&p, NOW + 20).expect("completes");
+    assert_eq!((done.producer_id, done.producer_epoch), (9000, 0));
+    assert_eq!(
+        (done.prev_producer_id, done.next_producer_id),
+        (7000, NO_PRODUCER_ID)
+    );
+    assert_eq!(done.continues_as(), (9000, 0));
+    // The answer was lost: the same EndTxn again succeeds, the other
+    // direction does not, and the old identity at any other epoch is no
+    // longer this id's.
+    assert_eq!(end_v2(&done, i16::MAX - 1, true), Ok(End::AlreadyComplete));
+    assert_eq!(
+        end_v2(&done, i16::MAX - 1, false),
+        Err(ErrorCode::InvalidTxnState)
+    );
+    assert_eq!(
+        end_v2(&done, 5, true),
+        Err(ErrorCode::InvalidProducerIdMapping)
+    );
+    // The new identity carries on from epoch 0.
+    let next = add_to_transaction(&done, 9000, 0, &parts(&[("t", 0)]), &[], NOW + 30)
+        .expect("added")
+        .expect("changed");
+    let p2 = prepared_v2(end_txn_v2(&next, 9000, 0, false, || 9001, NOW + 40));
+    assert_eq!(
+        (p2.producer_epoch, p2.next_producer_id),
+        (1, NO_PRODUCER_ID)
     );
 }
 

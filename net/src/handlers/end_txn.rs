@@ -9,6 +9,7 @@
 //! same until the marker reconcile has completed the transaction, and then
 //! succeeds (a retry in the completed direction).
 
+use super::init_producer_id::next_producer_id;
 use crate::broker::Broker;
 use crate::transactions::complete;
 use kaas_core::protocol::messages::{end_txn_request, EndTxnRequest, EndTxnResponse};
@@ -46,14 +47,20 @@ async fn end(broker: &Arc<Broker>, req: &EndTxnRequest, v2: bool) -> Result<(i64
     if req.transactional_id.is_empty() {
         return Err(ErrorCode::InvalidRequest);
     }
-    let (prepared, identity) = broker
-        .txn_coordinator(&req.transactional_id)?
+    let coordinator = broker.txn_coordinator(&req.transactional_id)?;
+    let fresh = if v2 && coordinator.needs_fresh_producer_id(&req.transactional_id) {
+        Some(next_producer_id(broker).await?.0)
+    } else {
+        None
+    };
+    let (prepared, identity) = coordinator
         .end_txn(
             &req.transactional_id,
             req.producer_id,
             req.producer_epoch,
             req.committed,
             v2,
+            fresh,
         )
         .await?;
     if let Some(prepared) = prepared {

@@ -34,7 +34,7 @@ pub async fn handle(
         ..Default::default()
     };
     let outcome = match req.transactional_id.as_deref() {
-        None => idempotent(broker).await,
+        None => next_producer_id(broker).await,
         Some(id) => transactional(broker, id, &req, version).await,
     };
     match outcome {
@@ -50,7 +50,9 @@ pub async fn handle(
     resp
 }
 
-async fn idempotent(broker: &Broker) -> Result<(i64, i16), ErrorCode> {
+/// A fresh producer id at epoch 0 (also drawn by EndTxn v5 at an
+/// exhausted epoch).
+pub(super) async fn next_producer_id(broker: &Broker) -> Result<(i64, i16), ErrorCode> {
     match broker.producer_ids.next().await {
         Ok(pid) => Ok((pid, 0)),
         Err(e) => {
@@ -76,7 +78,7 @@ async fn transactional(
         producer_epoch: req.producer_epoch,
     });
     let fresh = if coordinator.needs_fresh_producer_id(id) {
-        Some(idempotent(broker).await?.0)
+        Some(next_producer_id(broker).await?.0)
     } else {
         None
     };

@@ -211,9 +211,9 @@ impl TxnCoordinator {
         written.map(|()| answer)
     }
 
-    /// Whether InitProducerId for `id` will need a fresh producer id (a new
-    /// id, or an exhausted epoch): the handler draws one before deciding,
-    /// as drawing may write the producer id block.
+    /// Whether InitProducerId (or EndTxn v5) for `id` will need a fresh
+    /// producer id (a new id, or an exhausted epoch): the handler draws one
+    /// before deciding, as drawing may write the producer id block.
     pub fn needs_fresh_producer_id(&self, id: &str) -> bool {
         self.entry(id)
             .is_none_or(|e| epoch_is_exhausted(e.producer_epoch))
@@ -328,6 +328,9 @@ impl TxnCoordinator {
     /// `None` for a retry of an EndTxn that already completed; and the
     /// producer's identity after it (transaction version 2 bumps the
     /// epoch at every end: `v2`, EndTxn v5).
+    /// `fresh`: a producer id drawn beforehand for EndTxn v5 at an
+    /// exhausted epoch (see [`Self::needs_fresh_producer_id`]).
+    #[allow(clippy::too_many_arguments)]
     pub async fn end_txn(
         self: &Arc<Self>,
         id: &str,
@@ -335,18 +338,28 @@ impl TxnCoordinator {
         producer_epoch: i16,
         commit: bool,
         v2: bool,
+        fresh: Option<i64>,
     ) -> Result<(Option<TxnEntry>, (i64, i16)), ErrorCode> {
         let now = self.env.now_ms();
         self.decide(id, |entry| {
             let entry = entry.ok_or(ErrorCode::InvalidProducerIdMapping)?;
             let end = if v2 {
-                rules::end_txn_v2(entry, producer_id, producer_epoch, commit, now)?
+                let mut fresh = fresh;
+                let fresh = || fresh.take().unwrap_or(-1);
+                rules::end_txn_v2(entry, producer_id, producer_epoch, commit, fresh, now)?
             } else {
                 rules::end_txn(entry, producer_id, producer_epoch, commit, now)?
             };
             match end {
+                End::Prepare(next)
+                    if epoch_is_exhausted(entry.producer_epoch) && next.next_producer_id < 0 =>
+                {
+                    // The entry changed since the handler asked whether a
+                    // fresh id was needed: the producer retries.
+                    Err(ErrorCode::ConcurrentTransactions)
+                }
                 End::Prepare(next) => {
-                    let identity = (next.producer_id, next.producer_epoch);
+                    let identity = next.continues_as();
                     Ok((Some(next.clone()), (Some(next), identity)))
                 }
                 End::AlreadyComplete => {

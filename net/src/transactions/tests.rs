@@ -39,7 +39,7 @@ async fn end_txn(
     epoch: i16,
     commit: bool,
 ) -> Result<Option<TxnEntry>, ErrorCode> {
-    c.end_txn(ID, pid, epoch, commit, false)
+    c.end_txn(ID, pid, epoch, commit, false, None)
         .await
         .map(|(prepared, _)| prepared)
 }
