@@ -56,14 +56,18 @@ pub fn check_partition_count(count: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// The topic configs kaas accepts. `cleanup.policy` accepts only `delete`:
-/// compaction is not implemented, and accepting `compact` would silently
-/// keep every record.
+/// The topic configs kaas accepts. `cleanup.policy` is a list of `delete`
+/// and `compact` (see [`cleanup_deletes`]): a topic whose policy has
+/// `compact` keeps every record, which is what Kafka's compaction promises
+/// at the least (compaction only ever drops a record that a later one with
+/// the same key supersedes, whenever the cleaner gets to it), so kaas's log
+/// is a log the cleaner has not visited yet. Kafka Streams asks for it for
+/// every changelog topic.
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     ConfigDef {
         name: CLEANUP_POLICY,
         kind: ConfigType::List,
-        choices: &["delete"],
+        choices: &["compact", "delete"],
         broker_name: "log.cleanup.policy",
     },
     ConfigDef {
@@ -129,6 +133,10 @@ pub fn validate(name: &str, value: Option<&str>) -> Result<(), String> {
             .parse::<i64>()
             .is_ok_and(|v| v >= minimum(name)),
         ConfigType::Boolean => matches!(value, "true" | "false"),
+        // Kafka's ValidList: every comma-separated item one of the choices.
+        ConfigType::List => value
+            .split(',')
+            .all(|item| def.choices.contains(&item.trim())),
         _ => def.choices.is_empty() || def.choices.contains(&value.trim()),
     };
     if ok {
@@ -136,6 +144,16 @@ pub fn validate(name: &str, value: Option<&str>) -> Result<(), String> {
     } else {
         Err(format!("Invalid value {value} for configuration {name}"))
     }
+}
+
+/// Whether a topic's `cleanup.policy` deletes: retention (`retention.ms`,
+/// `retention.bytes`) and DeleteRecords apply only then, as in Kafka. A
+/// `compact`-only topic keeps its records until the topic goes. The broker
+/// default (`log.cleanup.policy`) is `delete`.
+pub fn cleanup_deletes(configs: &BTreeMap<String, String>) -> bool {
+    configs
+        .get(CLEANUP_POLICY)
+        .is_none_or(|policy| policy.split(',').any(|item| item.trim() == "delete"))
 }
 
 /// Smallest legal value of a numeric config.
@@ -188,8 +206,23 @@ mod tests {
     }
 
     #[test]
-    fn compaction_is_refused_rather_than_silently_ignored() {
-        assert!(validate(CLEANUP_POLICY, Some("compact")).is_err());
-        assert!(validate(CLEANUP_POLICY, Some("delete")).is_ok());
+    fn cleanup_policy_is_a_list_of_compact_and_delete() {
+        for ok in ["delete", "compact", "compact,delete", "delete, compact"] {
+            assert!(validate(CLEANUP_POLICY, Some(ok)).is_ok(), "{ok}");
+        }
+        for bad in ["", "sometimes", "compact,sometimes", "none"] {
+            assert!(validate(CLEANUP_POLICY, Some(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_policy_with_delete_deletes() {
+        let with =
+            |policy: &str| BTreeMap::from([(CLEANUP_POLICY.to_string(), policy.to_string())]);
+        assert!(cleanup_deletes(&BTreeMap::new()), "the default is delete");
+        assert!(cleanup_deletes(&with("delete")));
+        assert!(cleanup_deletes(&with("compact,delete")));
+        assert!(cleanup_deletes(&with("delete, compact")));
+        assert!(!cleanup_deletes(&with("compact")));
     }
 }

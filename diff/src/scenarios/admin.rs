@@ -58,6 +58,11 @@ pub fn scenarios() -> Vec<Scenario> {
             delete_records
         ),
         scenario!(
+            "admin/compacted-topics",
+            "cleanup.policy compact and compact,delete: created, described, DeleteRecords",
+            compacted_topics
+        ),
+        scenario!(
             "admin/describe-configs",
             "a topic's configs and their sources; an unknown topic",
             describe_configs
@@ -317,6 +322,37 @@ async fn delete_records(s: &mut Session) -> Step {
     s.list_offset("earliest", &t, 0, -2, 0).await?;
     s.produce("produce after", &t, 0, plain_batch(s.t0, 5, 1), -1)
         .await?;
+    Ok(())
+}
+
+/// Kafka Streams creates its changelog topics with cleanup.policy=compact.
+/// Records of a topic whose policy does not delete cannot be deleted
+/// (POLICY_VIOLATION); with `delete` in the policy they can.
+async fn compacted_topics(s: &mut Session) -> Step {
+    for (short, policy) in [("compact", "compact"), ("both", "compact,delete")] {
+        let t = s.name(short);
+        s.create_topic_with(
+            &format!("create {policy}"),
+            &t,
+            1,
+            &[("cleanup.policy", policy)],
+        )
+        .await?;
+        s.describe_configs(&format!("{policy}: configs"), &t, &["cleanup.policy"])
+            .await?;
+        s.produce(
+            &format!("{policy}: produce 3"),
+            &t,
+            0,
+            plain_batch(s.t0, 0, 3),
+            -1,
+        )
+        .await?;
+        s.delete_records(&format!("{policy}: delete before 1"), &t, 0, 1)
+            .await?;
+        s.list_offset(&format!("{policy}: earliest"), &t, 0, -2, 0)
+            .await?;
+    }
     Ok(())
 }
 

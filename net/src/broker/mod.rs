@@ -184,8 +184,12 @@ impl Broker {
         }
     }
 
-    /// (retention.bytes, retention.ms) of a topic.
+    /// (retention.bytes, retention.ms) of a topic; (-1, -1), keep
+    /// everything, when its cleanup.policy does not delete.
     pub fn retention(&self, topic: &Topic) -> (i64, i64) {
+        if !topic_config::cleanup_deletes(&topic.configs) {
+            return (-1, -1);
+        }
         let d = &self.config.log;
         (
             topic_config::get_i64(&topic.configs, RETENTION_BYTES, d.retention_bytes),

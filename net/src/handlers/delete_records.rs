@@ -7,6 +7,8 @@ use kaas_core::protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kaas_core::protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+use kaas_core::protocol::ErrorCode;
+use kaas_core::topic_config;
 
 /// An offset of -1 means "up to the high watermark".
 const HIGH_WATERMARK: i64 = -1;
@@ -20,9 +22,17 @@ impl PartitionRef for DeleteRecordsPartition {
 pub async fn handle(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
+        // Kafka refuses to delete records of a topic whose cleanup.policy
+        // does not delete (compact only) with POLICY_VIOLATION.
+        let deletes = broker
+            .topic(&t.name)
+            .is_none_or(|topic| topic_config::cleanup_deletes(&topic.configs));
         let results = per_partition(broker, &t.name, t.partitions, |p, r| {
             let offset = r.offset;
             async move {
+                if !deletes {
+                    return Err(ErrorCode::PolicyViolation);
+                }
                 let target = if offset == HIGH_WATERMARK {
                     p.high_watermark()
                 } else {

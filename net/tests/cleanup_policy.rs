@@ -1,0 +1,181 @@
+//! cleanup.policy: a topic whose policy has `compact` is accepted (Kafka
+//! Streams creates one per changelog) and, with no `delete` in it, keeps
+//! every record: retention passes it by and DeleteRecords is refused with
+//! POLICY_VIOLATION, as in Kafka. kaas does not compact, so nothing else
+//! changes for such a topic.
+#![cfg(not(madsim))]
+// A test: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use kaas_core::protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
+use kaas_core::protocol::messages::*;
+use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_core::record::{BatchBuilder, NewRecord};
+use kaas_net::client::Connection;
+use std::collections::BTreeMap;
+
+/// Topics whose records all go at once under retention.ms=0, with small
+/// segments so there are sealed ones to delete.
+fn configs(policy: Option<&str>) -> BTreeMap<String, String> {
+    let mut c = BTreeMap::from([
+        ("retention.ms".to_string(), "0".to_string()),
+        ("segment.bytes".to_string(), "300".to_string()),
+    ]);
+    if let Some(p) = policy {
+        c.insert("cleanup.policy".into(), p.into());
+    }
+    c
+}
+
+async fn delete_records(conn: &mut Connection, topic: &str, offset: i64) -> (i16, i64) {
+    let req = RequestBody::DeleteRecords(DeleteRecordsRequest {
+        topics: vec![DeleteRecordsTopic {
+            name: topic.into(),
+            partitions: vec![DeleteRecordsPartition {
+                partition_index: 0,
+                offset,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        timeout_ms: 10_000,
+        ..Default::default()
+    });
+    match conn
+        .send(delete_records_request::API_KEY, 2, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::DeleteRecords(r) => {
+            let p = &r.topics[0].partitions[0];
+            (p.error_code, p.low_watermark)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_compact_only_topic_keeps_every_record_and_refuses_delete_records() {
+    let tb = support::start_broker(|_| {}).await;
+    // (topic, policy, whether it deletes)
+    let topics = [
+        ("default", None, true),
+        ("delete", Some("delete"), true),
+        ("compact", Some("compact"), false),
+        ("both", Some("compact,delete"), true),
+    ];
+    for (name, policy, _) in topics {
+        tb.broker
+            .create_topic(name, 1, 1, configs(policy))
+            .await
+            .unwrap();
+        let p = tb.broker.partition(name, 0, -1).unwrap();
+        for i in 0..10 {
+            let mut b = BatchBuilder::new();
+            let key = format!("k{}", i % 3);
+            b.push(NewRecord::new(
+                0,
+                Some(key.as_bytes()),
+                Some(format!("v{i}").as_bytes()),
+            ));
+            let d = p.append(b.build()).await.unwrap();
+            p.wait_durable(d.end_offset()).await.unwrap();
+        }
+        assert_eq!(p.high_watermark(), 10, "{name}");
+    }
+
+    // Retention with every record past retention.ms.
+    tb.broker.apply_retention(i64::MAX / 2).await;
+    for (name, _, deletes) in topics {
+        let start = tb.broker.partition(name, 0, -1).unwrap().log_start_offset();
+        if deletes {
+            assert!(start > 0, "{name}: retention deleted nothing");
+        } else {
+            assert_eq!(start, 0, "{name}: retention deleted records");
+        }
+    }
+
+    let mut conn = Connection::connect(tb.addr).await.unwrap();
+    for (name, _, deletes) in topics {
+        let got = delete_records(&mut conn, name, 9).await;
+        if deletes {
+            assert_eq!(got, (0, 9), "{name}");
+        } else {
+            assert_eq!(got, (ErrorCode::PolicyViolation.code(), -1), "{name}");
+            let p = tb.broker.partition(name, 0, -1).unwrap();
+            assert_eq!(p.log_start_offset(), 0, "{name}: records deleted");
+        }
+    }
+    // An unknown topic is still UNKNOWN_TOPIC_OR_PARTITION, not a policy matter.
+    assert_eq!(
+        delete_records(&mut conn, "nope", 1).await.0,
+        ErrorCode::UnknownTopicOrPartition.code()
+    );
+}
+
+#[tokio::test]
+async fn create_topics_accepts_compact_and_describe_configs_reports_it() {
+    let tb = support::start_broker(|_| {}).await;
+    let mut conn = Connection::connect(tb.addr).await.unwrap();
+    let create = |name: &str, policy: &str| {
+        RequestBody::CreateTopics(CreateTopicsRequest {
+            topics: vec![create_topics_request::CreatableTopic {
+                name: name.into(),
+                num_partitions: 1,
+                replication_factor: 1,
+                configs: vec![create_topics_request::CreatableTopicConfig {
+                    name: "cleanup.policy".into(),
+                    value: Some(policy.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            timeout_ms: 10_000,
+            ..Default::default()
+        })
+    };
+    for (name, policy, code) in [
+        ("c1", "compact", 0),
+        ("c2", "compact,delete", 0),
+        ("c3", "sometimes", ErrorCode::InvalidConfig.code()),
+    ] {
+        match conn
+            .send(create_topics_request::API_KEY, 7, &create(name, policy))
+            .await
+            .unwrap()
+        {
+            ResponseBody::CreateTopics(r) => {
+                assert_eq!(r.topics[0].error_code, code, "{name} {policy}")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let describe = RequestBody::DescribeConfigs(DescribeConfigsRequest {
+        resources: vec![describe_configs_request::DescribeConfigsResource {
+            resource_type: 2,
+            resource_name: "c1".into(),
+            configuration_keys: Some(vec!["cleanup.policy".into()]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match conn
+        .send(describe_configs_request::API_KEY, 4, &describe)
+        .await
+        .unwrap()
+    {
+        ResponseBody::DescribeConfigs(r) => {
+            let entries: Vec<_> = r.results[0]
+                .configs
+                .iter()
+                .map(|c| (c.name.as_str(), c.value.as_deref()))
+                .collect();
+            assert_eq!(entries, vec![("cleanup.policy", Some("compact"))]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
