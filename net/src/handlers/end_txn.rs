@@ -48,7 +48,7 @@ async fn end(broker: &Arc<Broker>, req: &EndTxnRequest, v2: bool) -> Result<(i64
         return Err(ErrorCode::InvalidRequest);
     }
     let coordinator = broker.txn_coordinator(&req.transactional_id)?;
-    let fresh = if v2 && coordinator.needs_fresh_producer_id(&req.transactional_id) {
+    let fresh = if v2 && coordinator.end_may_rotate(&req.transactional_id) {
         Some(next_producer_id(broker).await?.0)
     } else {
         None

@@ -211,12 +211,19 @@ impl TxnCoordinator {
         written.map(|()| answer)
     }
 
-    /// Whether InitProducerId (or EndTxn v5) for `id` will need a fresh
-    /// producer id (a new id, or an exhausted epoch): the handler draws one
-    /// before deciding, as drawing may write the producer id block.
+    /// Whether InitProducerId for `id` will need a fresh producer id (a new
+    /// id, or an exhausted epoch): the handler draws one before deciding,
+    /// as drawing may write the producer id block.
     pub fn needs_fresh_producer_id(&self, id: &str) -> bool {
         self.entry(id)
             .is_none_or(|e| epoch_is_exhausted(e.producer_epoch))
+    }
+
+    /// Whether EndTxn v5 for `id` may move it to a fresh producer id (its
+    /// epoch is exhausted); an unknown id draws none.
+    pub fn end_may_rotate(&self, id: &str) -> bool {
+        self.entry(id)
+            .is_some_and(|e| epoch_is_exhausted(e.producer_epoch))
     }
 
     /// InitProducerId with a transactional id (KIP-98, KIP-360). `fresh`:
@@ -329,7 +336,7 @@ impl TxnCoordinator {
     /// producer's identity after it (transaction version 2 bumps the
     /// epoch at every end: `v2`, EndTxn v5).
     /// `fresh`: a producer id drawn beforehand for EndTxn v5 at an
-    /// exhausted epoch (see [`Self::needs_fresh_producer_id`]).
+    /// exhausted epoch (see [`Self::end_may_rotate`]).
     #[allow(clippy::too_many_arguments)]
     pub async fn end_txn(
         self: &Arc<Self>,
