@@ -43,7 +43,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 use transcript::{compare, Mismatch, Transcript, Verdict};
 
 #[derive(Parser, Debug)]
@@ -289,9 +289,7 @@ impl Runner {
         // Names are unique per run and scenario; a broker that saw earlier
         // runs (a Kafka started by hand) is not confused by them.
         let prefix = format!("kd{}-{}", self.run_id, name.replace('/', "."));
-        let t0 = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64 * 1000);
+        let t0 = session::wall_clock_ms() / 1000 * 1000;
         let mut k = Session::new(self.kafka, prefix.clone(), self.versions.clone(), t0);
         let mut s = Session::new(self.kaas, prefix, self.versions.clone(), t0);
         let (rk, rs) = tokio::join!(run(&mut k), run(&mut s));

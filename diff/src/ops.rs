@@ -655,6 +655,32 @@ impl Session {
         topic: &str,
         partitions: &[i32],
     ) -> Step {
+        self.describe_producers_stamped(step, topic, partitions, None)
+            .await
+    }
+
+    /// DescribeProducers after a marker the broker stamped with its own
+    /// clock: a last timestamp at or after `since_ms` (wall clock, taken
+    /// before the marker was sent) shows as "since the marker", as the two
+    /// brokers' clocks cannot give the same number.
+    pub async fn describe_producers_after(
+        &mut self,
+        step: &str,
+        topic: &str,
+        partitions: &[i32],
+        since_ms: i64,
+    ) -> Step {
+        self.describe_producers_stamped(step, topic, partitions, Some(since_ms))
+            .await
+    }
+
+    async fn describe_producers_stamped(
+        &mut self,
+        step: &str,
+        topic: &str,
+        partitions: &[i32],
+        since_ms: Option<i64>,
+    ) -> Step {
         let version = self.version(describe_producers_request::API_KEY)?;
         let body = RequestBody::DescribeProducers(DescribeProducersRequest {
             topics: vec![describe_producers_request::TopicRequest {
@@ -673,7 +699,11 @@ impl Session {
                     "pid": self.alias("pid", a.producer_id),
                     "epoch": a.producer_epoch,
                     "last_sequence": a.last_sequence,
-                    "last_timestamp": if a.last_timestamp >= 0 { a.last_timestamp - self.t0 } else { a.last_timestamp },
+                    "last_timestamp": match since_ms {
+                        Some(since) if a.last_timestamp >= since => json!("since the marker"),
+                        _ if a.last_timestamp >= 0 => json!(a.last_timestamp - self.t0),
+                        _ => json!(a.last_timestamp),
+                    },
                     "coordinator_epoch": a.coordinator_epoch,
                     "txn_start": a.current_txn_start_offset,
                 }));
@@ -1160,6 +1190,52 @@ impl Session {
         }
         self.observe(step, seen);
         Ok((r.error_code, next))
+    }
+
+    /// WriteTxnMarkers (KIP-664's operator abort, as Admin.abortTransaction
+    /// sends it to the partition's leader): one marker for `txn`'s producer
+    /// at `epoch` on `partitions` of `topic`; the error of each partition.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write_txn_markers(
+        &mut self,
+        step: &str,
+        txn: &Txn,
+        epoch: i16,
+        commit: bool,
+        topic: &str,
+        partitions: &[i32],
+        coordinator_epoch: i32,
+    ) -> Step {
+        let version = self.version(write_txn_markers_request::API_KEY)?;
+        let body = RequestBody::WriteTxnMarkers(WriteTxnMarkersRequest {
+            markers: vec![write_txn_markers_request::WritableTxnMarker {
+                producer_id: txn.pid,
+                producer_epoch: epoch,
+                transaction_result: commit,
+                topics: vec![write_txn_markers_request::WritableTxnMarkerTopic {
+                    name: topic.into(),
+                    partition_indexes: partitions.to_vec(),
+                    ..Default::default()
+                }],
+                coordinator_epoch,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let r = call_as!(self, WriteTxnMarkers, version, body, step);
+        let mut seen = Vec::new();
+        for m in &r.markers {
+            let pid = self.alias("pid", m.producer_id);
+            for t in &m.topics {
+                let topic = self.local(&t.name);
+                for p in &t.partitions {
+                    seen.push(json!([pid, topic, p.partition_index, err(p.error_code)]));
+                }
+            }
+        }
+        seen.sort_by_key(|v| v.to_string());
+        self.observe(step, json!(seen));
+        Ok(())
     }
 
     /// EndTxn at the highest common version; then waits (unobserved) until

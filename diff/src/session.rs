@@ -296,3 +296,11 @@ pub fn overlap(a: &BTreeMap<i16, (i16, i16)>, b: &BTreeMap<i16, (i16, i16)>) -> 
         })
         .collect()
 }
+
+/// The machine's wall clock in milliseconds (both brokers run here and
+/// stamp with it).
+pub fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

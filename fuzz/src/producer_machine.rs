@@ -315,12 +315,15 @@ impl Machine {
                 );
                 let written = self
                     .state
-                    .append_marker(&IncomingMarker {
-                        producer_id: pid,
-                        producer_epoch: epoch,
-                        coordinator_epoch: 0,
-                        commit: *commit,
-                    })
+                    .append_marker(
+                        &IncomingMarker {
+                            producer_id: pid,
+                            producer_epoch: epoch,
+                            coordinator_epoch: 0,
+                            commit: *commit,
+                        },
+                        self.now_ms,
+                    )
                     .expect("the rules write the marker");
                 assert_eq!(written.offset, marker_offset);
                 assert_eq!(written.aborted, want, "the rules' aborted entry");

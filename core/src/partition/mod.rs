@@ -289,9 +289,15 @@ impl PartitionState {
     /// Decides the offset of a transaction marker (COMMIT or ABORT control
     /// batch) the coordinator asks to write, and closes the producer's open
     /// transaction: the last stable offset moves past it once it is
-    /// durable. An aborted transaction is returned for the aborted index.
-    /// Refused with the codes of [`check_marker`].
-    pub fn append_marker(&mut self, marker: &IncomingMarker) -> Result<MarkerWritten, ErrorCode> {
+    /// durable. An aborted transaction is returned for the aborted index;
+    /// a marker with no transaction open here closes nothing and indexes
+    /// nothing. `timestamp_ms` is the marker's (the producer's last
+    /// timestamp). Refused with the codes of [`check_marker`].
+    pub fn append_marker(
+        &mut self,
+        marker: &IncomingMarker,
+        timestamp_ms: i64,
+    ) -> Result<MarkerWritten, ErrorCode> {
         if self.failed {
             return Err(ErrorCode::KafkaStorageError);
         }
@@ -308,12 +314,15 @@ impl PartitionState {
             marker.coordinator_epoch,
             marker.commit,
             offset,
+            timestamp_ms,
         );
-        self.open_transactions
-            .remove(&(completed.first_offset, marker.producer_id));
-        self.completing.insert((offset, completed.first_offset));
-        let still_open = self.open_transactions.first().map(|&(first, _)| first);
-        let aborted = aborted_index_entry(&completed, still_open);
+        let aborted = completed.and_then(|completed| {
+            self.open_transactions
+                .remove(&(completed.first_offset, marker.producer_id));
+            self.completing.insert((offset, completed.first_offset));
+            let still_open = self.open_transactions.first().map(|&(first, _)| first);
+            aborted_index_entry(&completed, still_open)
+        });
         Ok(MarkerWritten { offset, aborted })
     }
 

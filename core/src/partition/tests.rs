@@ -99,7 +99,7 @@ fn the_last_stable_offset_never_falls_below_the_log_start() {
     assert_eq!(p.may_delete_before(4), Ok(()));
     p.records_deleted(4);
     assert_eq!(p.last_stable_offset(), 4);
-    p.append_marker(&marker(7, 0, 0, true)).expect("written");
+    p.append_marker(&marker(7, 0, 0, true), 0).expect("written");
     p.durable_up_to(9);
     assert_eq!(p.last_stable_offset(), 9);
 }
@@ -365,7 +365,7 @@ fn a_marker_closes_the_open_transaction_and_the_last_stable_offset_moves_past_it
     p.append(&plain(1), 0).expect("appended"); // 5
     p.durable_up_to(6);
     assert_eq!(p.last_stable_offset(), 2, "stops at the open transaction");
-    let written = p.append_marker(&marker(7, 0, 0, true)).expect("written");
+    let written = p.append_marker(&marker(7, 0, 0, true), 0).expect("written");
     assert_eq!(
         written,
         MarkerWritten {
@@ -388,7 +388,9 @@ fn an_abort_marker_is_recorded_for_the_aborted_index() {
     let mut p = fresh();
     p.append(&transactional(7, 0, 0, 2), 0).expect("appended"); // 0..=1
     p.append(&transactional(8, 0, 0, 1), 0).expect("appended"); // 2
-    let written = p.append_marker(&marker(7, 0, 0, false)).expect("written");
+    let written = p
+        .append_marker(&marker(7, 0, 0, false), 0)
+        .expect("written");
     assert_eq!(
         written.aborted,
         Some(AbortedTxn {
@@ -399,26 +401,41 @@ fn an_abort_marker_is_recorded_for_the_aborted_index() {
         }),
         "the other producer's transaction is still open at 2"
     );
-    // A transaction that wrote nothing here is closed at its marker.
-    let written = p.append_marker(&marker(9, 0, 0, false)).expect("written");
-    assert_eq!(
-        written.aborted.map(|a| (a.first_offset, a.last_offset)),
-        Some((4, 4))
-    );
+    // A producer with nothing open here: the marker is written but closes
+    // and indexes nothing (Kafka, seen in txn/write-txn-markers).
+    let written = p
+        .append_marker(&marker(9, 0, 0, false), 0)
+        .expect("written");
+    assert_eq!((written.offset, written.aborted), (4, None));
+    let again = p
+        .append_marker(&marker(7, 0, 0, false), 0)
+        .expect("written");
+    assert_eq!((again.offset, again.aborted), (5, None), "already closed");
+}
+
+/// The producer's last timestamp after a marker is the marker's, as
+/// DescribeProducers shows it in Kafka.
+#[test]
+fn a_marker_sets_the_producers_last_timestamp() {
+    let mut p = fresh();
+    p.append(&transactional(7, 0, 0, 2), 0).expect("appended");
+    p.append_marker(&marker(7, 0, 0, true), 12_345)
+        .expect("written");
+    assert_eq!(p.producers().get(7).map(|e| e.last_timestamp), Some(12_345));
 }
 
 #[test]
 fn a_marker_from_an_older_coordinator_epoch_is_transaction_coordinator_fenced() {
     let mut p = fresh();
     p.append(&transactional(7, 0, 0, 1), 0).expect("appended");
-    p.append_marker(&marker(7, 0, 3, true)).expect("written");
+    p.append_marker(&marker(7, 0, 3, true), 0).expect("written");
     p.append(&transactional(7, 0, 1, 1), 0).expect("appended");
     assert_eq!(
-        p.append_marker(&marker(7, 0, 2, true)),
+        p.append_marker(&marker(7, 0, 2, true), 0),
         Err(ErrorCode::TransactionCoordinatorFenced)
     );
     assert_eq!(p.log_end_offset(), 3, "nothing written");
-    assert!(p.append_marker(&marker(7, 0, 3, true)).is_ok());
+    assert!(p.append_marker(&marker(7, 0, 3, true), 0).is_ok());
 }
 
 #[test]
@@ -426,12 +443,12 @@ fn a_marker_with_an_older_producer_epoch_is_invalid_producer_epoch() {
     let mut p = fresh();
     p.append(&transactional(7, 2, 0, 1), 0).expect("appended");
     assert_eq!(
-        p.append_marker(&marker(7, 1, 0, false)),
+        p.append_marker(&marker(7, 1, 0, false), 0),
         Err(ErrorCode::InvalidProducerEpoch)
     );
     // A marker at a bumped epoch (a coordinator abort, KIP-360) is written
     // and starts that epoch: the old epoch's batches are fenced.
-    assert!(p.append_marker(&marker(7, 3, 0, false)).is_ok());
+    assert!(p.append_marker(&marker(7, 3, 0, false), 0).is_ok());
     assert_eq!(
         p.append(&transactional(7, 2, 1, 1), 0),
         Err(ErrorCode::InvalidProducerEpoch)
@@ -488,12 +505,15 @@ fn opens_transaction_only_for_a_new_transactional_batch_without_an_open_transact
         panic!("transactional batch has an identity")
     };
     assert!(!p.opens_transaction(&next));
-    p.append_marker(&IncomingMarker {
-        producer_id: 9,
-        producer_epoch: 2,
-        coordinator_epoch: 0,
-        commit: true,
-    })
+    p.append_marker(
+        &IncomingMarker {
+            producer_id: 9,
+            producer_epoch: 2,
+            coordinator_epoch: 0,
+            commit: true,
+        },
+        0,
+    )
     .expect("marker");
     // After the marker the next transaction opens again.
     assert!(p.opens_transaction(&next));
@@ -528,7 +548,8 @@ fn a_producer_with_an_open_transaction_never_expires() {
         0,
         "its transaction still holds the LSO"
     );
-    p.append_marker(&marker(7, 0, 0, false)).expect("written");
+    p.append_marker(&marker(7, 0, 0, false), 0)
+        .expect("written");
     assert_eq!(
         p.expire_producers(1_000_000, 10),
         1,
@@ -575,7 +596,9 @@ fn the_aborted_entry_of_the_replay_is_the_one_the_marker_wrote() {
     let mut p = fresh();
     p.append(&transactional(7, 0, 0, 2), 0).expect("appended"); // 0..=1
     p.append(&transactional(8, 0, 0, 1), 0).expect("appended"); // 2
-    let live = p.append_marker(&marker(7, 0, 4, false)).expect("written");
+    let live = p
+        .append_marker(&marker(7, 0, 4, false), 0)
+        .expect("written");
     // Replay of the same log.
     let mut table = ProducerTable::new();
     let batch = |pid, seq, n: usize| {

@@ -293,7 +293,8 @@ impl ProducerTable {
         coordinator_epoch: i32,
         commit: bool,
         offset: i64,
-    ) -> CompletedTxn {
+        timestamp_ms: i64,
+    ) -> Option<CompletedTxn> {
         let entry = self
             .entries
             .entry(producer_id)
@@ -309,14 +310,20 @@ impl ProducerTable {
         }
         // The idle clock (`last_update_ms`) is left alone: it follows the
         // producer's own batches, as recovery's replay has always had it.
+        // The last timestamp is the marker's, as Kafka reports it.
         entry.coordinator_epoch = coordinator_epoch;
-        let first_offset = entry.current_txn_first_offset.take().unwrap_or(offset);
-        CompletedTxn {
+        entry.last_timestamp = timestamp_ms;
+        // Only a transaction with data on this partition completes here: a
+        // marker with nothing open (an abort after the data went elsewhere,
+        // an operator's second marker) moves no stable offset and is not
+        // indexed, as Kafka emits no completed transaction for it.
+        let first_offset = entry.current_txn_first_offset.take()?;
+        Some(CompletedTxn {
             producer_id,
             first_offset,
             last_offset: offset,
             aborted: !commit,
-        }
+        })
     }
 
     /// The producer's coordinator bumped its epoch to `epoch`: a producer
@@ -338,8 +345,8 @@ impl ProducerTable {
 
     /// Rebuilds state from a batch found in the log during recovery: no
     /// validation (it was validated when appended), same bookkeeping. A
-    /// marker returns the transaction it closed, so recovery can rebuild
-    /// the aborted index of the replayed range.
+    /// marker returns the transaction it closed (if one was open), so
+    /// recovery can rebuild the aborted index of the replayed range.
     pub fn replay(&mut self, batch: &RecordBatch, now_ms: i64) -> Option<CompletedTxn> {
         if batch.is_control() {
             // A transaction marker closes the producer's open transaction.
@@ -356,13 +363,14 @@ impl ProducerTable {
                 .or(known_epoch)
                 .unwrap_or(-1);
             let commit = marker.is_none_or(|m| m.control_type == ControlType::Commit);
-            return Some(self.record_marker(
+            return self.record_marker(
                 batch.producer_id(),
                 batch.producer_epoch(),
                 coordinator_epoch,
                 commit,
                 batch.base_offset(),
-            ));
+                batch.max_timestamp(),
+            );
         }
         if let Some(id) = BatchIdentity::of(batch) {
             self.record_append(&id, batch.base_offset(), batch.max_timestamp(), now_ms);

@@ -51,6 +51,7 @@ pub fn scenarios() -> Vec<Scenario> {
         scenario!("txn/offset-commit-abort", "TxnOffsetCommit offsets are discarded by an abort", offset_commit_abort),
         scenario!("txn/offset-commit-errors", "TxnOffsetCommit without AddOffsetsToTxn, wrong epoch, wrong producer id (every version)", offset_commit_errors),
         scenario!("txn/offset-commit-member", "TxnOffsetCommit v3+ checked against a live group's generation and member", offset_commit_member),
+        scenario!("txn/write-txn-markers", "WriteTxnMarkers as an operator sends it (KIP-664): unknown partitions, the abort of an open transaction, a deposed coordinator epoch, a marker with nothing open, then the client's own abort", write_txn_markers),
         scenario!("txn/describe-list", "DescribeTransactions and ListTransactions (state filters) of Empty, Ongoing and CompleteCommit transactions", describe_list),
         scenario!("txn/describe-producers", "DescribeProducers during an open transaction shows its first offset", describe_producers),
     ]
@@ -1048,6 +1049,39 @@ async fn describe_list(s: &mut Session) -> Step {
     s.end_txn("ongoing: abort", &ongoing, false).await?;
     s.list_transactions("list after the abort", &[], &pids)
         .await?;
+    Ok(())
+}
+
+async fn write_txn_markers(s: &mut Session) -> Step {
+    let (t, tx) = open_transaction(s).await?;
+    s.write_txn_markers("unknown partition", &tx, tx.epoch, false, &t, &[5], 0)
+        .await?;
+    let nope = s.name("nope");
+    s.write_txn_markers("unknown topic", &tx, tx.epoch, false, &nope, &[0], 0)
+        .await?;
+    // What kafka-transactions.sh abort sends: the producer's epoch, the
+    // coordinator epoch DescribeProducers shows (none yet: 0).
+    let before = crate::session::wall_clock_ms();
+    s.write_txn_markers("operator abort", &tx, tx.epoch, false, &t, &[0], 0)
+        .await?;
+    // The marker's timestamp becomes the producer's last one.
+    s.describe_producers_after("after the operator abort", &t, &[0], before)
+        .await?;
+    read_views(s, "after the operator abort", &t).await?;
+    s.write_txn_markers(
+        "from a deposed coordinator",
+        &tx,
+        tx.epoch,
+        false,
+        &t,
+        &[0],
+        -1,
+    )
+    .await?;
+    s.write_txn_markers("commit with nothing open", &tx, tx.epoch, true, &t, &[0], 0)
+        .await?;
+    s.end_txn("the client aborts too", &tx, false).await?;
+    read_views(s, "after the client abort", &t).await?;
     Ok(())
 }
 

@@ -263,18 +263,19 @@ impl Partition {
     pub async fn write_marker(&self, marker: IncomingMarker) -> Result<i64, ErrorCode> {
         self.check_open()?;
         let mut lane = self.log.clone().lock_owned().await;
-        let written = self.state().append_marker(&marker)?;
+        // The marker's timestamp is the broker's clock, as Kafka stamps it.
+        let timestamp_ms = self.env.now_ms();
+        let written = self.state().append_marker(&marker, timestamp_ms)?;
         let control_type = if marker.commit {
             ControlType::Commit
         } else {
             ControlType::Abort
         };
-        // The marker's timestamp is the broker's clock, as Kafka stamps it;
-        // the leader epoch is stamped by the log like any append.
+        // The leader epoch is stamped by the log like any append.
         let batch = build_control_batch(
             marker.producer_id,
             marker.producer_epoch,
-            self.env.now_ms(),
+            timestamp_ms,
             EndTxnMarker {
                 control_type,
                 coordinator_epoch: marker.coordinator_epoch,
