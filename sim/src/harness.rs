@@ -8,12 +8,13 @@
 
 use crate::checker::{History, IdempotenceStats, PartitionLog};
 use crate::env::{SimClock, SimIo};
+use crate::eos_history::EosStats;
 use crate::group_history::GroupStats;
 use crate::params::SimParams;
 use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
 use crate::workload::{self, Shared};
-use crate::{group_member, idempotent, txn};
+use crate::{eos, eos_input, eos_observer, group_member, idempotent, txn};
 use kaas_core::layout;
 use kaas_core::record::{split_batches, Tail};
 use kaas_net::config::{BrokerConfig, LogDefaults};
@@ -60,6 +61,12 @@ pub const MIN_TXN_COMMITS: u64 = 3;
 pub const MIN_TXN_ABORTS: u64 = 1;
 /// ... and, when the seed drew zombies, this many fences.
 pub const MIN_TXN_FENCES: u64 = 1;
+/// With the exactly-once loop: this many transactions committed,
+pub const MIN_EOS_COMMITS: u64 = 3;
+/// ... this many instances resumed from offsets another one committed,
+pub const MIN_EOS_RESUMES: u64 = 1;
+/// ... and this many committed offsets above 0 checked against the output.
+pub const MIN_EOS_OBSERVATIONS: u64 = 1;
 /// How long the final read-back may take once faults have stopped.
 const LIVENESS_DEADLINE: Duration = Duration::from_secs(120);
 /// How long to wait for an armed power cut or fsync failure before
@@ -100,6 +107,7 @@ pub struct SeedReport {
     pub groups: GroupStats,
     pub generations: usize,
     pub txns: TxnStats,
+    pub eos: EosStats,
     pub syncs: u64,
     pub simulated: Duration,
     /// Equal between two runs of a seed iff they behaved the same.
@@ -177,6 +185,28 @@ impl fmt::Display for SeedReport {
                 t.aborted_batches_dropped,
                 t.final_aborted_batches_dropped,
                 t.settled_ms,
+            )?;
+        }
+        if p.eos {
+            let e = &self.eos;
+            write!(
+                f,
+                "eos: {} input records, {} begun, {} committed ({} unknown), {} aborted, {} fenced, {} stalls ({} zombies), {} inits, {} resumes, {} unstable, {} records transformed, {} offset observations ({} during a commit), {} output records | ",
+                e.input_acked,
+                e.begun,
+                e.commits_acked,
+                e.commits_unknown,
+                e.aborts_acked,
+                e.fenced,
+                e.stalls,
+                e.zombies,
+                e.inits,
+                e.resumes,
+                e.unstable,
+                e.records_transformed,
+                e.observations,
+                e.observations_in_flight,
+                e.final_records,
             )?;
         }
         write!(
@@ -319,7 +349,13 @@ fn crash_gates_met(params: &SimParams, shared: &Shared) -> bool {
             && t.aborted() >= MIN_TXN_ABORTS
             && (params.txn_zombie_percent == 0 || t.stats.fences_seen >= MIN_TXN_FENCES)
     };
-    group && idempotent && txns
+    let eos = !params.eos || {
+        let e = shared.eos().stats;
+        e.commits_acked >= MIN_EOS_COMMITS
+            && e.resumes >= MIN_EOS_RESUMES
+            && e.observations >= MIN_EOS_OBSERVATIONS
+    };
+    group && idempotent && txns && eos
 }
 
 /// Kills and restarts the broker at seeded moments until `fault_phase`
@@ -565,6 +601,21 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .collect();
     let txn_consumer = (params.txn_producers > 0)
         .then(|| client.spawn(txn::txn_consumer(params, BROKER_ADDR, shared.clone())));
+    let eos_tasks = params.eos.then(|| {
+        (
+            client.spawn(eos_input::eos_input_producer(
+                params,
+                BROKER_ADDR,
+                shared.clone(),
+            )),
+            client.spawn(eos::eos_loop(params, BROKER_ADDR, shared.clone())),
+            client.spawn(eos_observer::offset_observer(
+                params,
+                BROKER_ADDR,
+                shared.clone(),
+            )),
+        )
+    });
     let members: Vec<_> = (0..params.group_members)
         .map(|slot| {
             client.spawn(group_member::group_member(
@@ -603,6 +654,15 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             problems.push("a transactional producer task died".to_string());
         }
     }
+    let eos_tasks = match eos_tasks {
+        Some((input, eos_loop, observer)) => {
+            if input.await.is_err() {
+                problems.push("the EOS input producer died".to_string());
+            }
+            Some((eos_loop, observer))
+        }
+        None => None,
+    };
     shared.stop_fetching.store(true, Relaxed);
     if consumer.await.is_err() {
         problems.push("the consumer task died".to_string());
@@ -610,6 +670,17 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     if let Some(c) = txn_consumer {
         if c.await.is_err() {
             problems.push("the read_committed consumer task died".to_string());
+        }
+    }
+    // The input is final: the exactly-once loop drains it and stops, and
+    // so does its observer.
+    if let Some((eos_loop, observer)) = eos_tasks {
+        if eos_loop.await.is_err() {
+            problems.push("the exactly-once loop died".to_string());
+            shared.eos_done.store(true, Relaxed);
+        }
+        if observer.await.is_err() {
+            problems.push("the offset observer died".to_string());
         }
     }
     let txn_logs = if params.txn_producers > 0 {
@@ -652,6 +723,29 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             problems.push("the final reader task died".to_string());
             Default::default()
         }
+    };
+    let eos_read = if params.eos {
+        match client
+            .spawn(eos_observer::final_read(
+                params,
+                BROKER_ADDR,
+                shared.clone(),
+                LIVENESS_DEADLINE,
+            ))
+            .await
+        {
+            Ok(Ok(read)) => Some(read),
+            Ok(Err(e)) => {
+                problems.push(e);
+                None
+            }
+            Err(_) => {
+                problems.push("the final EOS reader died".to_string());
+                None
+            }
+        }
+    } else {
+        None
     };
     let log_ends: BTreeMap<i32, i64> = (0..params.partitions)
         .map(|p| (p, logs.get(&p).map_or(0, |l| l.len() as i64)))
@@ -714,8 +808,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     );
     problems.extend(history.check_final(params.partitions, &logs));
     let mut txns = shared.txns();
-    if params.txn_producers > 0 {
+    if params.txn_producers > 0 || params.eos {
+        // The loop's InitProducerId answers are in this history too.
         problems.extend(txns.check_final(&txn_logs, history.granted_pids()));
+    }
+    if params.txn_producers > 0 {
         let t = txns.stats;
         if t.commits_acked < MIN_TXN_COMMITS {
             problems.push(format!(
@@ -733,6 +830,31 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             problems.push(format!(
                 "vacuous: {} zombies but {} fences (need {MIN_TXN_FENCES})",
                 t.zombies, t.fences_seen
+            ));
+        }
+    }
+    let mut eos_history = shared.eos();
+    if let Some(read) = &eos_read {
+        problems.extend(eos_history.check_final(&read.input, &read.output, &read.committed));
+    }
+    if params.eos {
+        let e = eos_history.stats;
+        if e.commits_acked < MIN_EOS_COMMITS {
+            problems.push(format!(
+                "vacuous: {} EOS transactions committed (need {MIN_EOS_COMMITS})",
+                e.commits_acked
+            ));
+        }
+        if e.resumes < MIN_EOS_RESUMES {
+            problems.push(format!(
+                "vacuous: {} EOS instances resumed from committed offsets (need {MIN_EOS_RESUMES})",
+                e.resumes
+            ));
+        }
+        if e.observations < MIN_EOS_OBSERVATIONS {
+            problems.push(format!(
+                "vacuous: {} committed EOS offsets checked against the output (need {MIN_EOS_OBSERVATIONS})",
+                e.observations
             ));
         }
     }
@@ -798,10 +920,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             seed,
             problems,
             context: format!(
-                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nidempotence: {:?}\ntransactions: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
+                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nidempotence: {:?}\ntransactions: {:?}\neos: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
                 history.stats,
-                txns.stats,
                 history.idem,
+                txns.stats,
+                eos_history.stats,
                 groups.stats,
                 final_records,
                 volume.describe(),
@@ -824,11 +947,17 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         groups: groups.stats,
         generations: groups.generations(),
         txns: txns.stats,
+        eos: eos_history.stats,
         syncs: volume.stats().syncs,
         simulated: started.elapsed(),
         fingerprint: history.fingerprint(
             &logs,
-            &format!("{} {}", groups.describe(), txns.fingerprint(&txn_logs)),
+            &format!(
+                "{} {} {}",
+                groups.describe(),
+                txns.fingerprint(&txn_logs),
+                eos_history.fingerprint(eos_read.as_ref().map(|r| &r.output))
+            ),
         ),
     })
 }

@@ -10,27 +10,38 @@
 //!   fetches, assignments).
 //! - [`txn_history`]: the same for the transactional workload (what
 //!   read_committed may return, atomicity, epochs).
+//! - [`eos_history`]: the same for the exactly-once consume-transform-
+//!   produce loop (each input once in the committed output, committed
+//!   offsets visible only after their transaction's markers).
 //! - [`params`]: per-seed workload and fault parameters.
 //! - `env` (madsim builds only): each broker's own clock (seeded offset and
 //!   drift) and an IO runner on which an fsync takes simulated time.
-//! - `harness`, `workload`, `idempotent`, `group_member`, `txn`,
-//!   `pipeline`, `runner` (madsim builds only): the simulated cluster, the
-//!   client actors (plain and idempotent producers, a tailing consumer,
-//!   consumer group members, transactional producers with zombies and a
-//!   read_committed consumer), and running many seeds.
+//! - `harness`, `workload`, `idempotent`, `group_member`, `txn`, `eos`,
+//!   `eos_input`, `eos_observer`, `pipeline`, `runner` (madsim builds only): the
+//!   simulated cluster, the client actors (plain and idempotent producers, a tailing consumer,
+//!   consumer group members, transactional producers with zombies, a
+//!   read_committed consumer, an exactly-once loop with its input producer
+//!   and the observer of its offsets), and running many seeds.
 //!
-//! Without `--cfg madsim` only the first five exist, and their unit tests
+//! Without `--cfg madsim` only the first six exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
 pub mod checker;
 #[cfg(madsim)]
 pub mod env;
+pub mod eos_history;
 pub mod group_history;
 pub mod params;
 pub mod txn_history;
 pub mod volume;
 
+#[cfg(madsim)]
+pub mod eos;
+#[cfg(madsim)]
+pub mod eos_input;
+#[cfg(madsim)]
+pub mod eos_observer;
 #[cfg(madsim)]
 pub mod group_member;
 #[cfg(madsim)]

@@ -85,8 +85,22 @@ pub struct SimParams {
     /// back later as a new instance: the reaper (or the new instance's
     /// InitProducerId) must abort what it left open.
     pub txn_stall_percent: u32,
-    /// The transaction timeout producers ask for.
+    /// The transaction timeout producers ask for (the exactly-once loop
+    /// too).
     pub txn_timeout_ms: i32,
+    /// Whether an exactly-once consume-transform-produce loop runs
+    /// (`crate::eos`): it reads its input topic, writes its output topic
+    /// and commits its input offsets in the same transactions.
+    pub eos: bool,
+    /// Chance (percent) that the loop aborts a transaction (its input is
+    /// then read again).
+    pub eos_abort_percent: u32,
+    /// Chance (percent), per transaction, that the loop's instance stops
+    /// mid-transaction and a new instance takes over.
+    pub eos_stall_percent: u32,
+    /// Chance (percent) that a stopped instance is only paused: it comes
+    /// back as a zombie and tries to finish its transaction.
+    pub eos_zombie_percent: u32,
 }
 
 impl SimParams {
@@ -153,6 +167,11 @@ impl SimParams {
             txn_zombie_percent: [0, 3, 10][rng.gen_range(0..3)],
             txn_stall_percent: [0, 2, 8][rng.gen_range(0..3)],
             txn_timeout_ms: [2_000, 4_000][rng.gen_range(0..2)],
+            // Drawn after the transactional ones, for the same reason.
+            eos: rng.gen_range(0..3) > 0,
+            eos_abort_percent: [5, 20][rng.gen_range(0..2)],
+            eos_stall_percent: [3, 6, 12][rng.gen_range(0..3)],
+            eos_zombie_percent: [0, 50, 100][rng.gen_range(0..3)],
         }
     }
 }
@@ -177,6 +196,7 @@ mod tests {
             assert!(a.idempotent_producers <= a.producers);
             assert!(a.txn_producers <= 2 && a.txn_abort_percent > 0);
             assert!(a.txn_timeout_ms >= 2_000);
+            assert!(a.eos_stall_percent > 0 && a.eos_zombie_percent <= 100);
         }
     }
 }

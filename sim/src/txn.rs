@@ -65,7 +65,7 @@ pub fn transactional_id(slot: usize) -> String {
     format!("tx-{slot}")
 }
 
-fn percent(p: u32) -> bool {
+pub(crate) fn percent(p: u32) -> bool {
     thread_rng().gen_range(0..100) < p
 }
 
@@ -88,13 +88,13 @@ enum Step {
 }
 
 /// Whether an error is a fence of this producer.
-fn is_fence(code: i16) -> bool {
+pub(crate) fn is_fence(code: i16) -> bool {
     code == ErrorCode::ProducerFenced.code() || code == ErrorCode::InvalidProducerEpoch.code()
 }
 
 /// Coordinator answers that mean "not now": retry (after finding the
 /// coordinator again for NOT_COORDINATOR).
-fn coordinator_retriable(code: i16) -> bool {
+pub(crate) fn coordinator_retriable(code: i16) -> bool {
     [
         ErrorCode::ConcurrentTransactions,
         ErrorCode::NotCoordinator,
@@ -780,6 +780,7 @@ pub(crate) struct CommittedRead {
 /// its producer; a transactional batch of an aborted producer is dropped;
 /// control batches are never delivered.
 fn deliver_committed(
+    topic: &str,
     data: &kaas_core::protocol::messages::fetch_response::PartitionData,
     requested: i64,
 ) -> Result<CommittedRead, String> {
@@ -798,7 +799,7 @@ fn deliver_committed(
     }
     let Some(mut aborted) = data.aborted_transactions.clone() else {
         return Err(format!(
-            "{TXN_TOPIC} partition {p}: a read_committed fetch answered a null aborted_transactions"
+            "{topic} partition {p}: a read_committed fetch answered a null aborted_transactions"
         ));
     };
     aborted.sort_by_key(|a| a.first_offset);
@@ -810,7 +811,7 @@ fn deliver_committed(
     for batch in split_batches(bytes) {
         batch.validate().map_err(|e| {
             format!(
-                "{TXN_TOPIC} partition {p}: fetched batch at {} is invalid: {e}",
+                "{topic} partition {p}: fetched batch at {} is invalid: {e}",
                 batch.base_offset()
             )
         })?;
@@ -822,7 +823,7 @@ fn deliver_committed(
             if batch.is_control() {
                 let marker = parse_end_txn_marker(&batch).map_err(|e| {
                     format!(
-                        "{TXN_TOPIC} partition {p}: bad control batch at {}: {e}",
+                        "{topic} partition {p}: bad control batch at {}: {e}",
                         batch.base_offset()
                     )
                 })?;
@@ -840,18 +841,18 @@ fn deliver_committed(
             continue;
         }
         for record in batch.records() {
-            let record = record
-                .map_err(|e| format!("{TXN_TOPIC} partition {p}: undecodable record: {e}"))?;
+            let record =
+                record.map_err(|e| format!("{topic} partition {p}: undecodable record: {e}"))?;
             let value = record.value.ok_or_else(|| {
                 format!(
-                    "{TXN_TOPIC} partition {p}: record at {} has no value",
+                    "{topic} partition {p}: record at {} has no value",
                     record.offset
                 )
             })?;
             if record.offset >= requested {
                 if record.offset >= data.last_stable_offset {
                     return Err(format!(
-                        "{TXN_TOPIC} partition {p}: read_committed returned offset {} at or above the last stable offset {}",
+                        "{topic} partition {p}: read_committed returned offset {} at or above the last stable offset {}",
                         record.offset, data.last_stable_offset
                     ));
                 }
@@ -862,10 +863,11 @@ fn deliver_committed(
     Ok(out)
 }
 
-/// One read_committed fetch of `positions`.
-async fn fetch_committed(
+/// One read_committed fetch of `positions` of `topic`.
+pub(crate) async fn fetch_committed(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
+    topic: &str,
     positions: &BTreeMap<i32, i64>,
     max_wait_ms: i32,
 ) -> Result<Vec<CommittedRead>, RequestError> {
@@ -879,7 +881,7 @@ async fn fetch_committed(
         max_bytes: FETCH_MAX_BYTES,
         isolation_level: READ_COMMITTED,
         topics: vec![fetch_request::FetchTopic {
-            topic: TXN_TOPIC.into(),
+            topic: topic.into(),
             partitions: positions
                 .iter()
                 .map(|(&partition, &offset)| fetch_request::FetchPartition {
@@ -919,10 +921,10 @@ async fn fetch_committed(
         ));
     };
     let mut out = Vec::new();
-    for topic in resp.responses.iter().filter(|t| t.topic == TXN_TOPIC) {
-        for data in &topic.partitions {
+    for answered in resp.responses.iter().filter(|t| t.topic == topic) {
+        for data in &answered.partitions {
             let requested = positions.get(&data.partition_index).copied().unwrap_or(0);
-            out.push(deliver_committed(data, requested).map_err(RequestError::Malformed)?);
+            out.push(deliver_committed(topic, data, requested).map_err(RequestError::Malformed)?);
         }
     }
     Ok(out)
@@ -935,7 +937,7 @@ pub async fn txn_consumer(params: SimParams, addr: SocketAddr, shared: Arc<Share
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     while !shared.stop_fetching.load(Ordering::Relaxed) {
-        let fetched = match fetch_committed(&mut conn, addr, &positions, 200).await {
+        let fetched = match fetch_committed(&mut conn, addr, TXN_TOPIC, &positions, 200).await {
             Ok(f) => f,
             Err(e) => {
                 if let RequestError::Malformed(e) = e {
@@ -1073,7 +1075,7 @@ pub async fn final_read(
                 "liveness: could not read {TXN_TOPIC} at read_committed up to its high watermark within {deadline:?} (positions {positions:?}; {last})"
             ));
         }
-        let fetched = match fetch_committed(&mut conn, addr, &positions, 0).await {
+        let fetched = match fetch_committed(&mut conn, addr, TXN_TOPIC, &positions, 0).await {
             Ok(f) => f,
             Err(RequestError::Malformed(e)) => return Err(format!("final read: {e}")),
             Err(RequestError::Network(e)) => {

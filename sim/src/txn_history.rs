@@ -59,7 +59,7 @@ pub enum TxnEnd {
 
 impl TxnEnd {
     /// The transaction may never be visible.
-    fn must_be_absent(self) -> bool {
+    pub(crate) fn must_be_absent(self) -> bool {
         matches!(
             self,
             TxnEnd::AbortAcked | TxnEnd::Fenced | TxnEnd::Abandoned | TxnEnd::AbortUnknown

@@ -7,6 +7,7 @@
 //! so a dead broker costs time, never a hung run.
 
 use crate::checker::{History, PartitionLog};
+use crate::eos_history::EosHistory;
 use crate::group_history::GroupHistory;
 use crate::params::SimParams;
 use crate::txn_history::TxnHistory;
@@ -47,6 +48,7 @@ pub struct Shared {
     history: Mutex<History>,
     groups: Mutex<GroupHistory>,
     txns: Mutex<TxnHistory>,
+    eos: Mutex<EosHistory>,
     /// Faults are over: producers finish their current batch and stop.
     pub stop_producing: AtomicBool,
     /// Producers are done: the consumer stops.
@@ -55,6 +57,14 @@ pub struct Shared {
     pub faults_over: AtomicBool,
     /// The group caught up with the log: its members leave and stop.
     pub stop_group: AtomicBool,
+    /// The exactly-once loop has an EndTxn(commit) in flight (the offset
+    /// observer polls fast then), and `eos_commit_started` wakes the
+    /// observer when one starts.
+    pub eos_committing: AtomicBool,
+    pub eos_commit_started: tokio::sync::Notify,
+    /// The exactly-once loop drained its input and stopped: so does the
+    /// observer.
+    pub eos_done: AtomicBool,
     /// How many times the broker was killed so far (the fault driver
     /// bumps it at each kill): tells which broker incarnation an event
     /// happened in.
@@ -75,6 +85,11 @@ impl Shared {
     /// The transactional workload's history; same rule.
     pub fn txns(&self) -> MutexGuard<'_, TxnHistory> {
         self.txns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The exactly-once loop's history; same rule.
+    pub fn eos(&self) -> MutexGuard<'_, EosHistory> {
+        self.eos.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn incarnation(&self) -> u64 {

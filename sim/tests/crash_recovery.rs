@@ -5,9 +5,12 @@
 //! committed offsets never go back, and under transactional producers
 //! (zombies, producers stopping mid-transaction, the reaper) read_committed
 //! never returns what did not commit, a transaction is all or nothing,
-//! epochs never go back and every transaction ends (see
-//! `kaas_sim::checker`, `kaas_sim::group_history` and
-//! `kaas_sim::txn_history` for the exact rules).
+//! epochs never go back and every transaction ends, and under an
+//! exactly-once consume-transform-produce loop each input record is in the
+//! committed output once and committed offsets are visible only after
+//! their transaction's markers (see `kaas_sim::checker`,
+//! `kaas_sim::group_history`, `kaas_sim::txn_history` and
+//! `kaas_sim::eos_history` for the exact rules).
 //!
 //! Simulation only: run through `scripts/sim` (which sets
 //! `RUSTFLAGS="--cfg madsim"`); in a normal build this file is empty.

@@ -1,0 +1,330 @@
+//! The observer of the exactly-once loop's committed offsets, and the
+//! final reads the loop's checks need ([`crate::eos`] is the loop).
+//!
+//! The observer reads the committed offsets of [`EOS_GROUP`] now and then,
+//! fast while an EndTxn(commit) of the loop is in flight, and after each
+//! answer reads the output at read_committed up to its last stable offset:
+//! every input record below a committed offset must have its output there
+//! (the markers are durable before the offsets are visible,
+//! [`crate::eos_history::EosHistory::committed_observed`]).
+
+use crate::eos_history::{EOS_GROUP, EOS_INPUT_TOPIC, EOS_OUTPUT_TOPIC};
+use crate::params::SimParams;
+use crate::txn::fetch_committed;
+use crate::workload::{ensure_connected, Backoff, RequestError, Shared, REQUEST_TIMEOUT};
+use bytes::Bytes;
+use kaas_core::protocol::messages::{offset_fetch_request, OffsetFetchRequest};
+use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_net::client::Connection;
+use madsim::rand::{thread_rng, Rng};
+use madsim::time::{sleep, timeout, Instant};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+const OFFSET_FETCH_VERSION: i16 = 7;
+/// How often the observer polls while an EndTxn(commit) is in flight, at
+/// most, and how many times per commit.
+const IN_FLIGHT_POLL_MS: u64 = 3;
+const IN_FLIGHT_POLLS: u32 = 4;
+
+/// Errors a group coordinator answers while it cannot serve: retry later.
+pub(crate) fn coordinator_busy(code: i16) -> bool {
+    [
+        ErrorCode::NotCoordinator,
+        ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::CoordinatorLoadInProgress,
+        ErrorCode::RequestTimedOut,
+    ]
+    .iter()
+    .any(|c| c.code() == code)
+}
+
+pub(crate) fn offset_fetch_body(partitions: &[i32], require_stable: bool) -> RequestBody {
+    RequestBody::OffsetFetch(OffsetFetchRequest {
+        group_id: EOS_GROUP.into(),
+        topics: Some(vec![
+            kaas_core::protocol::messages::offset_fetch_request::OffsetFetchRequestTopic {
+                name: EOS_INPUT_TOPIC.into(),
+                partition_indexes: partitions.to_vec(),
+                ..Default::default()
+            },
+        ]),
+        require_stable,
+        ..Default::default()
+    })
+}
+
+/// The committed offset of every input partition an OffsetFetch answered
+/// (-1: none), or the first error code (the group's, or a partition's).
+pub(crate) fn committed_offsets(
+    r: &kaas_core::protocol::messages::OffsetFetchResponse,
+) -> Result<BTreeMap<i32, i64>, i16> {
+    if r.error_code != 0 {
+        return Err(r.error_code);
+    }
+    let mut out = BTreeMap::new();
+    for p in r
+        .topics
+        .iter()
+        .filter(|t| t.name == EOS_INPUT_TOPIC)
+        .flat_map(|t| &t.partitions)
+    {
+        if p.error_code != 0 {
+            return Err(p.error_code);
+        }
+        out.insert(p.partition_index, p.committed_offset);
+    }
+    Ok(out)
+}
+
+/// Reads the output at read_committed from `positions` up to each
+/// partition's last stable offset, reporting what it reads; returns the
+/// partitions read that far (a failed read leaves a partition out).
+async fn read_output(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    positions: &mut BTreeMap<i32, i64>,
+    shared: &Shared,
+) -> Vec<i32> {
+    let mut done = Vec::new();
+    let mut pending = positions.clone();
+    for _ in 0..20 {
+        if pending.is_empty() {
+            break;
+        }
+        let Ok(fetched) = fetch_committed(conn, addr, EOS_OUTPUT_TOPIC, &pending, 0).await else {
+            break;
+        };
+        for part in fetched {
+            if part.error_code != 0 {
+                pending.remove(&part.partition);
+                continue;
+            }
+            shared.eos().output_read(part.partition, &part.records);
+            let at = positions.entry(part.partition).or_insert(0);
+            *at = (*at).max(part.next_offset);
+            if *at >= part.last_stable_offset {
+                pending.remove(&part.partition);
+                done.push(part.partition);
+            } else {
+                pending.insert(part.partition, *at);
+            }
+        }
+    }
+    done
+}
+
+/// Watches the loop's committed offsets until the loop is done: after each
+/// OffsetFetch answer (require_stable or not, drawn), reads the output at
+/// read_committed and checks that the output below every committed offset
+/// is visible. Polls fast while an EndTxn(commit) is in flight, when a
+/// broker that exposed offsets before their markers were durable would be
+/// caught.
+pub async fn offset_observer(params: SimParams, addr: SocketAddr, shared: Arc<Shared>) {
+    let mut conn: Option<Connection> = None;
+    let mut output: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    let partitions: Vec<i32> = (0..params.partitions).collect();
+    let mut polls_in_flight = 0;
+    while !shared.eos_done.load(Ordering::Relaxed) {
+        if shared.eos_committing.load(Ordering::Relaxed) && polls_in_flight < IN_FLIGHT_POLLS {
+            polls_in_flight += 1;
+            let wait = thread_rng().gen_range(0..=IN_FLIGHT_POLL_MS);
+            sleep(Duration::from_millis(wait)).await;
+        } else {
+            let idle = Duration::from_millis(thread_rng().gen_range(250..=750));
+            let _ = timeout(idle, shared.eos_commit_started.notified()).await;
+            polls_in_flight = 0;
+        }
+        let in_flight = shared.eos_committing.load(Ordering::Relaxed);
+        let require_stable = thread_rng().gen_bool(0.5);
+        let sent_at = shared.eos().tick();
+        let Ok(c) = ensure_connected(&mut conn, addr).await else {
+            continue;
+        };
+        let answer = timeout(
+            REQUEST_TIMEOUT,
+            c.send(
+                offset_fetch_request::API_KEY,
+                OFFSET_FETCH_VERSION,
+                &offset_fetch_body(&partitions, require_stable),
+            ),
+        )
+        .await;
+        let offsets = match answer {
+            Ok(Ok(ResponseBody::OffsetFetch(r))) => match committed_offsets(&r) {
+                Ok(offsets) => offsets,
+                Err(code) => {
+                    if code != ErrorCode::UnstableOffsetCommit.code() && !coordinator_busy(code) {
+                        shared
+                            .eos()
+                            .violation(format!("observer: OffsetFetch failed with {code}"));
+                    }
+                    continue;
+                }
+            },
+            Ok(Ok(other)) => {
+                shared
+                    .eos()
+                    .violation(format!("observer: OffsetFetch answered {other:?}"));
+                continue;
+            }
+            _ => {
+                conn = None;
+                continue;
+            }
+        };
+        let read = read_output(&mut conn, addr, &mut output, &shared).await;
+        let mut eos = shared.eos();
+        for (&p, &committed) in &offsets {
+            if read.contains(&p) {
+                eos.committed_observed(p, committed, sent_at, in_flight);
+            } else {
+                eos.offset_read(p, committed, sent_at);
+            }
+        }
+    }
+}
+
+/// What the final reads found: the group's committed offsets, and the
+/// input and the output as read_committed delivers them.
+pub struct FinalRead {
+    pub committed: BTreeMap<i32, i64>,
+    pub input: BTreeMap<i32, Vec<(i64, Bytes)>>,
+    pub output: BTreeMap<i32, Vec<(i64, Bytes)>>,
+}
+
+/// After the loop drained: the group's committed offsets
+/// (require_stable, retried while unstable), then the whole input and
+/// output read at read_committed up to their high watermarks.
+pub async fn final_read(
+    params: SimParams,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    deadline: Duration,
+) -> Result<FinalRead, String> {
+    let give_up = Instant::now() + deadline;
+    let mut conn: Option<Connection> = None;
+    let mut backoff = Backoff::new();
+    let partitions: Vec<i32> = (0..params.partitions).collect();
+    let mut last = String::new();
+    let committed = loop {
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "liveness: could not read {EOS_GROUP}'s committed offsets within {deadline:?} ({last})"
+            ));
+        }
+        let sent_at = shared.eos().tick();
+        let c = match ensure_connected(&mut conn, addr).await {
+            Ok(c) => c,
+            Err(e) => {
+                last = e;
+                backoff.wait().await;
+                continue;
+            }
+        };
+        let answer = timeout(
+            REQUEST_TIMEOUT,
+            c.send(
+                offset_fetch_request::API_KEY,
+                OFFSET_FETCH_VERSION,
+                &offset_fetch_body(&partitions, true),
+            ),
+        )
+        .await;
+        match answer {
+            Ok(Ok(ResponseBody::OffsetFetch(r))) => match committed_offsets(&r) {
+                Ok(offsets) => {
+                    let mut eos = shared.eos();
+                    for (&p, &o) in &offsets {
+                        eos.offset_read(p, o, sent_at);
+                    }
+                    break offsets;
+                }
+                Err(code) => last = format!("OffsetFetch error {code}"),
+            },
+            other => {
+                last = format!("OffsetFetch: {other:?}");
+                conn = None;
+            }
+        }
+        backoff.wait().await;
+    };
+    let input = read_to_end(&mut conn, addr, EOS_INPUT_TOPIC, &partitions, give_up).await?;
+    let output = read_to_end(&mut conn, addr, EOS_OUTPUT_TOPIC, &partitions, give_up).await?;
+    Ok(FinalRead {
+        committed,
+        input,
+        output,
+    })
+}
+
+/// Reads `topic` at read_committed from 0 up to each partition's high
+/// watermark (the last stable offset must catch up), until `give_up`.
+async fn read_to_end(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    topic: &str,
+    partitions: &[i32],
+    give_up: Instant,
+) -> Result<BTreeMap<i32, Vec<(i64, Bytes)>>, String> {
+    let mut backoff = Backoff::new();
+    let mut last = String::new();
+    let mut logs: BTreeMap<i32, Vec<(i64, Bytes)>> = BTreeMap::new();
+    let mut positions: BTreeMap<i32, i64> = partitions.iter().map(|&p| (p, 0)).collect();
+    while !positions.is_empty() {
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "liveness: could not read {topic} at read_committed up to its high watermark in time (positions {positions:?}; {last})"
+            ));
+        }
+        let fetched = match fetch_committed(conn, addr, topic, &positions, 0).await {
+            Ok(f) => f,
+            Err(RequestError::Malformed(e)) => return Err(format!("final read of {topic}: {e}")),
+            Err(RequestError::Network(e)) => {
+                last = e;
+                backoff.wait().await;
+                continue;
+            }
+        };
+        let mut progressed = false;
+        for part in fetched {
+            let Some(&position) = positions.get(&part.partition) else {
+                continue;
+            };
+            if part.error_code == ErrorCode::UnknownTopicOrPartition.code() && position == 0 {
+                // Never created: nothing was written.
+                positions.remove(&part.partition);
+                progressed = true;
+                continue;
+            }
+            if part.error_code != 0 {
+                last = format!("partition {} error {}", part.partition, part.error_code);
+                continue;
+            }
+            logs.entry(part.partition)
+                .or_default()
+                .extend(part.records.iter().cloned());
+            if part.next_offset > position {
+                progressed = true;
+                positions.insert(part.partition, part.next_offset);
+            } else if position >= part.high_watermark {
+                positions.remove(&part.partition);
+                progressed = true;
+            } else {
+                last = format!(
+                    "partition {}: read_committed stuck at {position}, last stable offset {}, high watermark {}",
+                    part.partition, part.last_stable_offset, part.high_watermark
+                );
+            }
+        }
+        if progressed {
+            backoff.reset();
+        } else {
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(logs)
+}
