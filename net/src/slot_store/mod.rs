@@ -218,11 +218,15 @@ pub(crate) mod test_volume {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    /// Counts slot writes, and fails them while `fail` is set.
+    /// Counts slot writes, fails them while `fail` is set, and holds them
+    /// while `hold` is set (at most 10 s, so a test that forgets to let go
+    /// still ends): `waiting` counts the writes being held.
     #[derive(Default)]
     pub struct SlotWrites {
         pub writes: AtomicUsize,
         pub fail: AtomicBool,
+        pub hold: AtomicBool,
+        pub waiting: AtomicUsize,
     }
 
     /// A local volume on `dir` whose atomic writes `SlotWrites` watches.
@@ -238,6 +242,16 @@ pub(crate) mod test_volume {
                 _ => false,
             };
             if slot_write {
+                if seen.hold.load(Ordering::SeqCst) {
+                    seen.waiting.fetch_add(1, Ordering::SeqCst);
+                    for _ in 0..10_000 {
+                        if !seen.hold.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    seen.waiting.fetch_sub(1, Ordering::SeqCst);
+                }
                 if seen.fail.load(Ordering::SeqCst) {
                     return Err(io::Error::other("injected fsync failure"));
                 }

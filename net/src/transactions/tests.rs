@@ -51,22 +51,47 @@ fn state(c: &TxnCoordinator) -> TxnState {
 #[tokio::test]
 async fn a_decision_being_written_turns_away_a_second_one() {
     let dir = tempfile::tempdir().unwrap();
-    let c = open(flaky(dir.path()).0);
-    let (pid, epoch) = ongoing(&c, 60_000).await;
-    // EndTxn and the reaper's abort (or a second EndTxn) decided at once:
-    // the first is written, the second is told to retry.
+    let (volume, writes) = flaky(dir.path());
+    let c = open(volume);
+    let (pid, epoch) = ongoing(&c, 1).await;
     let found = c.entry(ID).unwrap();
-    let (end, reap) = tokio::join!(end_txn(&c, pid, epoch, true), async {
-        // Let the EndTxn decide first.
-        tokio::task::yield_now().await;
-        c.abort_timed_out(&found).await
+    // EndTxn decides and its write is held on the disk...
+    writes.hold.store(true, Ordering::SeqCst);
+    let first = tokio::spawn({
+        let c = c.clone();
+        async move { end_txn(&c, pid, epoch, true).await }
     });
-    assert!(matches!(end, Ok(Some(ref p)) if p.state == TxnState::PrepareCommit));
-    match reap {
-        Err(ErrorCode::ConcurrentTransactions) | Ok(None) => {}
-        other => panic!("the reaper acted on a transaction being ended: {other:?}"),
+    for _ in 0..2_000 {
+        if writes.waiting.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
+    assert_eq!(
+        writes.waiting.load(Ordering::SeqCst),
+        1,
+        "the EndTxn is being written"
+    );
+    // ...so every other decision on the id is told to retry, whatever it
+    // would have decided: the reaper (the transaction is past its 1 ms
+    // timeout), a second EndTxn, AddPartitions, InitProducerId.
+    let busy = Err(ErrorCode::ConcurrentTransactions);
+    assert_eq!(c.abort_timed_out(&found).await, busy);
+    assert_eq!(end_txn(&c, pid, epoch, false).await, busy);
+    assert_eq!(
+        c.add_to_transaction(ID, pid, epoch, &[("t".into(), 1)], &[])
+            .await,
+        Err(ErrorCode::ConcurrentTransactions)
+    );
+    assert!(matches!(
+        c.init_producer_id(ID, 60_000, None, None).await,
+        Err(ErrorCode::ConcurrentTransactions)
+    ));
+    writes.hold.store(false, Ordering::SeqCst);
+    let prepared = first.await.unwrap().unwrap().unwrap();
+    assert_eq!(prepared.state, TxnState::PrepareCommit);
     assert_eq!(state(&c), TxnState::PrepareCommit);
+    assert_eq!(prepared.partitions.len(), 1, "t-1 was never added");
 }
 
 #[tokio::test]
