@@ -384,3 +384,45 @@ fn end_txn_v5_at_an_exhausted_epoch_moves_the_producer_to_a_fresh_id() {
         );
     });
 }
+
+/// Transaction version 1 never rotates on EndTxn (the next InitProducerId
+/// does): a commit at the exhausted epoch is prepared and completed at that
+/// epoch, not turned away as if a fresh producer id were missing.
+#[test]
+fn end_txn_v1_at_an_exhausted_epoch_commits_at_that_epoch() {
+    let first = runtime();
+    let (dir, pid) = first.block_on(async {
+        let tb = support::start_broker(|_| {}).await;
+        tb.broker
+            .create_topic("t", 1, 1, BTreeMap::new())
+            .await
+            .unwrap();
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        let (pid, _) = init(&mut conn, 60_000).await;
+        (tb._dir, pid)
+    });
+    drop(first);
+    let exhausted = i16::MAX - 1;
+    edit_entry(dir.path(), |entry| entry.producer_epoch = exhausted);
+
+    runtime().block_on(async {
+        let tb = support::start_broker_in(dir, |_| {}).await;
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        add_partition(&mut conn, pid, exhausted, "t", 0).await;
+        let batch = txn_batch(pid, exhausted, 0, &["last"]);
+        assert_eq!(produce(&mut conn, "t", 0, &batch).await, 0);
+        let req = RequestBody::EndTxn(EndTxnRequest {
+            transactional_id: TXN_ID.into(),
+            producer_id: pid,
+            producer_epoch: exhausted,
+            committed: true,
+            ..Default::default()
+        });
+        match conn.send(end_txn_request::API_KEY, 4, &req).await.unwrap() {
+            ResponseBody::EndTxn(r) => assert_eq!(r.error_code, 0),
+            other => panic!("unexpected {other:?}"),
+        }
+        let p = tb.broker.partition("t", 0, -1).unwrap();
+        assert_eq!((p.high_watermark(), p.last_stable_offset()), (2, 2));
+    });
+}

@@ -359,10 +359,13 @@ impl TxnCoordinator {
             };
             match end {
                 End::Prepare(next)
-                    if epoch_is_exhausted(entry.producer_epoch) && next.next_producer_id < 0 =>
+                    if v2
+                        && epoch_is_exhausted(entry.producer_epoch)
+                        && next.next_producer_id < 0 =>
                 {
-                    // The entry changed since the handler asked whether a
-                    // fresh id was needed: the producer retries.
+                    // Only EndTxn v5 moves to a fresh producer id; the
+                    // entry changed since the handler asked whether one was
+                    // needed: the producer retries.
                     Err(ErrorCode::ConcurrentTransactions)
                 }
                 End::Prepare(next) => {
