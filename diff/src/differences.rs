@@ -54,6 +54,13 @@ pub static KNOWN: &[Known] = &[
         kaas: "[3,13]",
         why: "kaas stores record batches of format v2 only, which Produce carries from v3 on; Kafka 4 still accepts v0-v2 (message formats 0 and 1) for old clients and converts them.",
     },
+    Known {
+        scenario: "versions/api-versions",
+        step: "27 WriteTxnMarkers",
+        kafka: "[1,1]",
+        kaas: "[1,2]",
+        why: "kaas also serves v2 (KIP-1228, Kafka 4.2: each marker names its transaction version, and a version-2 marker must carry an epoch above the producer's). Kafka 4.1, the oracle, has only v1; v1 is answered alike.",
+    },
     unserved("33 AlterConfigs", "[0,2]", CONFIGS_LATER),
     unserved("44 IncrementalAlterConfigs", "[0,1]", CONFIGS_LATER),
     Known {

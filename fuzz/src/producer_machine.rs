@@ -321,6 +321,7 @@ impl Machine {
                             producer_epoch: epoch,
                             coordinator_epoch: 0,
                             commit: *commit,
+                            transaction_version: 0,
                         },
                         self.now_ms,
                     )

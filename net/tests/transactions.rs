@@ -257,7 +257,9 @@ fn the_reaper_fences_a_stalled_producer_on_every_partition() {
 /// KIP-664: an operator aborts a hanging transaction with WriteTxnMarkers,
 /// naming the producer, its epoch and the coordinator epoch; the last
 /// stable offset moves on and read_committed drops the records. A marker
-/// from an older producer epoch is refused and writes nothing.
+/// from an older producer epoch is refused and writes nothing, and so is a
+/// WriteTxnMarkers v2 marker of transaction version 2 at the producer's
+/// current epoch (KIP-1228).
 #[test]
 fn an_operator_aborts_a_hanging_transaction_with_write_txn_markers() {
     runtime().block_on(async {
@@ -278,7 +280,7 @@ fn an_operator_aborts_a_hanging_transaction_with_write_txn_markers() {
         );
         let p = tb.broker.partition("t", 0, -1).unwrap();
         assert_eq!(p.last_stable_offset(), 0);
-        let abort = |producer_epoch: i16, partition: i32| {
+        let abort_as = |transaction_version: i8, producer_epoch: i16, partition: i32| {
             RequestBody::WriteTxnMarkers(WriteTxnMarkersRequest {
                 markers: vec![write_txn_markers_request::WritableTxnMarker {
                     producer_id: pid,
@@ -290,11 +292,13 @@ fn an_operator_aborts_a_hanging_transaction_with_write_txn_markers() {
                         ..Default::default()
                     }],
                     coordinator_epoch: 0,
+                    transaction_version,
                     ..Default::default()
                 }],
                 ..Default::default()
             })
         };
+        let abort = |producer_epoch: i16, partition: i32| abort_as(0, producer_epoch, partition);
         let code = |resp: ResponseBody| match resp {
             ResponseBody::WriteTxnMarkers(r) => r.markers[0].topics[0].partitions[0].error_code,
             other => panic!("unexpected {other:?}"),
@@ -304,6 +308,12 @@ fn an_operator_aborts_a_hanging_transaction_with_write_txn_markers() {
             code(conn.send(api, 1, &abort(epoch, 7)).await.unwrap()),
             ErrorCode::UnknownTopicOrPartition.code()
         );
+        // KIP-1228: a version-2 marker at the producer's epoch is stale.
+        assert_eq!(
+            code(conn.send(api, 2, &abort_as(2, epoch, 0)).await.unwrap()),
+            ErrorCode::InvalidProducerEpoch.code()
+        );
+        assert_eq!(p.high_watermark(), 1, "the stale marker wrote nothing");
         assert_eq!(code(conn.send(api, 1, &abort(epoch, 0)).await.unwrap()), 0);
         assert_eq!(p.high_watermark(), 2);
         assert_eq!(
@@ -320,6 +330,13 @@ fn an_operator_aborts_a_hanging_transaction_with_write_txn_markers() {
             ErrorCode::InvalidProducerEpoch.code()
         );
         assert_eq!(p.high_watermark(), 2);
+        // A version-2 marker at a bumped epoch is written (it closes
+        // nothing: no transaction is open).
+        assert_eq!(
+            code(conn.send(api, 2, &abort_as(2, epoch + 1, 0)).await.unwrap()),
+            0
+        );
+        assert_eq!(p.high_watermark(), 3);
     });
 }
 

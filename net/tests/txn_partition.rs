@@ -77,6 +77,7 @@ fn marker(pid: i64, epoch: i16, coordinator_epoch: i32, commit: bool) -> Incomin
         producer_epoch: epoch,
         coordinator_epoch,
         commit,
+        transaction_version: 0,
     }
 }
 

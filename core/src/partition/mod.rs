@@ -93,6 +93,10 @@ pub struct IncomingMarker {
     pub producer_epoch: i16,
     pub coordinator_epoch: i32,
     pub commit: bool,
+    /// The transaction version the marker was written under (KIP-1228;
+    /// 0 when the request has no such field): it decides which producer
+    /// epochs are stale ([`crate::producer::marker_epoch_is_stale`]).
+    pub transaction_version: i8,
 }
 
 /// Where a marker goes and, for an abort, what the aborted index records.
@@ -305,6 +309,7 @@ impl PartitionState {
             self.producers.get(marker.producer_id),
             marker.producer_epoch,
             marker.coordinator_epoch,
+            marker.transaction_version,
         )?;
         let offset = self.log_end;
         self.log_end += 1;

@@ -354,6 +354,7 @@ fn marker(pid: i64, epoch: i16, coordinator_epoch: i32, commit: bool) -> Incomin
         producer_epoch: epoch,
         coordinator_epoch,
         commit,
+        transaction_version: 0,
     }
 }
 
@@ -511,6 +512,7 @@ fn opens_transaction_only_for_a_new_transactional_batch_without_an_open_transact
             producer_epoch: 2,
             coordinator_epoch: 0,
             commit: true,
+            transaction_version: 0,
         },
         0,
     )

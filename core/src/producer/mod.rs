@@ -107,25 +107,44 @@ pub struct CompletedTxn {
     pub aborted: bool,
 }
 
-/// A transaction marker is refused if it carries an older producer epoch
-/// than the producer's (INVALID_PRODUCER_EPOCH), or an older coordinator
-/// epoch than the last marker for this producer (a deposed coordinator:
-/// TRANSACTION_COORDINATOR_FENCED), in that order, as Kafka checks them.
+/// A transaction marker is refused if its producer epoch is stale
+/// ([`marker_epoch_is_stale`]: INVALID_PRODUCER_EPOCH), or if it carries an
+/// older coordinator epoch than the last marker for this producer (a
+/// deposed coordinator: TRANSACTION_COORDINATOR_FENCED), in that order, as
+/// Kafka checks them.
 pub fn check_marker(
     entry: Option<&ProducerEntry>,
     producer_epoch: i16,
     coordinator_epoch: i32,
+    transaction_version: i8,
 ) -> Result<(), ErrorCode> {
     let Some(entry) = entry else {
         return Ok(());
     };
-    if producer_epoch < entry.epoch {
+    if marker_epoch_is_stale(transaction_version, producer_epoch, entry.epoch) {
         return Err(ErrorCode::InvalidProducerEpoch);
     }
     if coordinator_epoch < entry.coordinator_epoch {
         return Err(ErrorCode::TransactionCoordinatorFenced);
     }
     Ok(())
+}
+
+/// KIP-1228: a coordinator of transaction version 2 bumps the producer's
+/// epoch before it writes a transaction's markers, so a version-2 marker
+/// must carry an epoch above the producer's current one on the partition;
+/// one at that epoch is late or repeated. Markers of versions 0 and 1
+/// (WriteTxnMarkers v1, which has no version field) may equal it.
+pub fn marker_epoch_is_stale(
+    transaction_version: i8,
+    marker_epoch: i16,
+    current_epoch: i16,
+) -> bool {
+    if transaction_version >= 2 {
+        marker_epoch <= current_epoch
+    } else {
+        marker_epoch < current_epoch
+    }
 }
 
 /// The decision for one incoming batch.

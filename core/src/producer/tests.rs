@@ -39,6 +39,37 @@ fn fence_refuses_the_older_epoch_and_lets_the_new_one_start_at_sequence_0() {
     assert_eq!(t.classify(&batch(7, 4, 0, 1)), Classification::Append);
 }
 
+/// KIP-1228: under transaction version 2 the coordinator has bumped the
+/// epoch before writing markers, so a marker at the producer's current
+/// epoch is stale; versions 0 and 1 accept it; an older epoch is stale for
+/// every version.
+#[test]
+fn a_transaction_version_2_marker_needs_an_epoch_above_the_producers() {
+    for tv in [0, 1] {
+        assert!(!marker_epoch_is_stale(tv, 5, 5));
+        assert!(!marker_epoch_is_stale(tv, 6, 5));
+        assert!(marker_epoch_is_stale(tv, 4, 5));
+    }
+    for tv in [2, 3] {
+        assert!(marker_epoch_is_stale(tv, 5, 5));
+        assert!(!marker_epoch_is_stale(tv, 6, 5));
+        assert!(marker_epoch_is_stale(tv, 4, 5));
+    }
+    let table = table_with(&batch(7, 5, 0, 1), 0);
+    let entry = table.get(7);
+    assert_eq!(check_marker(entry, 5, 0, 1), Ok(()));
+    assert_eq!(
+        check_marker(entry, 5, 0, 2),
+        Err(ErrorCode::InvalidProducerEpoch)
+    );
+    assert_eq!(check_marker(entry, 6, 0, 2), Ok(()));
+    assert_eq!(
+        check_marker(None, 0, 0, 2),
+        Ok(()),
+        "no producer state: nothing to be stale against"
+    );
+}
+
 #[test]
 fn retry_of_a_remembered_batch_is_a_duplicate_with_its_original_offsets() {
     let b = batch(7, 0, 0, 3);

@@ -82,7 +82,7 @@ pub const SUPPORTED_APIS: &[(i16, i16, i16)] = &[
     (txn_offset_commit_request::API_KEY, 0, 5),
     (describe_transactions_request::API_KEY, 0, 0),
     (list_transactions_request::API_KEY, 0, 2),
-    (write_txn_markers_request::API_KEY, 1, 1),
+    (write_txn_markers_request::API_KEY, 1, 2),
 ];
 
 /// One partition of a partition-addressed request.

@@ -6,9 +6,11 @@
 //! markers directly, so this is the operator's tool.
 //!
 //! Each marker is checked by the partition's rules like the coordinator's
-//! (`kaas_core::producer::check_marker`: an older producer epoch is
+//! (`kaas_core::producer::check_marker`: a stale producer epoch is
 //! INVALID_PRODUCER_EPOCH, an older coordinator epoch
-//! TRANSACTION_COORDINATOR_FENCED) and answered once durable.
+//! TRANSACTION_COORDINATOR_FENCED) and answered once durable. From v2 a
+//! marker names its transaction version (KIP-1228): a version-2 marker
+//! must carry an epoch above the producer's current one.
 
 use super::wire_code;
 use crate::broker::Broker;
@@ -28,6 +30,7 @@ pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteT
             producer_epoch: m.producer_epoch,
             coordinator_epoch: m.coordinator_epoch,
             commit: m.transaction_result,
+            transaction_version: m.transaction_version,
         };
         let mut topics = Vec::with_capacity(m.topics.len());
         for t in m.topics {

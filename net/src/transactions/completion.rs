@@ -51,6 +51,12 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
             .transactions
             .coordinator_epoch(&prepared.transactional_id),
         commit,
+        // Checked as a marker of transaction versions 0 and 1 (the epoch
+        // may equal the producer's) whatever the transaction's version:
+        // a completion retried after a crash writes its markers again, at
+        // the same epoch, to partitions that already hold them, and must
+        // be accepted. KIP-1228's stricter check is for markers others send.
+        transaction_version: 0,
     };
     write_markers(broker, &prepared.partitions, marker).await?;
     for group in &prepared.groups {
