@@ -80,6 +80,7 @@ pub fn request_frame(data: &[u8]) {
                     }
                     Outcome::Close(_) => {}
                     Outcome::Silent => panic!("a refused request went unanswered and open"),
+                    Outcome::Later(_) => panic!("a refused request was answered later"),
                 }
             }
         }

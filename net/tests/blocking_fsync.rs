@@ -70,6 +70,38 @@ impl Gate {
     }
 }
 
+/// A broker on a volume whose fsyncs of files under `prefix` wait at the
+/// returned gate, and the listener to serve it on.
+async fn gated_broker(
+    prefix: &str,
+) -> (
+    tempfile::TempDir,
+    Arc<Gate>,
+    Arc<Broker>,
+    tokio::net::TcpListener,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate {
+        prefix: prefix.into(),
+        state: Mutex::default(),
+        changed: Condvar::new(),
+    });
+    let held = gate.clone();
+    let volume = Arc::new(HookedVolume::new(
+        LocalVolume::new(dir.path()).unwrap(),
+        move |wait| held.pass(wait),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let broker = Broker::open(
+        BrokerConfig::new(addr),
+        volume,
+        kaas_net::env::Env::system(),
+    )
+    .unwrap();
+    (dir, gate, broker, listener)
+}
+
 fn batch(value: &str) -> Bytes {
     let mut b = BatchBuilder::new();
     b.push(NewRecord::new(1_000, None, Some(value.as_bytes())));
@@ -88,8 +120,9 @@ async fn produce(conn: &mut Connection, topic: &str, acks: i16, value: &str) -> 
     }
 }
 
-async fn latest_offset(conn: &mut Connection, topic: &str) -> i64 {
-    let req = RequestBody::ListOffsets(ListOffsetsRequest {
+/// ListOffsets for the latest offset of partition 0 (the high watermark).
+fn latest_request(topic: &str) -> RequestBody {
+    RequestBody::ListOffsets(ListOffsetsRequest {
         replica_id: -1,
         topics: vec![list_offsets_request::ListOffsetsTopic {
             name: topic.into(),
@@ -102,7 +135,11 @@ async fn latest_offset(conn: &mut Connection, topic: &str) -> i64 {
             ..Default::default()
         }],
         ..Default::default()
-    });
+    })
+}
+
+async fn latest_offset(conn: &mut Connection, topic: &str) -> i64 {
+    let req = latest_request(topic);
     match conn
         .send(list_offsets_request::API_KEY, 7, &req)
         .await
@@ -136,25 +173,8 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_fsync_stalls_only_the_acks_all_produce_that_waits_for_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let gate = Arc::new(Gate {
-        prefix: "topics/slow-0/".into(),
-        state: Mutex::default(),
-        changed: Condvar::new(),
-    });
-    let held = gate.clone();
-    let volume = Arc::new(HookedVolume::new(
-        LocalVolume::new(dir.path()).unwrap(),
-        move |wait| held.pass(wait),
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (_dir, gate, broker, listener) = gated_broker("topics/slow-0/").await;
     let addr = listener.local_addr().unwrap();
-    let broker = Broker::open(
-        BrokerConfig::new(addr),
-        volume,
-        kaas_net::env::Env::system(),
-    )
-    .unwrap();
     // Small segments: the acks=1 produces below roll them while the fsync
     // is held.
     let small = BTreeMap::from([("segment.bytes".to_string(), "200".to_string())]);
@@ -235,4 +255,91 @@ async fn a_blocked_fsync_stalls_only_the_acks_all_produce_that_waits_for_it() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(latest, 7);
+}
+
+/// Reads one response frame (without its length prefix) from a raw stream.
+async fn read_frame(stream: &mut tokio::net::TcpStream) -> Bytes {
+    use tokio::io::AsyncReadExt;
+    let len = stream.read_i32().await.unwrap();
+    let mut body = vec![0; usize::try_from(len).unwrap()];
+    stream.read_exact(&mut body).await.unwrap();
+    Bytes::from(body)
+}
+
+/// Produces pipelined on one connection are all appended while the first
+/// waits for its fsync, so they share it; a ListOffsets sent behind them
+/// is answered after them, in order, and sees them (a request other than
+/// Produce waits for every answer before it, as if one at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_produces_share_a_held_fsync_and_what_follows_waits_for_them() {
+    use kaas_net::client::{decode_response, encode_request};
+    use tokio::io::AsyncWriteExt;
+    let (_dir, gate, broker, listener) = gated_broker("topics/slow-0/").await;
+    let addr = listener.local_addr().unwrap();
+    broker
+        .create_topic("slow", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let partition = broker.partition("slow", 0, -1).unwrap();
+    tokio::spawn(kaas_net::server::serve(
+        broker,
+        listener,
+        std::future::pending(),
+    ));
+
+    gate.set_closed(true);
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let produce = |value: &str| single_partition_produce("slow", 0, batch(value), -1, 30_000);
+    let latest = latest_request("slow");
+    let requests = [
+        (produce_request::API_KEY, 9, produce("a")),
+        (produce_request::API_KEY, 9, produce("b")),
+        (produce_request::API_KEY, 9, produce("c")),
+        (list_offsets_request::API_KEY, 7, latest),
+    ];
+    for (id, (key, version, body)) in requests.iter().enumerate() {
+        let frame = encode_request(*key, *version, id as i32, None, body).unwrap();
+        stream.write_all(&frame).await.unwrap();
+    }
+    // All three produces are appended while the first fsync is held.
+    for _ in 0..2_000 {
+        if gate.waiting() > 0 && partition.log_end_offset() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(gate.waiting() > 0, "the flusher never reached the fsync");
+    assert_eq!(
+        partition.log_end_offset(),
+        3,
+        "the pipelined produces were not appended while the first waited"
+    );
+    let nothing = tokio::time::timeout(Duration::from_millis(200), read_frame(&mut stream)).await;
+    assert!(nothing.is_err(), "an answer came before the fsync");
+
+    gate.set_closed(false);
+    let answers = async {
+        let mut got = Vec::new();
+        for (id, (key, version, _)) in requests.iter().enumerate() {
+            let frame = read_frame(&mut stream).await;
+            got.push(decode_response(*key, *version, id as i32, frame).unwrap());
+        }
+        got
+    };
+    let answers = tokio::time::timeout(ANSWER_WITHIN, answers)
+        .await
+        .expect("the pipelined requests were not all answered");
+    for (i, answer) in answers[..3].iter().enumerate() {
+        match answer {
+            ResponseBody::Produce(r) => {
+                let p = &r.responses[0].partition_responses[0];
+                assert_eq!((p.error_code, p.base_offset), (0, i as i64));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    match &answers[3] {
+        ResponseBody::ListOffsets(r) => assert_eq!(r.topics[0].partitions[0].offset, 3),
+        other => panic!("unexpected {other:?}"),
+    }
 }

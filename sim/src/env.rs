@@ -82,7 +82,7 @@ impl SimIo {
 
     fn latency(&self, kind: IoKind) -> Duration {
         match kind {
-            IoKind::Buffered => Duration::ZERO,
+            IoKind::Buffered | IoKind::Append => Duration::ZERO,
             IoKind::Fsync => {
                 let (min, max) = self.fsync_us;
                 let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());

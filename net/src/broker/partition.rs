@@ -176,6 +176,11 @@ impl Partition {
         self.state().last_stable_offset()
     }
 
+    /// The offset the next append gets (durable or not).
+    pub fn log_end_offset(&self) -> i64 {
+        self.state().log_end_offset()
+    }
+
     pub fn log_start_offset(&self) -> i64 {
         self.state().log_start_offset()
     }
@@ -228,9 +233,7 @@ impl Partition {
         };
         let written = self
             .env
-            .blocking(IoKind::Buffered, move || {
-                lane.append_at(base_offset, &batch)
-            })
+            .blocking(IoKind::Append, move || lane.append_at(base_offset, &batch))
             .await;
         match written {
             Ok(info) => {
@@ -284,7 +287,7 @@ impl Partition {
         let (offset, aborted) = (written.offset, written.aborted);
         let result = self
             .env
-            .blocking(IoKind::Buffered, move || {
+            .blocking(IoKind::Append, move || {
                 let info = lane.append_at(offset, &batch)?;
                 // An abort is indexed in the marker's segment, in the same
                 // lane hold, so the flush that makes the marker durable
@@ -601,11 +604,13 @@ impl Partition {
     }
 
     /// The group-commit flusher: every request appended while an fsync is
-    /// running shares the next one.
+    /// running shares the next one, and so does every request ready to
+    /// append when the flusher is woken (it lets them run first).
     pub async fn run_flusher(self: Arc<Self>) {
         loop {
             self.flush_wanted.notified().await;
             loop {
+                tokio::task::yield_now().await;
                 if self.closed.load(Ordering::Acquire) {
                     return;
                 }

@@ -43,6 +43,7 @@ use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{ErrorCode, RequestBody, RequestError, RequestHeader, ResponseBody};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 /// The APIs kaas serves and the versions of each: (api key, min, max).
@@ -148,15 +149,32 @@ fn wire_code<T>(outcome: &Result<T, ErrorCode>) -> i16 {
 }
 
 /// What to do after a request.
-#[derive(Debug)]
 pub enum Outcome {
     /// Send this body, encoded at `version`.
     Respond { body: ResponseBody, version: i16 },
     /// Send nothing (Produce with acks=0).
     Silent,
+    /// The answer once this resolves (a Produce waiting for durability);
+    /// the connection may read and handle the requests after it meanwhile.
+    Later(Pin<Box<dyn Future<Output = Outcome> + Send>>),
     /// Close the connection: the request cannot be understood, and answering
     /// would desynchronise the stream (Kafka does the same).
     Close(String),
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Respond { body, version } => f
+                .debug_struct("Respond")
+                .field("body", body)
+                .field("version", version)
+                .finish(),
+            Outcome::Silent => f.write_str("Silent"),
+            Outcome::Later(_) => f.write_str("Later"),
+            Outcome::Close(reason) => f.debug_tuple("Close").field(reason).finish(),
+        }
+    }
 }
 
 /// The answer to a frame that `decode_request` refused. An ApiVersions
@@ -196,8 +214,13 @@ pub async fn dispatch(
         RequestBody::Metadata(req) => respond(ResponseBody::Metadata(
             metadata::handle(broker, req, version).await,
         )),
-        RequestBody::Produce(req) => match produce::handle(broker, req, version).await {
-            Some(resp) => respond(ResponseBody::Produce(resp)),
+        RequestBody::Produce(req) => match produce::append(broker, req, version).await {
+            Some(appended) => Outcome::Later(Box::pin(async move {
+                Outcome::Respond {
+                    body: ResponseBody::Produce(appended.answer().await),
+                    version,
+                }
+            })),
             None => Outcome::Silent,
         },
         RequestBody::Fetch(req) => respond(ResponseBody::Fetch(

@@ -20,20 +20,31 @@ const TOPIC_IDS_FROM: i16 = 13;
 /// to the transaction themselves (transaction version 2, KIP-890 part 2).
 const IMPLICIT_ADD_FROM: i16 = 12;
 
-/// `None` for acks=0: the client expects no response.
-pub async fn handle(
-    broker: &Arc<Broker>,
-    req: ProduceRequest,
-    version: i16,
-) -> Option<ProduceResponse> {
+/// What a Produce request appended, to be answered by
+/// [`Appended::answer`]: at once for acks=1, once durable for acks=all.
+/// The connection reads its next request meanwhile (see `crate::server`).
+pub struct Appended {
+    broker: Arc<Broker>,
+    acks: i16,
+    deadline: i64,
+    responses: Vec<TopicProduceResponse>,
+    pending: Vec<PendingAppend>,
+}
+
+/// (response slot: topic, partition), the partition, and where its batch
+/// landed: a successful append waiting to be answered.
+type PendingAppend = ((usize, usize), Arc<Partition>, AppendDecision);
+
+/// Appends every partition's batch, in request order. `None` for acks=0:
+/// the client expects no response.
+pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Option<Appended> {
     let acks = req.acks;
     let txn_id = req.transactional_id.as_deref();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     // The acks=all wait is bounded by the request's timeout as a whole,
     // counted from its arrival, not per partition.
     let deadline = broker.env.clock.monotonic_ms() + i64::from(req.timeout_ms.max(0));
-    // (response slot, partition, where it landed) for every successful append.
-    let mut pending: Vec<((usize, usize), Arc<Partition>, AppendDecision)> = Vec::new();
+    let mut pending: Vec<PendingAppend> = Vec::new();
 
     for topic_data in req.topic_data {
         let topic = resolve(broker, &topic_data.name, topic_data.topic_id, version).await;
@@ -80,40 +91,67 @@ pub async fn handle(
         });
     }
 
-    if acks == 0 {
-        return None;
-    }
-    if acks == -1 {
-        let timeout = broker.env.sleep_until(deadline);
-        tokio::pin!(timeout);
-        let mut timed_out = false;
-        for ((t, p), partition, appended) in pending {
-            let durable = partition.wait_durable(appended.end_offset());
-            let code = if timed_out {
-                // Past the deadline: only what is durable already counts.
-                (partition.high_watermark() < appended.end_offset())
-                    .then_some(ErrorCode::RequestTimedOut)
-            } else {
-                tokio::select! {
-                    waited = durable => waited.err(),
-                    _ = &mut timeout => {
-                        timed_out = true;
-                        (partition.high_watermark() < appended.end_offset())
-                            .then_some(ErrorCode::RequestTimedOut)
-                    }
-                }
-            };
-            if let Some(code) = code {
-                let resp = &mut responses[t].partition_responses[p];
-                resp.error_code = code.code();
-                resp.base_offset = -1;
-            }
+    (acks != 0).then(|| Appended {
+        broker: broker.clone(),
+        acks,
+        deadline,
+        responses,
+        pending,
+    })
+}
+
+impl Appended {
+    /// The response: for acks=all, each partition's append once it is
+    /// durable, or REQUEST_TIMED_OUT past the request's deadline.
+    pub async fn answer(self) -> ProduceResponse {
+        let Appended {
+            broker,
+            acks,
+            deadline,
+            mut responses,
+            pending,
+        } = self;
+        if acks == -1 {
+            wait_durable(&broker, deadline, &mut responses, pending).await;
+        }
+        ProduceResponse {
+            responses,
+            ..Default::default()
         }
     }
-    Some(ProduceResponse {
-        responses,
-        ..Default::default()
-    })
+}
+
+async fn wait_durable(
+    broker: &Broker,
+    deadline: i64,
+    responses: &mut [TopicProduceResponse],
+    pending: Vec<PendingAppend>,
+) {
+    let timeout = broker.env.sleep_until(deadline);
+    tokio::pin!(timeout);
+    let mut timed_out = false;
+    for ((t, p), partition, appended) in pending {
+        let durable = partition.wait_durable(appended.end_offset());
+        let code = if timed_out {
+            // Past the deadline: only what is durable already counts.
+            (partition.high_watermark() < appended.end_offset())
+                .then_some(ErrorCode::RequestTimedOut)
+        } else {
+            tokio::select! {
+                waited = durable => waited.err(),
+                _ = &mut timeout => {
+                    timed_out = true;
+                    (partition.high_watermark() < appended.end_offset())
+                        .then_some(ErrorCode::RequestTimedOut)
+                }
+            }
+        };
+        if let Some(code) = code {
+            let resp = &mut responses[t].partition_responses[p];
+            resp.error_code = code.code();
+            resp.base_offset = -1;
+        }
+    }
 }
 
 async fn resolve(
