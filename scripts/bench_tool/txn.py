@@ -1,4 +1,4 @@
-"""Transactional throughput of kaas (and Apache Kafka) with confluent-kafka.
+"""Transactional throughput of kaas (and Apache Kafka) with confluent-kafka or franz-go.
 
 `scripts/bench --txn` runs this. For each target broker it creates a topic of
 8 partitions, starts 32 transactional producers (one thread each, each its own
@@ -21,6 +21,24 @@ warm-up included) x 10 records are visible, each exactly once: a benchmark that
 loses or duplicates data is not a benchmark. Any aborted or failed transaction,
 or a count that does not match, makes the exit status 1.
 
+--client go runs the producers in scripts/bench_tool/txngo instead, a Go
+program on franz-go (built with `go build` into target/bench-txngo on first
+use; modules from the Go module proxy, checked against its go.sum): the same
+workload, one kgo.Client per producer with its own transactional ID,
+acks=all, idempotent, linger 0, no compression (librdkafka's defaults here),
+the same record-to-partition rule (manual partitioner), and per transaction
+
+    BeginTransaction(); Produce() 10 records; Flush(); EndTransaction(TryCommit)
+
+timed as above (EndTxn = EndTransaction alone). It counts the requests it
+writes by API key (a HookBrokerWrite hook) for the requests-per-transaction
+columns, and measures its own CPU over the window. The topic is created and
+checked with confluent-kafka as for --client python. franz-go speaks
+transaction version 2 (KIP-890 part 2) to a broker that offers it, as kaas
+and Kafka 4.1 do: no AddPartitionsToTxn (the Produce request adds the
+partitions) and a new producer epoch from every EndTxn; librdkafka stays on
+version 1. --go-tv1 holds franz-go to version 1 for a like-for-like protocol.
+
 Targets (--targets, default kaas,kafka):
   kaas         the release kaas broker (KAAS_BIN) on a fresh temp dir: acks=all
                and EndTxn are answered once the records / markers are fsync'd
@@ -34,8 +52,9 @@ It prints the machine, the load average before and after, the fdatasync/fsync
 latency of the temp dir the brokers write to, per target and run: committed
 txn/s, records/s, produce (flush) and EndTxn (commit_transaction) latency
 p50/p99/max, aborted/failed counts, CPU seconds of the client and of the
-broker, and a markdown table for docs/performance.md. It measures; it asserts
-nothing about speed.
+broker (the client is this process, or txngo with --client go), and a
+markdown table for docs/performance.md. It measures; it asserts nothing about
+speed.
 """
 
 from __future__ import annotations
@@ -44,8 +63,12 @@ import argparse
 import json
 import os
 import platform
+import queue
+import re
 import resource
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -92,10 +115,20 @@ def parse_args(argv):
     ap.add_argument("--retry-backoff-ms", type=int, metavar="MS",
                     help="the producers' retry.backoff.ms and retry.backoff.max.ms (default: librdkafka's, "
                          "100 and 1000, exponential). The Java client retries a refused first "
-                         "AddPartitionsToTxn after 20 ms; 20 here comes close to that")
+                         "AddPartitionsToTxn after 20 ms; 20 here comes close to that. With --client go: "
+                         "a constant retry backoff (default franz-go's, 250 ms doubling to 5 s)")
+    ap.add_argument("--client", choices=("python", "go"), default="python",
+                    help="the producers: python = confluent-kafka (librdkafka), one Producer per thread "
+                         "(default, the figures in docs/performance.md); go = franz-go, one kgo.Client per "
+                         "goroutine in a separate program (scripts/bench_tool/txngo, built with `go build` "
+                         "on first use), much less client CPU per transaction")
+    ap.add_argument("--go-tv1", action="store_true",
+                    help="with --client go: keep franz-go on transaction version 1 (AddPartitionsToTxn, "
+                         "as librdkafka) even when the broker offers version 2 (KIP-890 part 2)")
     ap.add_argument("--client-debug", metavar="CONTEXTS",
                     help="librdkafka debug contexts for the producers (e.g. eos,msg,protocol), logged to "
-                         "stderr: which requests were retried, and why")
+                         "stderr: which requests were retried, and why; with --client go any value turns "
+                         "on franz-go's debug log")
     ap.add_argument("--bootstrap", help="use this already running broker as target 'kaas' instead of starting one")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -113,6 +146,10 @@ def parse_args(argv):
             ap.error("unknown target %r (known: %s)" % (t, ", ".join(TARGETS)))
     if args.producers < 1 or args.records < 1 or args.partitions < 1 or args.runs < 1:
         ap.error("--producers, --records, --partitions and --runs must be at least 1")
+    if args.go_tv1 and args.client != "go":
+        ap.error("--go-tv1 goes with --client go")
+    if args.retry_backoff_ms is not None and args.retry_backoff_ms < 0:
+        ap.error("--retry-backoff-ms must be 0 or more")
     return args
 
 
@@ -293,16 +330,11 @@ def verify(bootstrap, topic, args, expected_records, timeout=120):
             "ok": len(eof) == args.partitions and dup == 0 and len(seen) == expected_records}
 
 
-def one_run(target, bootstrap, broker_pid, args, label):
-    _, configs, _ = TARGETS[target]
-    topic = "txnbench-%s-%d-%d" % (target, os.getpid(), int(time.time() * 1000))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=args.partitions, replication_factor=1, config=configs)],
-                        operation_timeout=30)[topic].result(timeout=60)
-    del admin
+def run_python(bootstrap, topic, tid_prefix, broker_pid, args):
+    """The run with confluent-kafka: one Producer per thread in this process."""
     payload = os.urandom(args.size)
     phase = {"state": "warmup", "go": threading.Event()}
-    workers = [Worker(i, bootstrap, topic, "txnbench-%s-%s-%d" % (target, topic[-8:], i), args, payload, phase)
+    workers = [Worker(i, bootstrap, topic, "%s-%d" % (tid_prefix, i), args, payload, phase)
                for i in range(args.producers)]
     t_init = time.perf_counter()
     for w in workers:
@@ -310,7 +342,6 @@ def one_run(target, bootstrap, broker_pid, args, label):
     for w in workers:
         w.ready.wait(120)
     init_secs = time.perf_counter() - t_init
-    cpu_c0, cpu_b0 = self_cpu(), proc_cpu(broker_pid) if broker_pid else None
     phase["go"].set()
     # The warm-up starts once every producer has committed a transaction: Kafka's
     # coordinator loads __transaction_state on first use, which can take seconds.
@@ -336,27 +367,161 @@ def one_run(target, bootstrap, broker_pid, args, label):
         for api, n in w.requests.items():
             requests[api] = requests.get(api, 0) + n
     secs = t1 - t0
-    committed = sum(w.committed for w in workers)
-    committed_total = sum(w.committed_total for w in workers)
-    aborted = sum(w.aborted for w in workers)
-    failed = sum(w.failed for w in workers) + sum(1 for w in workers if w.is_alive())
-    errors = [e for w in workers for e in w.errors]
-    commit = sorted(x * 1000 for w in workers for x in w.commit_lat)
-    flush = sorted(x * 1000 for w in workers for x in w.flush_lat)
-    txn = sorted(x * 1000 for w in workers for x in w.txn_lat)
-    expected = committed_total * args.records
-    ver = verify(bootstrap, topic, args, expected)
-    mw = cpu_c2 - cpu_c1
-    res = {
-        "target": target, "label": label, "topic": topic, "secs": secs, "init_secs": init_secs,
-        "committed": committed, "committed_total": committed_total, "aborted": aborted, "failed": failed,
-        "errors": errors[:5], "txn_s": committed / secs, "rec_s": committed * args.records / secs,
-        "commit": commit, "flush": flush, "txn": txn,
-        "expected": expected, "verify": ver, "requests": requests,
-        "cpu_client": mw / secs,
+    return {
+        "secs": secs, "init_secs": init_secs,
+        "committed": sum(w.committed for w in workers),
+        "committed_total": sum(w.committed_total for w in workers),
+        "aborted": sum(w.aborted for w in workers),
+        "failed": sum(w.failed for w in workers) + sum(1 for w in workers if w.is_alive()),
+        "errors": [e for w in workers for e in w.errors],
+        "commit": sorted(x * 1000 for w in workers for x in w.commit_lat),
+        "flush": sorted(x * 1000 for w in workers for x in w.flush_lat),
+        "txn": sorted(x * 1000 for w in workers for x in w.txn_lat),
+        "requests": requests,
+        "cpu_client": (cpu_c2 - cpu_c1) / secs,
         "cpu_broker": (cpu_b2 - cpu_b1) / secs if cpu_b2 is not None and cpu_b1 is not None else None,
     }
-    del cpu_c0, cpu_b0
+
+
+# ---------------------------------------------------------------- franz-go
+
+GO_DIR = HERE / "txngo"
+GO_EXE = HERE.parent.parent / "target" / "bench-txngo" / "txngo"
+GO_PHASE_TIMEOUT = 120  # txngo's own bound on init, first commit and the end of the loops
+
+
+def go_tool():
+    go = shutil.which("go")
+    if go is None and os.access("/usr/local/go/bin/go", os.X_OK):
+        go = "/usr/local/go/bin/go"
+    return go
+
+
+def franz_go_version():
+    m = re.search(r"github\.com/twmb/franz-go (v\S+)", (GO_DIR / "go.mod").read_text())
+    return m.group(1) if m else "?"
+
+
+_go_built = []
+
+
+def go_binary():
+    """Builds scripts/bench_tool/txngo into target/bench-txngo once per process.
+
+    `go build` every time rather than trusting an existing binary: with Go's
+    build cache an unchanged program rebuilds in about a second, and a stale
+    binary can never be measured by mistake. The first build on a machine
+    fetches franz-go from the Go module proxy, checked against go.sum."""
+    if _go_built:
+        return _go_built[0]
+    go = go_tool()
+    if go is None:
+        raise Failed("--client go needs the Go toolchain (go on PATH or /usr/local/go/bin/go)")
+    env = dict(os.environ)
+    env["GOTOOLCHAIN"] = "local"  # never download a toolchain
+    env.pop("GOFLAGS", None)  # build from the committed go.sum
+    GO_EXE.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out = subprocess.run([go, "build", "-o", str(GO_EXE), "."], cwd=GO_DIR, env=env,
+                             capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise Failed("go build of %s took over 600 s" % GO_DIR) from None
+    if out.returncode != 0:
+        raise Failed("go build of %s failed:\n%s%s" % (GO_DIR, out.stdout[-3000:], out.stderr[-3000:]))
+    ver = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, env=env, timeout=60)
+    _go_built.append((GO_EXE, ver.stdout.strip() or "go ?"))
+    return _go_built[0]
+
+
+def run_go(bootstrap, topic, tid_prefix, broker_pid, args):
+    """The run with franz-go: txngo runs the producers and prints the raw figures.
+
+    txngo prints a JSON line when the measured window starts ("measure") and
+    when it ends ("stop"); the broker's CPU is sampled as each is read, the
+    client's CPU is txngo's own getrusage over the same window."""
+    exe, _ = go_binary()
+    cmd = [str(exe), "-bootstrap", bootstrap, "-topic", topic, "-txn-prefix", tid_prefix,
+           "-producers", str(args.producers), "-records", str(args.records),
+           "-partitions", str(args.partitions), "-size", str(args.size),
+           "-warmup", repr(args.warmup), "-duration", repr(args.duration)]
+    if args.retry_backoff_ms is not None:
+        cmd += ["-retry-backoff-ms", str(args.retry_backoff_ms)]
+    if args.client_debug:
+        cmd.append("-debug")
+    if args.go_tv1:
+        cmd.append("-tv1")
+    # Every phase of txngo is bounded by GO_PHASE_TIMEOUT (init, first commit,
+    # the loops' end after the window); a minute more for the rest.
+    budget = 3 * GO_PHASE_TIMEOUT + args.warmup + args.duration + 60
+    deadline = time.monotonic() + budget
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)  # stderr: txngo's log, as is
+    lines = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    cpu_b = {}
+    result = None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Failed("txngo did not finish within %.0f s" % budget)
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                raise Failed("txngo printed something that is not JSON: %r" % line[:200]) from None
+            if ev.get("event") in ("measure", "stop"):
+                cpu_b[ev["event"]] = proc_cpu(broker_pid) if broker_pid else None
+            elif ev.get("event") == "result":
+                result = ev
+        rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if result is None or rc != 0:
+        raise Failed("txngo exited with status %s%s" % (rc, "" if result else " without a result"))
+    b1, b2 = cpu_b.get("measure"), cpu_b.get("stop")
+    result["cpu_broker"] = (b2 - b1) / result["secs"] if b1 is not None and b2 is not None else None
+    return result
+
+
+def one_run(target, bootstrap, broker_pid, args, label):
+    _, configs, _ = TARGETS[target]
+    topic = "txnbench-%s-%d-%d" % (target, os.getpid(), int(time.time() * 1000))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=args.partitions, replication_factor=1, config=configs)],
+                        operation_timeout=30)[topic].result(timeout=60)
+    del admin
+    tid_prefix = "txnbench-%s-%s" % (target, topic[-8:])
+    if args.client == "go":
+        m = run_go(bootstrap, topic, tid_prefix, broker_pid, args)
+    else:
+        m = run_python(bootstrap, topic, tid_prefix, broker_pid, args)
+    secs = m["secs"]
+    expected = m["committed_total"] * args.records
+    # The same check whichever client produced: confluent-kafka's
+    # read_committed consumer, after the producers are gone.
+    ver = verify(bootstrap, topic, args, expected)
+    res = {
+        "target": target, "label": label, "topic": topic, "secs": secs, "init_secs": m["init_secs"],
+        "committed": m["committed"], "committed_total": m["committed_total"], "aborted": m["aborted"],
+        "failed": m["failed"], "errors": m["errors"][:5], "txn_s": m["committed"] / secs,
+        "rec_s": m["committed"] * args.records / secs,
+        "commit": m["commit"], "flush": m["flush"], "txn": m["txn"],
+        "expected": expected, "verify": ver, "requests": m["requests"],
+        "cpu_client": m["cpu_client"], "cpu_broker": m["cpu_broker"],
+    }
     return res
 
 
@@ -377,7 +542,7 @@ def describe(r):
     lines = [
         "[%s] %d transactions committed in %.1f s: %.0f txn/s, %.0f records/s; aborted %d, failed %d"
         % (r["label"], r["committed"], r["secs"], r["txn_s"], r["rec_s"], r["aborted"], r["failed"]),
-        "[%s] latency ms p50 / p99 / max: EndTxn (commit_transaction) %s; produce (send to flush) %s; "
+        "[%s] latency ms p50 / p99 / max: EndTxn (the commit call) %s; produce (begin to end of flush) %s; "
         "whole transaction %s" % (r["label"], lat3(r["commit"]), lat3(r["flush"]), lat3(r["txn"])),
         "[%s] requests per committed transaction (whole run, warm-up included): %s"
         % (r["label"], per_txn(r)),
@@ -395,10 +560,21 @@ def describe(r):
     return "\n".join(lines)
 
 
+def client_name(args):
+    """The client that drives the producers, with its version, for the report."""
+    if args.client == "go":
+        _, gover = go_binary()
+        return "franz-go %s (scripts/bench_tool/txngo, %s)%s" % (
+            franz_go_version(), gover, ", transaction version 1 forced" if args.go_tv1 else "")
+    return "confluent-kafka %s, librdkafka %s, python %s" % (
+        version()[0] if isinstance(version(), tuple) else version(), libversion()[0], platform.python_version())
+
+
 def markdown(results, args):
     out = ["Transactions (%d producers x %d records of %d B per transaction over %d partitions, acks=all, "
-           "idempotent; %.0f s measured after %.0f s warm-up; latency in ms):"
-           % (args.producers, args.records, args.size, args.partitions, args.duration, args.warmup), "",
+           "idempotent; %.0f s measured after %.0f s warm-up; latency in ms; client %s):"
+           % (args.producers, args.records, args.size, args.partitions, args.duration, args.warmup,
+              client_name(args)), "",
            "| target | run | committed txn/s | records/s | EndTxn p50 | EndTxn p99 | EndTxn max "
            "| produce p50 | produce p99 | txn p99 | aborted+failed | Produce req/txn | AddPartitionsToTxn req/txn | read_committed check | client CPU | broker CPU |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
@@ -426,15 +602,19 @@ def main(argv=None):
     print("load average before: %s" % loadavg(), flush=True)
     tmp = os.environ.get("TMPDIR", "/tmp")
     probe = fsync_probe(tmp, samples=50 if args.smoke else 200)
-    print("machine: %d CPUs, Linux %s; client: confluent-kafka %s, librdkafka %s, python %s"
-          % (os.cpu_count() or 0, platform.release(), version()[0] if isinstance(version(), tuple) else version(), libversion()[0], platform.python_version()))
+    print("machine: %d CPUs, Linux %s; client: %s" % (os.cpu_count() or 0, platform.release(), client_name(args)))
     print("disk (%s, both brokers' data): %s" % (tmp, fmt_probe("fdatasync", probe["fdatasync"])))
     print("disk (%s, both brokers' data): %s" % (tmp, fmt_probe("fsync", probe["fsync"])))
-    print("workload: %d transactional producers (threads), %d records x %d B per transaction over %d partitions, "
-          "acks=all; %.0f s warm-up, %.0f s measured, %d run(s) per target: %s; retry.backoff.ms %s%s"
-          % (args.producers, args.records, args.size, args.partitions, args.warmup, args.duration, args.runs,
-             ", ".join(args.targets),
-             "librdkafka's default" if args.retry_backoff_ms is None else "%d (max too)" % args.retry_backoff_ms,
+    if args.client == "go":
+        backoff = ("franz-go's default (250 ms doubling to 5 s)" if args.retry_backoff_ms is None
+                   else "%d (constant)" % args.retry_backoff_ms)
+    else:
+        backoff = ("librdkafka's default" if args.retry_backoff_ms is None
+                   else "%d (max too)" % args.retry_backoff_ms)
+    print("workload: %d transactional producers (%s), %d records x %d B per transaction over %d partitions, "
+          "acks=all; %.0f s warm-up, %.0f s measured, %d run(s) per target: %s; retry backoff ms %s%s"
+          % (args.producers, "goroutines of txngo" if args.client == "go" else "threads", args.records, args.size,
+             args.partitions, args.warmup, args.duration, args.runs, ", ".join(args.targets), backoff,
              "; SMOKE: the numbers mean nothing" if args.smoke else ""), flush=True)
 
     results = []
