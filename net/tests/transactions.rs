@@ -443,3 +443,60 @@ fn end_txn_v1_at_an_exhausted_epoch_commits_at_that_epoch() {
         assert_eq!((p.high_watermark(), p.last_stable_offset()), (2, 2));
     });
 }
+
+/// The records in TXN_ID's slot journal: one per durable decision round.
+fn journal_records(dir: &std::path::Path) -> usize {
+    let path = dir.join(txn_slot_journal(coordinator_slot(TXN_ID)));
+    let bytes = std::fs::read(path).unwrap_or_default();
+    kaas_core::slot_journal::scan(&bytes).records
+}
+
+/// KIP-890 part 2: a Produce v12 whose transactional batches go to three
+/// partitions adds all three to the transaction in one decision, one
+/// journal write, as Kafka's broker adds them in one call to its
+/// coordinator (not one write, and one wait, per partition).
+#[test]
+fn a_produce_v12_adds_all_its_partitions_in_one_decision() {
+    runtime().block_on(async {
+        let tb = support::start_broker(|_| {}).await;
+        tb.broker
+            .create_topic("t", 3, 1, BTreeMap::new())
+            .await
+            .unwrap();
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        let (pid, epoch) = init(&mut conn, 60_000).await;
+        let before = journal_records(tb._dir.path());
+        assert!(before >= 1, "InitProducerId was journaled");
+        let partitions = (0..3)
+            .map(|index| produce_request::PartitionProduceData {
+                index,
+                records: Some(txn_batch(pid, epoch, 0, &["v"]).as_bytes().clone()),
+                ..Default::default()
+            })
+            .collect();
+        let req = RequestBody::Produce(ProduceRequest {
+            transactional_id: Some(TXN_ID.into()),
+            acks: -1,
+            timeout_ms: 5_000,
+            topic_data: vec![produce_request::TopicProduceData {
+                name: "t".into(),
+                partition_data: partitions,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let codes: Vec<i16> = match conn.send(produce_request::API_KEY, 12, &req).await.unwrap() {
+            ResponseBody::Produce(r) => r.responses[0]
+                .partition_responses
+                .iter()
+                .map(|p| p.error_code)
+                .collect(),
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(codes, vec![0, 0, 0]);
+        assert_eq!(journal_records(tb._dir.path()), before + 1);
+        let entry = tb.broker.transactions.entry(TXN_ID).unwrap();
+        assert_eq!(entry.state, TxnState::Ongoing);
+        assert_eq!(entry.partitions.len(), 3);
+    });
+}

@@ -10,7 +10,9 @@ use kaas_core::protocol::messages::produce_response::{
 };
 use kaas_core::protocol::messages::{ProduceRequest, ProduceResponse};
 use kaas_core::protocol::{ErrorCode, Uuid};
+use kaas_core::record::RecordBatch;
 use kaas_core::txn::rules::{produce_error_of_verification, refused_by_transaction_check};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// First Produce version that names topics by id instead of by name.
@@ -44,40 +46,26 @@ pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
     // The acks=all wait is bounded by the request's timeout as a whole,
     // counted from its arrival, not per partition.
     let deadline = broker.env.clock.monotonic_ms() + i64::from(req.timeout_ms.max(0));
-    let mut pending: Vec<PendingAppend> = Vec::new();
-
+    // Every partition's batch is checked first, so that the partitions a
+    // request of transaction version 2 adds are added in one decision.
+    let mut checked: Vec<CheckedAt> = Vec::new();
     for topic_data in req.topic_data {
         let topic = resolve(broker, &topic_data.name, topic_data.topic_id, version).await;
         let mut partition_responses = Vec::with_capacity(topic_data.partition_data.len());
         for pd in topic_data.partition_data {
-            let mut resp = PartitionProduceResponse {
+            let outcome = if valid_acks(acks) {
+                check_one(broker, &topic, pd.index, pd.records, txn_id)
+            } else {
+                Err(ErrorCode::InvalidRequiredAcks.into())
+            };
+            checked.push(((responses.len(), partition_responses.len()), outcome));
+            partition_responses.push(PartitionProduceResponse {
                 index: pd.index,
                 base_offset: -1,
                 log_append_time_ms: -1,
                 log_start_offset: -1,
                 ..Default::default()
-            };
-            let outcome = if valid_acks(acks) {
-                append_one(broker, &topic, pd.index, pd.records, txn_id, version).await
-            } else {
-                Err(ErrorCode::InvalidRequiredAcks.into())
-            };
-            match outcome {
-                Ok((partition, appended)) => {
-                    resp.base_offset = appended.base_offset();
-                    resp.log_start_offset = partition.log_start_offset();
-                    pending.push((
-                        (responses.len(), partition_responses.len()),
-                        partition,
-                        appended,
-                    ));
-                }
-                Err(refused) => {
-                    resp.error_code = refused.code.code();
-                    resp.log_start_offset = refused.log_start_offset;
-                }
-            }
-            partition_responses.push(resp);
+            });
         }
         let (name, topic_id) = match &topic {
             Ok(t) => (t.name.clone(), t.id),
@@ -89,6 +77,28 @@ pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
             partition_responses,
             ..Default::default()
         });
+    }
+    if version >= IMPLICIT_ADD_FROM {
+        add_implicitly(broker, txn_id.unwrap_or_default(), version, &mut checked).await;
+    }
+    let mut pending: Vec<PendingAppend> = Vec::new();
+    for ((t, p), outcome) in checked {
+        let outcome = match outcome {
+            Ok(c) => append_checked(broker, c, txn_id.unwrap_or_default(), version).await,
+            Err(refused) => Err(refused),
+        };
+        let resp = &mut responses[t].partition_responses[p];
+        match outcome {
+            Ok((partition, appended)) => {
+                resp.base_offset = appended.base_offset();
+                resp.log_start_offset = partition.log_start_offset();
+                pending.push(((t, p), partition, appended));
+            }
+            Err(refused) => {
+                resp.error_code = refused.code.code();
+                resp.log_start_offset = refused.log_start_offset;
+            }
+        }
     }
 
     (acks != 0).then(|| Appended {
@@ -188,37 +198,91 @@ impl From<ErrorCode> for Refused {
     }
 }
 
-async fn append_one(
+/// A partition's place in the response (topic, partition) and what the
+/// request-level checks made of its batch.
+type CheckedAt = ((usize, usize), Result<Checked, Refused>);
+
+/// A partition's batch that passed the request-level checks.
+struct Checked {
+    partition: Arc<Partition>,
+    batch: RecordBatch,
+    key: (String, i32),
+    /// Set for a transactional batch.
+    transactional: Option<BatchIdentity>,
+}
+
+fn check_one(
     broker: &Broker,
     topic: &Result<Arc<Topic>, ErrorCode>,
     index: i32,
     records: Option<bytes::Bytes>,
     transactional_id: Option<&str>,
-    version: i16,
-) -> Result<(Arc<Partition>, AppendDecision), Refused> {
+) -> Result<Checked, Refused> {
     let topic = topic.as_ref().map_err(|c| *c)?;
     let partition = broker.gate(topic, index, -1)?;
     let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
     admit_batch(&batch, transactional_id)?;
-    let key = (topic.name.clone(), index);
-    let txn_id = transactional_id.unwrap_or_default();
-    let identity = BatchIdentity::of(&batch).filter(|id| id.is_transactional);
-    if let Some(id) = identity.filter(|_| version >= IMPLICIT_ADD_FROM) {
-        // Transaction version 2 (KIP-890 part 2): the first batch to a
-        // partition adds it to the transaction.
-        broker
-            .txn_coordinator(txn_id)
-            .map_err(Refused::from)?
-            .add_to_transaction(
-                txn_id,
-                id.producer_id,
-                id.epoch,
-                std::slice::from_ref(&key),
-                &[],
-            )
-            .await
-            .map_err(|code| Refused::from(produce_error_of_verification(code, version)))?;
+    let transactional = BatchIdentity::of(&batch).filter(|id| id.is_transactional);
+    Ok(Checked {
+        partition,
+        batch,
+        key: (topic.name.clone(), index),
+        transactional,
+    })
+}
+
+/// Transaction version 2 (KIP-890 part 2): a request's transactional
+/// batches add their partitions to the transaction themselves, all in one
+/// decision (one slot write, as Kafka adds them in one call to its
+/// coordinator) rather than one each in turn. A refusal refuses each of
+/// them. Grouped by producer identity, of which a client sends one.
+async fn add_implicitly(
+    broker: &Broker,
+    txn_id: &str,
+    version: i16,
+    checked: &mut [CheckedAt],
+) {
+    let mut by_producer: BTreeMap<(i64, i16), Vec<usize>> = BTreeMap::new();
+    for (i, (_, outcome)) in checked.iter().enumerate() {
+        if let Some(id) = outcome.as_ref().ok().and_then(|c| c.transactional) {
+            by_producer
+                .entry((id.producer_id, id.epoch))
+                .or_default()
+                .push(i);
+        }
     }
+    for ((producer_id, epoch), members) in by_producer {
+        let keys: Vec<(String, i32)> = members
+            .iter()
+            .filter_map(|&i| checked[i].1.as_ref().ok().map(|c| c.key.clone()))
+            .collect();
+        let added = match broker.txn_coordinator(txn_id) {
+            Ok(coordinator) => coordinator
+                .add_to_transaction(txn_id, producer_id, epoch, &keys, &[])
+                .await
+                .map_err(|code| produce_error_of_verification(code, version)),
+            Err(code) => Err(code),
+        };
+        if let Err(code) = added {
+            for i in members {
+                checked[i].1 = Err(code.into());
+            }
+        }
+    }
+}
+
+async fn append_checked(
+    broker: &Broker,
+    checked: Checked,
+    txn_id: &str,
+    version: i16,
+) -> Result<(Arc<Partition>, AppendDecision), Refused> {
+    let Checked {
+        partition,
+        batch,
+        key,
+        transactional,
+    } = checked;
     // KIP-890 part 1: a batch that would open a transaction here must
     // belong to the producer's ongoing transaction, and that transaction
     // must have added this partition.
@@ -233,7 +297,9 @@ async fn append_one(
         // A transactional batch from outside its transaction, or from a
         // fenced epoch, is refused by the transaction check, before the
         // log: no log start, as Kafka answers it.
-        Err(code) if identity.is_some() && refused_by_transaction_check(code) => Err(code.into()),
+        Err(code) if transactional.is_some() && refused_by_transaction_check(code) => {
+            Err(code.into())
+        }
         Err(code) => Err(Refused {
             code,
             log_start_offset: partition.log_start_offset(),
