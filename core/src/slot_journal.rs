@@ -10,11 +10,14 @@
 //! the snapshot's own codec; the journal is folded into a new snapshot once
 //! it grows past a bound, so it never grows without limit.
 //!
-//! A record is `len: u32 BE | crc32c(payload): u32 BE | payload`. A crash
-//! may leave a torn record at the tail; [`scan`] stops at the first record
-//! that is short or fails its checksum, and the owner truncates the file
-//! there before appending again, so a later record is never hidden behind
-//! a torn one.
+//! A record is `len: u32 BE | crc32c(payload): u32 BE | payload`, with a
+//! payload never empty. A crash may leave a torn record at the tail;
+//! [`scan`] stops at the first record that is short, empty or fails its
+//! checksum, and the owner truncates the file there before appending
+//! again, so a later record is never hidden behind a torn one. (An empty
+//! payload is refused because a crash may also leave zeros where an
+//! unsynced append was, and eight zero bytes read as a length of 0 with
+//! the checksum of nothing, 0.)
 
 /// Bytes before each payload: its length and its checksum.
 pub const RECORD_HEADER_BYTES: usize = 8;
@@ -23,9 +26,10 @@ pub const RECORD_HEADER_BYTES: usize = 8;
 /// corrupt header, not an allocation to attempt.
 pub const MAX_RECORD_BYTES: usize = 64 << 20;
 
-/// One journal record around `payload`; `None` if it is too big to frame.
+/// One journal record around `payload`; `None` if it is empty or too big
+/// to frame.
 pub fn encode_record(payload: &[u8]) -> Option<Vec<u8>> {
-    if payload.len() > MAX_RECORD_BYTES {
+    if payload.is_empty() || payload.len() > MAX_RECORD_BYTES {
         return None;
     }
     let mut out = Vec::with_capacity(RECORD_HEADER_BYTES + payload.len());
@@ -68,7 +72,7 @@ fn record_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
     let header = bytes.get(at..at.checked_add(RECORD_HEADER_BYTES)?)?;
     let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
     let crc = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
-    if len > MAX_RECORD_BYTES {
+    if len == 0 || len > MAX_RECORD_BYTES {
         return None;
     }
     let start = at + RECORD_HEADER_BYTES;
@@ -90,9 +94,9 @@ mod tests {
 
     #[test]
     fn the_last_whole_record_wins() {
-        let bytes = journal(&[b"one", b"two", b""]);
+        let bytes = journal(&[b"one", b"two", b"3"]);
         let s = scan(&bytes);
-        assert_eq!(s.last, Some(&b""[..]));
+        assert_eq!(s.last, Some(&b"3"[..]));
         assert_eq!(s.records, 3);
         assert_eq!(s.valid_len, bytes.len());
     }
@@ -119,6 +123,20 @@ mod tests {
         assert_eq!(s.valid_len, second);
     }
 
+    /// Found by the simulator once a transaction's Complete* was appended
+    /// without a sync: a crash zeroed the unsynced tail, and the zeros read
+    /// as an empty record whose checksum matched, hiding the torn state
+    /// behind a record that does not decode.
+    #[test]
+    fn a_zeroed_tail_is_torn_not_an_empty_record() {
+        let mut bytes = journal(&[b"one"]);
+        bytes.extend_from_slice(&[0; RECORD_HEADER_BYTES + 5]);
+        let s = scan(&bytes);
+        assert_eq!(s.last, Some(&b"one"[..]));
+        assert_eq!((s.records, s.valid_len), (1, RECORD_HEADER_BYTES + 3));
+        assert_eq!(encode_record(b""), None, "never written");
+    }
+
     #[test]
     fn a_huge_length_is_a_torn_header_not_an_allocation() {
         let mut bytes = journal(&[b"one"]);
@@ -134,7 +152,7 @@ mod tests {
         /// exactly the records wholly inside it, and stops where they end.
         #[test]
         fn a_torn_tail_loses_only_the_torn_record(
-            payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..8),
+            payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..40), 0..8),
             cut in any::<prop::sample::Index>(),
         ) {
             let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
