@@ -23,7 +23,7 @@ mod tests;
 use crate::broker::ownership;
 use crate::env::Env;
 use crate::slot_store::{
-    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, Taken, WriteDone,
+    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, WriteDone,
 };
 use crate::volume::Volume;
 use kaas_core::cluster::{
@@ -533,13 +533,7 @@ impl SlotOwner for GroupCoordinator {
     fn take_round(&self, slot: u32) -> Option<Round<SlotState>> {
         let mut inner = self.lock();
         let state = inner.core.slot(slot).cloned()?;
-        let Taken { ops, done, journal } = inner.queues.take(slot)?;
-        Some(Round {
-            ops,
-            done,
-            state,
-            journal,
-        })
+        Some(inner.queues.take(slot)?.into_round(state))
     }
 
     fn finish_round(&self, slot: u32, outcome: RoundOutcome<SlotState>) -> Result<(), ErrorCode> {
