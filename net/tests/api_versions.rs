@@ -54,6 +54,7 @@ fn feature(name: &str, min: i16, max: i16) -> Vec<(String, i16, i16)> {
 #[tokio::test]
 async fn transaction_version_2_is_finalized_by_default() {
     let tb = support::start_broker(|_| {}).await;
+    assert_eq!(tb.broker.config.transaction_version, 2);
     let (supported, finalized) = features(&tb).await;
     assert_eq!(supported, feature("transaction.version", 0, 2));
     assert_eq!(finalized, feature("transaction.version", 2, 2));

@@ -29,10 +29,13 @@ comments say what Kafka was seen to do where a client surfaces it).
   and passed.) After each broker restart librdkafka 2.16.1 was seen, on Kafka as on
   kaas, to hang in send_offsets_to_transaction; eos_app.py then restarts itself
   (30 s later), which the history printed by the test shows.
-- test_java_*: kafka-clients 4.1.1 with its default transaction version (Kafka 4.1.1 and
-  kaas finalize transaction.version=2; the client follows what the broker reports) runs
-  the interleaved scenario and zombie fencing (java/ TransactionScenarios), and its
-  Admin lists, describes and aborts a hanging transaction (TransactionAdminScenarios).
+- test_java_*: kafka-clients 4.1.1 at transaction version 1 and 2 (the client follows the
+  level the broker finalizes: kaas's --transaction-version, Kafka's node downgraded for a
+  test with UpdateFeatures) runs the interleaved scenario, zombie fencing and the reaper
+  (java/ TransactionScenarios) on both brokers and an EOS copy (java/ EosCopy) through
+  broker kill -9s and an app restart on kaas, each asserting the producer epochs that
+  only version 2 bumps; its Admin lists, describes and aborts a hanging transaction
+  (TransactionAdminScenarios).
 
 Run only these: scripts/e2e -k test_transactions (the Kafka side alone: -k
 "test_transactions and not kaas and not kill9").

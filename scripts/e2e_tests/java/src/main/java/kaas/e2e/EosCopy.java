@@ -91,36 +91,26 @@ public final class EosCopy {
             }
             Runtime.getRuntime().halt(0);
         }));
-        Properties pp = new Properties();
-        pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        pp.put(ProducerConfig.CLIENT_ID_CONFIG, "kaas-e2e-eos-copy");
+        Clients.bootstrap = bootstrap;
+        Properties pp = Clients.producerProps("all");
         pp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
         pp.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
-        pp.put(ProducerConfig.ACKS_CONFIG, "all");
         pp.put(ProducerConfig.LINGER_MS_CONFIG, "5");
         pp.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "60000");
         pp.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
         pp.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
-        pp.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
-        pp.put(ProducerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "500");
         pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
         pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
-        Properties cp = new Properties();
-        cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        cp.put(ConsumerConfig.CLIENT_ID_CONFIG, "kaas-e2e-eos-copy");
-        cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        Properties cp = Clients.consumerProps(group);
         cp.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, group + "-member");
         cp.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "30000");
         cp.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-        cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        cp.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(MAX_POLL));
         cp.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
-        cp.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
-        cp.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
-        cp.put(ConsumerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "500");
         cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        // a restarted broker is back within a second or two
+        for (Properties p : List.of(pp, cp)) p.put("reconnect.backoff.max.ms", "500");
 
         int rc = 0;
         KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp);
