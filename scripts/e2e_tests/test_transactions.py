@@ -855,8 +855,8 @@ def java_txn_broker(request, java_client_classpath):
     if tv == 2:
         yield node, tv
         return
-    _set_kafka_transaction_version(java_client_classpath, node.bootstrap, tv)
     try:
+        _set_kafka_transaction_version(java_client_classpath, node.bootstrap, tv)
         yield node, tv
     finally:
         # never leave the shared node at another version for the tests after this one
