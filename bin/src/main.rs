@@ -5,7 +5,7 @@ use kaas_core::group::GroupConfig;
 use kaas_core::txn::TxnConfig;
 use kaas_net::config::{
     BrokerConfig, LogDefaults, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_IP,
-    DEFAULT_QUEUED_MAX_REQUEST_BYTES,
+    DEFAULT_QUEUED_MAX_REQUEST_BYTES, DEFAULT_TRANSACTION_VERSION, TRANSACTION_VERSIONS,
 };
 use kaas_net::volume::LocalVolume;
 use kaas_net::Broker;
@@ -115,6 +115,25 @@ struct ServeArgs {
     /// (transaction.remove.expired.transaction.cleanup.interval.ms).
     #[arg(long, default_value_t = TxnConfig::default().remove_expired_interval_ms)]
     transaction_remove_expired_transaction_cleanup_interval_ms: i64,
+    /// The finalized level of the transaction.version feature ApiVersions
+    /// answers, 1 or 2. Clients use transaction version 2 (KIP-890 part 2:
+    /// an epoch bump at every transaction end, Produce adding its partition
+    /// itself) only at 2; at 1 they add partitions with AddPartitionsToTxn
+    /// and end with EndTxn v4 or older. The broker serves both either way.
+    #[arg(long, default_value_t = DEFAULT_TRANSACTION_VERSION, value_parser = parse_transaction_version)]
+    transaction_version: i16,
+}
+
+/// `--transaction-version`: one of the levels kaas can finalize.
+fn parse_transaction_version(s: &str) -> Result<i16, String> {
+    match s.parse::<i16>() {
+        Ok(level) if TRANSACTION_VERSIONS.contains(&level) => Ok(level),
+        _ => Err(format!(
+            "the transaction version is {} or {} (KIP-890: 2 bumps the producer epoch at every transaction end), not '{s}'",
+            TRANSACTION_VERSIONS.start(),
+            TRANSACTION_VERSIONS.end()
+        )),
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -157,6 +176,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     config.max_connections = args.max_connections as usize;
     config.max_connections_per_ip = args.max_connections_per_ip as usize;
     config.queued_max_request_bytes = args.queued_max_request_bytes;
+    config.transaction_version = args.transaction_version;
     raise_open_file_limit(config.max_connections);
     // Request capture for the fuzz corpus (scripts/fuzz-capture); off unless set.
     config.capture_dir = std::env::var_os("KAAS_CAPTURE_DIR")

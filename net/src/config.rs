@@ -44,6 +44,11 @@ pub struct BrokerConfig {
     /// connections (Kafka's `queued.max.request.bytes`). A connection waits,
     /// without reading, until its next frame fits.
     pub queued_max_request_bytes: u32,
+    /// The finalized level of the `transaction.version` feature ApiVersions
+    /// answers (1 or 2, `DEFAULT_TRANSACTION_VERSION`): clients speak
+    /// transaction version 2 (EndTxn v5, Produce v12's implicit add) only
+    /// when it is 2.
+    pub transaction_version: i16,
 }
 
 /// Kafka leaves `max.connections` unlimited; an unlimited broker runs out of
@@ -63,6 +68,14 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 1_000;
 /// largest allowed size (100 MiB) or hundreds of typical 1 MiB Produce
 /// batches, so that memory stays bounded however many clients send at once.
 pub const DEFAULT_QUEUED_MAX_REQUEST_BYTES: u32 = 512 * 1024 * 1024;
+
+/// Kafka 4.x formats a new cluster at `transaction.version` 2 (KIP-890 part 2).
+pub const DEFAULT_TRANSACTION_VERSION: i16 = 2;
+
+/// The `transaction.version` levels kaas can finalize (its supported range's
+/// upper part: level 0 is that of a cluster older than the feature, which no
+/// client of a kaas broker needs).
+pub const TRANSACTION_VERSIONS: std::ops::RangeInclusive<i16> = 1..=2;
 
 /// Broker-wide defaults of the per-topic log configs (Kafka's `log.*`).
 #[derive(Debug, Clone)]
@@ -108,6 +121,7 @@ impl BrokerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             queued_max_request_bytes: DEFAULT_QUEUED_MAX_REQUEST_BYTES,
+            transaction_version: DEFAULT_TRANSACTION_VERSION,
         }
     }
 }

@@ -29,10 +29,13 @@ comments say what Kafka was seen to do where a client surfaces it).
   and passed.) After each broker restart librdkafka 2.16.1 was seen, on Kafka as on
   kaas, to hang in send_offsets_to_transaction; eos_app.py then restarts itself
   (30 s later), which the history printed by the test shows.
-- test_java_*: kafka-clients 4.1.1 with its default transaction version (Kafka 4.1.1 and
-  kaas finalize transaction.version=2; the client follows what the broker reports) runs
-  the interleaved scenario and zombie fencing (java/ TransactionScenarios), and its
-  Admin lists, describes and aborts a hanging transaction (TransactionAdminScenarios).
+- test_java_*: kafka-clients 4.1.1 at transaction version 1 and 2 (the client follows the
+  level the broker finalizes: kaas's --transaction-version, Kafka's node downgraded for a
+  test with UpdateFeatures) runs the interleaved scenario, zombie fencing and the reaper
+  (java/ TransactionScenarios) on both brokers and an EOS copy (java/ EosCopy) through
+  broker kill -9s and an app restart on kaas, each asserting the producer epochs that
+  only version 2 bumps; its Admin lists, describes and aborts a hanging transaction
+  (TransactionAdminScenarios).
 
 Run only these: scripts/e2e -k test_transactions (the Kafka side alone: -k
 "test_transactions and not kaas and not kill9").
@@ -40,6 +43,7 @@ Run only these: scripts/e2e -k test_transactions (the Kafka side alone: -k
 
 from __future__ import annotations
 
+import json
 import queue
 import random
 import shutil
@@ -574,14 +578,17 @@ EOS_MAX_APP_STARTS = 8  # the planned restarts plus a few after fatal errors (ea
 
 
 class EosApp:
-    """eos_app.py as a subprocess; its stdout lines are queued by a reader thread."""
+    """eos_app.py (or `command`, e.g. the Java EosCopy, which takes the same arguments and
+    speaks the same lines) as a subprocess; its stdout lines are queued by a reader thread."""
 
-    def __init__(self, bootstrap, input_topic, output_topic, group, txn_id, log_dir: Path, n: int):
+    def __init__(self, bootstrap, input_topic, output_topic, group, txn_id, log_dir: Path, n: int,
+                 command: Optional[List[str]] = None):
         self.lines: "queue.Queue[Tuple[float, str]]" = queue.Queue()
         self.stderr_path = log_dir / ("eos_app-%d.stderr" % n)
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "eos_app.py"), bootstrap, input_topic, output_topic, group, txn_id],
+            [*(command or [sys.executable, str(HERE / "eos_app.py")]), bootstrap, input_topic, output_topic, group,
+             txn_id],
             stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, text=True,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -622,8 +629,8 @@ def _group_committed(reader, topic: str) -> Optional[Dict[int, int]]:
 
 
 def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, str]], n: int,
-                 timeout: float = 200):
-    """Copy `n` input records with eos_app.py while `events` happen: (fraction
+                 timeout: float = 200, command: Optional[List[str]] = None):
+    """Copy `n` input records with eos_app.py (or `command`, see EosApp) while `events` happen: (fraction
     of the input committed, "app" | "broker"), each fired on the app's first "open"
     line past that fraction, i.e. inside a transaction whose records are written.
     "app" SIGKILLs the app and starts a new one; "broker" kill -9s the broker and
@@ -654,7 +661,7 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
         nonlocal starts
         starts += 1
         assert starts <= EOS_MAX_APP_STARTS, "app started %d times; history: %s" % (starts, history[-30:])
-        apps.append(EosApp(bs, input_topic, output_topic, group, txn_id, tmp_path, starts))
+        apps.append(EosApp(bs, input_topic, output_topic, group, txn_id, tmp_path, starts, command))
         history.append("%.1fs start #%d" % (time.monotonic() - t0, starts))
 
     reader = ck_consumer(bs, **{"group.id": group, "isolation.level": "read_committed"})
@@ -762,7 +769,7 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
     aborted = sum(len(v) for v in all_out.values()) - n
     print("output: %d copies, %d records of aborted transactions, end offsets %s" % (n, aborted, out_end))
     return dict(starts=starts, opens=opens, commits=commits, aborts=aborts, aborted_records=aborted,
-                history=history)
+                history=history, output_topic=output_topic)
 
 
 @pytest.mark.slow
@@ -786,6 +793,8 @@ def test_eos_copy_through_broker_kill9_and_app_restarts(kaas, topic_name, tmp_pa
 
 # ------------------------------------------------------------ (f) the Java client
 
+from conftest import KAAS_AS_KAFKA_REF, _register
+
 try:
     from test_java_client import java_client_classpath, run_scenario  # noqa: F401 - the fixture, shared
 except ImportError:  # pragma: no cover
@@ -801,13 +810,79 @@ def _java_records(read: dict) -> Dict[int, List[Tuple[int, str]]]:
     return {int(p): [(int(r.split(":", 1)[0]), r.split(":", 1)[1]) for r in recs] for p, recs in read["records"].items()}
 
 
+# Transaction version 1 and 2 (KIP-890 part 2). The Java client speaks version 2 only when
+# the broker finalizes transaction.version=2 (EndTxn v5 bumping the epoch at every end,
+# Produce v12 adding its partition itself); at 1 it sends AddPartitionsToTxn and EndTxn v4.
+# kaas finalizes what `kaas serve --transaction-version` says (2 by default). The shared
+# Kafka node runs at 2 (what Kafka 4.1.1 formats); a `kafka-tv1` test downgrades it with
+# UpdateFeatures (SAFE_DOWNGRADE, Kafka 4.1.1 allows it; java/ Features) for the test's
+# length and upgrades it back to 2 at teardown, whatever happened (about 1 s each way).
+# Each test asserts what the version in use leaves behind: the producer epochs that
+# DescribeProducers shows (version 2 bumps the epoch at every transaction end, and the
+# markers carry it; version 1 does not).
+JAVA_TXN_TARGETS = [
+    pytest.param(("kaas", 1), id="kaas-tv1"),
+    pytest.param(("kaas", 2), id="kaas-tv2"),
+    pytest.param(("kafka", 1), id="kafka-tv1"),
+    pytest.param(("kafka", 2), id="kafka-tv2"),
+]
+JAVA_TXN_KAAS = [p for p in JAVA_TXN_TARGETS if p.values[0][0] == "kaas"]
+
+
+def _set_kafka_transaction_version(classpath: str, bootstrap: str, level: int) -> dict:
+    out = subprocess.run(
+        ["java", "-Xss1m", "-XX:TieredStopAtLevel=1", "-cp", classpath, "kaas.e2e.Features", bootstrap, str(level)],
+        capture_output=True, text=True, timeout=90,
+    )
+    assert out.returncode == 0, "Features %s failed (exit %s):\n%s\n%s" % (
+        level, out.returncode, out.stdout[-2000:], out.stderr[-4000:])
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["after"] == level, "Kafka's transaction.version is %s, not %s: %s" % (r["after"], level, r)
+    return r
+
+
+@pytest.fixture
+def java_txn_broker(request, java_client_classpath):
+    """(broker, transaction version): a fresh kaas finalizing that version (configured as
+    Kafka's node is, KAAS_AS_KAFKA_REF), or the session's Kafka node set to it for the test."""
+    target, tv = request.param
+    if target == "kaas":
+        make = request.getfixturevalue("kaas_factory")
+        yield make(extra_args=[*KAAS_AS_KAFKA_REF, "--transaction-version", str(tv)], name="kaas"), tv
+        return
+    node = request.getfixturevalue("kafka_ref")
+    _register(request, node)  # its log tail goes into this test's failure report
+    if tv == 2:
+        yield node, tv
+        return
+    try:
+        _set_kafka_transaction_version(java_client_classpath, node.bootstrap, tv)
+        yield node, tv
+    finally:
+        # never leave the shared node at another version for the tests after this one
+        _set_kafka_transaction_version(java_client_classpath, node.bootstrap, 2)
+
+
+def _epochs(producers: dict) -> Dict[int, List[Tuple[int, int]]]:
+    """DescribeProducers as the scenarios print it: partition -> [(producer id, epoch)] by id."""
+    return {int(p): sorted((pid, epoch) for pid, epoch in ps) for p, ps in producers.items()}
+
+
 @java_only
-def test_java_transactions_interleaved(kaas_or_kafka, topic_name, java_client_classpath):
-    """kafka-clients 4.1.1 with its default transaction version (2 on Kafka 4.1.1, which
-    finalizes transaction.version=2): one producer, commits and aborts in a seeded order."""
-    r = run_scenario(java_client_classpath, "txn-interleaved", kaas_or_kafka.bootstrap, topic_name)
-    # both brokers finalize transaction.version=2, so the client speaks it
-    assert r["transaction_version"] == 2, r["transaction_version"]
+@pytest.mark.parametrize("java_txn_broker", JAVA_TXN_TARGETS, indirect=True)
+def test_java_transactions_interleaved(java_txn_broker, topic_name, java_client_classpath):
+    """kafka-clients 4.1.1 at transaction version 1 and 2: one producer, TXNS (150) commits
+    and 150 aborts in a seeded order over 3 partitions; read_committed reads exactly the
+    committed records, read_uncommitted all, in offset order, and the LSO reaches the end.
+    DescribeProducers then shows the version in use: at 1 the epoch InitProducerId gave (0);
+    at 2 each of the 300 ends bumped it, so the producer is at 300 on the partition of the
+    last transaction. Kafka shows each partition at the epoch of its own last marker (one
+    plus the index of the last transaction that wrote there); kaas fences a bumped epoch on
+    every partition at once (`Broker::fence_producer`), so all of them show 300
+    (docs/oracle.md)."""
+    broker, tv = java_txn_broker
+    r = run_scenario(java_client_classpath, "txn-interleaved", broker.bootstrap, topic_name)
+    assert r["transaction_version"] == tv, r["transaction_version"]
     written = [(p, o, v, c) for p, o, v, c in r["written"]]
     assert len(written) == len({(p, o) for p, o, _, _ in written}), "two records at one offset"
     markers = {p: 0 for p in range(PARTITIONS)}
@@ -827,16 +902,37 @@ def test_java_transactions_interleaved(kaas_or_kafka, topic_name, java_client_cl
     for read in (rc, ru):
         assert read["end_offsets"] == end and read["positions"] == end, (read["end_offsets"], read["positions"])
 
+    n_txns = len(by_txn)
+    assert n_txns == 300, n_txns
+    epochs = _epochs(r["producers"])
+    pids = {pid for ps in epochs.values() for pid, _ in ps}
+    assert len(pids) == 1 and all(len(ps) == 1 for ps in epochs.values()), epochs
+    got = {p: ps[0][1] for p, ps in epochs.items()}
+    if tv == 1:
+        want = {p: 0 for p in range(PARTITIONS)}
+    elif broker.name == "kafka":
+        # "t<index>-...": the epoch after transaction <index> ended is index + 1
+        want = {p: 1 + max(int(t[1:]) for t, parts in by_txn.items() if p in parts) for p in range(PARTITIONS)}
+    else:
+        want = {p: n_txns for p in range(PARTITIONS)}
+    assert got == want, (got, want)
+
 
 @java_only
-def test_java_zombie_is_fenced(kaas_or_kafka, topic_name, java_client_classpath):
-    r = run_scenario(java_client_classpath, "txn-fencing", kaas_or_kafka.bootstrap, topic_name)
-    # both brokers finalize transaction.version=2, so the client speaks it
-    assert r["transaction_version"] == 2, r["transaction_version"]
+@pytest.mark.parametrize("java_txn_broker", JAVA_TXN_TARGETS, indirect=True)
+def test_java_zombie_is_fenced(java_txn_broker, topic_name, java_client_classpath):
+    """Zombie fencing at transaction version 1 and 2: B's initTransactions (same
+    transactional.id) fences A and aborts its open transaction; A's next send and its commit
+    fail, A's record is never read_committed, B's are. The epochs show the version: B's
+    init bumps twice (the fence that aborts A's transaction, then B's own), so B commits at
+    2; at version 1 its markers stay at 2, at 2 each commit bumps (3, then 4)."""
+    broker, tv = java_txn_broker
+    r = run_scenario(java_client_classpath, "txn-fencing", broker.bootstrap, topic_name)
+    assert r["transaction_version"] == tv, r["transaction_version"]
     # A's a1 at 0 of partition 0, B's init aborts it (the marker at 1), b1 at 2
     assert (r["a1"], r["b1"], r["b2"], r["b3"]) == ([0, 0], [0, 2], [1, 0], [2, 0]), r
-    # what kafka-clients 4.1.1 raises on Kafka 4.1.1 (transaction version 2): the zombie's
-    # send and its commit both meet the newer epoch as INVALID_PRODUCER_EPOCH
+    # what kafka-clients 4.1.1 raises on Kafka 4.1.1 at either version: the zombie's send
+    # and its commit both meet the newer epoch as INVALID_PRODUCER_EPOCH
     assert r["a_send"] == "InvalidProducerEpochException", r
     assert r["a_commit"] == "InvalidProducerEpochException", r
     end = {"0": 4, "1": 2, "2": 2}
@@ -844,6 +940,91 @@ def test_java_zombie_is_fenced(kaas_or_kafka, topic_name, java_client_classpath)
     assert _java_records(r["read_committed"]) == {0: [(2, "b1")], 1: [(0, "b2")], 2: [(0, "b3")]}, r
     assert _java_records(r["read_uncommitted"]) == {0: [(0, "a1"), (2, "b1")], 1: [(0, "b2")], 2: [(0, "b3")]}, r
     assert r["read_committed"]["positions"] == end, r
+    epochs = _epochs(r["producers"])
+    assert len({pid for ps in epochs.values() for pid, _ in ps}) == 1, epochs
+    got = {p: ps[0][1] for p, ps in epochs.items()}
+    if tv == 1:
+        want = {0: 2, 1: 2, 2: 2}
+    elif broker.name == "kafka":
+        want = {0: 3, 1: 3, 2: 4}  # b1 and b2's commit ended at 3, b3's at 4
+    else:
+        want = {0: 4, 1: 4, 2: 4}  # kaas fences the bumped epoch everywhere (docs/oracle.md)
+    assert got == want, (got, want)
+
+
+@java_only
+@pytest.mark.parametrize("java_txn_broker", JAVA_TXN_TARGETS, indirect=True)
+def test_java_reaper_aborts_an_abandoned_transaction(java_txn_broker, topic_name, java_client_classpath):
+    """The coordinator's timeout reaper at transaction version 1 and 2 (java/
+    TransactionScenarios.reaper): producer R (transaction.timeout.ms 4 s) writes two records
+    to each of 3 partitions and stops, without commit, abort or close (the Java client's
+    close() would abort); S commits one record per partition behind it. The LSO stays at 0
+    while R's transaction is open, then the reaper (every 10 s on both brokers) aborts it:
+    the LSO moves to the end, read_committed holds only S's records, read_uncommitted all.
+    R then wakes up and commits: version 1 answers PRODUCER_FENCED (its epoch was bumped
+    by the abort), version 2 INVALID_TXN_STATE (KIP-890: the transaction it names is gone);
+    nothing changes. DescribeProducers: R at epoch 1 (the reaper's bump) at either version,
+    S at 0 at version 1 and at 1 at version 2 (its commit bumped it)."""
+    broker, tv = java_txn_broker
+    r = run_scenario(java_client_classpath, "txn-reaper", broker.bootstrap, topic_name)
+    assert r["transaction_version"] == tv, r["transaction_version"]
+    assert r["r_written"] == [[p, i] for p in range(PARTITIONS) for i in range(2)], r
+    assert r["s_written"] == [[p, 2] for p in range(PARTITIONS)], r
+    assert r["hwm_before"] == {str(p): 4 for p in range(PARTITIONS)}, r  # r, r, s, s's marker
+    if r["read_committed_before"] is not None:  # taken well inside R's timeout
+        assert r["lso_before"] == {str(p): 0 for p in range(PARTITIONS)}, r
+        assert r["read_committed_before"]["records"] == {str(p): [] for p in range(PARTITIONS)}, r
+    else:
+        print("not checking the stuck LSO: %.1fs passed since R began" % r["lso_before_at_s"])
+    end = {str(p): 5 for p in range(PARTITIONS)}  # + R's abort marker
+    assert r["lso"] == end, "the abandoned transaction was not aborted in time: %s" % r
+    print("the abandoned transaction was aborted %.1fs after it began" % r["aborted_after_s"])
+    assert r["hwm"] == end and r["lso_after_r"] == end, r
+    assert _java_records(r["read_committed"]) == {p: [(2, "s%d" % p)] for p in range(PARTITIONS)}, r
+    assert _java_records(r["read_uncommitted"]) == {
+        p: [(0, "r%d-0" % p), (1, "r%d-1" % p), (2, "s%d" % p)] for p in range(PARTITIONS)}, r
+    assert r["r_commit"] == ("ProducerFencedException" if tv == 1 else "InvalidTxnStateException"), r
+    # two producers on every partition, R's id first (allocated first): R at 1, S at tv - 1
+    epochs = _epochs(r["producers"])
+    assert {p: [e for _, e in ps] for p, ps in epochs.items()} == {p: [1, tv - 1] for p in range(PARTITIONS)}, epochs
+
+
+JAVA_EOS_RECORDS = 20_000  # the Java copy through broker kill -9s and an app restart
+
+
+@java_only
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("java_txn_broker", JAVA_TXN_KAAS, indirect=True)
+def test_java_eos_copy_through_broker_kill9_and_app_restart(java_txn_broker, topic_name, tmp_path,
+                                                            java_client_classpath):
+    """The Java client's consume-transform-produce loop (java/ EosCopy: sendOffsetsToTransaction
+    with the consumer's group metadata, read_committed, a static member) copies
+    JAVA_EOS_RECORDS (20,000) records over 3 partitions on kaas at transaction version 1 and
+    2, while kaas is kill -9'd and restarted twice (at 20% and 70% of the input committed)
+    and the app is SIGKILLed and restarted once (at 45%), each inside an open transaction:
+    the output, read_committed, holds every input record exactly once, in order (run_eos_copy
+    checks it). DescribeProducers on the output shows the version: at 2 every one of the
+    transactions ended bumped the epoch, so it is at least the number committed; at 1 only
+    InitProducerId bumps it (at most twice per app start) and the client's epoch bumps after
+    an abortable error (once per abort). kaas only: the shared Kafka node cannot be killed."""
+    broker, tv = java_txn_broker
+    command = ["java", "-Xss1m", "-XX:TieredStopAtLevel=1", "-cp", java_client_classpath, "kaas.e2e.EosCopy"]
+    r = run_eos_copy(broker, topic_name, tmp_path, [(0.2, "broker"), (0.45, "app"), (0.7, "broker")],
+                     JAVA_EOS_RECORDS, timeout=180, command=command)
+    assert sum("broker killed" in h for h in r["history"]) == 2, r["history"]
+    assert sum("app killed" in h for h in r["history"]) == 1, r["history"]
+    d = run_scenario(java_client_classpath, "txn-producers", broker.bootstrap, r["output_topic"])
+    assert d["transaction_version"] == tv, d
+    epochs = [e for ps in _epochs(d["producers"]).values() for _, e in ps]
+    tv1_bound = 2 * (r["starts"] + r["aborts"]) + 2
+    print("output producer epochs %s; %d commits, %d starts, %d aborts" % (epochs, r["commits"], r["starts"], r["aborts"]))
+    assert r["commits"] > tv1_bound, "too few transactions to tell the versions apart: %s" % r
+    if tv == 1:
+        assert max(epochs) <= tv1_bound, (epochs, tv1_bound)
+    else:
+        assert max(epochs) >= r["commits"], (epochs, r["commits"])
 
 
 @java_only

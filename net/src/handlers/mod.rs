@@ -209,7 +209,9 @@ pub async fn dispatch(
     let respond = |body| Outcome::Respond { body, version };
     match body {
         RequestBody::ApiVersions(req) => respond(ResponseBody::ApiVersions(api_versions::handle(
-            req, version,
+            req,
+            version,
+            broker.config.transaction_version,
         ))),
         RequestBody::Metadata(req) => respond(ResponseBody::Metadata(
             metadata::handle(broker, req, version).await,

@@ -27,6 +27,8 @@ public final class Main {
         Map.entry("admin-records-producers", AdminScenarios::recordsAndProducers),
         Map.entry("txn-interleaved", TransactionScenarios::interleaved),
         Map.entry("txn-fencing", TransactionScenarios::fencing),
+        Map.entry("txn-reaper", TransactionScenarios::reaper),
+        Map.entry("txn-producers", TransactionScenarios::describeProducers),
         Map.entry("txn-admin", TransactionAdminScenarios::hangingTransaction));
 
     public static void main(String[] args) throws Exception {

@@ -22,6 +22,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -32,7 +33,9 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.TopicPartition;
 
-/** Transactions with the Java client's defaults (including its transaction version). */
+/** Transactions with the Java client's defaults: the client speaks the transaction version the
+ *  broker finalizes (KIP-890: 2 when transaction.version is 2, else 1), and each scenario reports
+ *  that level and, from DescribeProducers, the producer epochs its transactions left behind. */
 final class TransactionScenarios {
     static final int TXNS = 150; // committed ones, and as many aborted
 
@@ -144,6 +147,36 @@ final class TransactionScenarios {
             out.put("hwm", hwm);
             out.put("read_committed", readAll(3, "read_committed"));
             out.put("read_uncommitted", readAll(3, "read_uncommitted"));
+            out.put("producers", producers(admin, 3));
+        }
+        return out;
+    }
+
+    /** DescribeProducers on partitions 0..n-1: partition -> [[producer id, epoch], ...]. Under
+     *  transaction version 2 every transaction end bumps the epoch, and its markers carry the
+     *  bumped one (so the partition's producer is at that epoch); under version 1 the epoch
+     *  stays where InitProducerId put it. */
+    static Map<String, Object> producers(Admin admin, int n) throws Exception {
+        Map<String, Object> out = new TreeMap<>();
+        List<TopicPartition> tps = Clients.partitions(n);
+        var result = admin.describeProducers(tps);
+        for (TopicPartition tp : tps) {
+            List<Object> ps = new ArrayList<>();
+            for (ProducerState s : result.partitionResult(tp).get(WAIT_S, TimeUnit.SECONDS).activeProducers()) {
+                ps.add(List.of(s.producerId(), s.producerEpoch()));
+            }
+            out.put(String.valueOf(tp.partition()), ps);
+        }
+        return out;
+    }
+
+    /** Only the finalized transaction version and DescribeProducers of partitions 0-2 (of a
+     *  topic another program wrote, e.g. the EOS copy's output). */
+    static Map<String, Object> describeProducers() throws Exception {
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (Admin admin = admin()) {
+            out.put("transaction_version", transactionVersion(admin));
+            out.put("producers", producers(admin, 3));
         }
         return out;
     }
@@ -222,8 +255,96 @@ final class TransactionScenarios {
             out.put("hwm", hwm);
             out.put("read_committed", readAll(3, "read_committed"));
             out.put("read_uncommitted", readAll(3, "read_uncommitted"));
+            out.put("producers", producers(admin, 3));
         }
         return out;
+    }
+
+    static final int REAPER_TIMEOUT_MS = 4000; // the abandoned transaction's transaction.timeout.ms
+    static final long REAPER_WAIT_S = 50; // Kafka checks every 10 s; kaas as configured
+
+    /** R (transaction.timeout.ms REAPER_TIMEOUT_MS) writes two records to each of 3 partitions in
+     *  a transaction and then stops: it stays open, and never commits, aborts or closes (close()
+     *  would abort). S commits one record per partition behind it. While R's transaction is
+     *  open the LSO stays at 0; the coordinator's timeout reaper must abort it (waited for,
+     *  bounded), after which the LSO is the end; then R wakes up and tries to commit. */
+    static Map<String, Object> reaper() throws Exception {
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (Admin admin = admin()) {
+            Clients.createTopic(admin, topic, 3);
+            out.put("transaction_version", transactionVersion(admin));
+            Properties rp = txnProducerProps(topic + "-abandoned");
+            rp.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, String.valueOf(REAPER_TIMEOUT_MS));
+            KafkaProducer<String, String> r = new KafkaProducer<>(rp);
+            r.initTransactions();
+            r.beginTransaction();
+            long began = System.nanoTime();
+            List<Object> rWritten = new ArrayList<>();
+            for (int p = 0; p < 3; p++) {
+                for (int i = 0; i < 2; i++) {
+                    RecordMetadata md = r.send(new ProducerRecord<>(topic, p, "k", "r" + p + "-" + i)).get(WAIT_S, TimeUnit.SECONDS);
+                    rWritten.add(List.of(md.partition(), md.offset()));
+                }
+            }
+            out.put("r_written", rWritten);
+            // r now stops
+            List<Object> sWritten = new ArrayList<>();
+            try (KafkaProducer<String, String> s = new KafkaProducer<>(txnProducerProps(topic + "-live"))) {
+                s.initTransactions();
+                s.beginTransaction();
+                List<Future<RecordMetadata>> fs = new ArrayList<>();
+                for (int p = 0; p < 3; p++) fs.add(s.send(new ProducerRecord<>(topic, p, "k", "s" + p)));
+                s.commitTransaction();
+                for (Future<RecordMetadata> f : fs) {
+                    RecordMetadata md = f.get(WAIT_S, TimeUnit.SECONDS);
+                    sWritten.add(List.of(md.partition(), md.offset()));
+                }
+            }
+            out.put("s_written", sWritten);
+            // S's marker may still be on its way: wait (bounded) for the high watermark
+            Map<String, Object> want = Map.of("0", 4L, "1", 4L, "2", 4L);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            Map<String, Object> hwm;
+            do {
+                hwm = latest(admin, 3, IsolationLevel.READ_UNCOMMITTED);
+            } while (!hwm.equals(want) && System.nanoTime() < deadline && sleepTrue(50));
+            out.put("hwm_before", hwm);
+            Map<String, Object> lsoBefore = latest(admin, 3, IsolationLevel.READ_COMMITTED);
+            double elapsed = (System.nanoTime() - began) / 1e9;
+            // only meaningful well inside R's timeout (the test skips it otherwise)
+            out.put("lso_before", lsoBefore);
+            out.put("lso_before_at_s", elapsed);
+            out.put("read_committed_before", elapsed < REAPER_TIMEOUT_MS / 1000.0 * 0.75
+                ? readAll(3, "read_committed") : null);
+
+            Map<String, Object> end = Map.of("0", 5L, "1", 5L, "2", 5L); // + R's abort marker
+            deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(REAPER_WAIT_S);
+            Map<String, Object> lso;
+            do {
+                lso = latest(admin, 3, IsolationLevel.READ_COMMITTED);
+            } while (!lso.equals(end) && System.nanoTime() < deadline && sleepTrue(200));
+            out.put("aborted_after_s", (System.nanoTime() - began) / 1e9);
+            out.put("lso", lso);
+            out.put("hwm", latest(admin, 3, IsolationLevel.READ_UNCOMMITTED));
+            out.put("read_committed", readAll(3, "read_committed"));
+            out.put("read_uncommitted", readAll(3, "read_uncommitted"));
+            out.put("producers", producers(admin, 3));
+            // R wakes up: its transaction was aborted under a bumped epoch
+            try {
+                r.commitTransaction();
+                out.put("r_commit", "ok");
+            } catch (Exception e) {
+                out.put("r_commit", failure(e));
+            }
+            r.close(Duration.ZERO);
+            out.put("lso_after_r", latest(admin, 3, IsolationLevel.READ_COMMITTED));
+        }
+        return out;
+    }
+
+    static boolean sleepTrue(long ms) {
+        Clients.sleep(ms);
+        return true;
     }
 
     private TransactionScenarios() {}
