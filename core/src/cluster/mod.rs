@@ -8,6 +8,9 @@
 //! §6) replaces the body of [`slot_owner`] with a claim by exclusive create;
 //! callers keep asking the same question.
 
+pub mod membership;
+pub mod placement;
+
 use crate::protocol::ErrorCode;
 use std::hash::Hasher;
 
