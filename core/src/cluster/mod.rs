@@ -6,7 +6,9 @@
 //! has exactly one owner, which is the only legal writer of that slot's state
 //! file. Today one broker owns every slot. The multi-broker work (DESIGN.md
 //! §6) replaces the body of [`slot_owner`] with a claim by exclusive create;
-//! callers keep asking the same question.
+//! callers keep asking the same question. Its rules are already here:
+//! [`membership`] (broker records, leases, liveness) and [`placement`]
+//! (which live broker an item belongs on).
 
 pub mod membership;
 pub mod placement;
