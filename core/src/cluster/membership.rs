@@ -224,6 +224,9 @@ pub struct Observed {
     pub lease_ms: i64,
     /// When the observer first read `beat` (or started watching).
     pub first_seen_at: i64,
+    /// When the observer last read the file: what it read then is all a
+    /// claim may rely on.
+    pub read_at: i64,
 }
 
 /// Folds one read of a broker's file into what is known of it. The silence
@@ -231,17 +234,24 @@ pub struct Observed {
 /// another life. A lower heartbeat in the same life is a stale read and
 /// changes nothing; a missing or unreadable file (`None`) changes nothing
 /// either, so a broker that vanishes is gone after the same bound as one
-/// that stops writing.
+/// that stops writing. Call it after every read that reached the volume
+/// (content or "no such file"), never after an I/O error: a failed read shows
+/// nothing about the broker.
 pub fn observe(previous: Option<Observed>, read: Option<&BrokerRecord>, now: i64) -> Observed {
     let Some(prev) = previous else {
         return Observed {
             beat: read.map(BrokerRecord::beat),
             lease_ms: read.map_or(0, |r| r.lease_ms),
             first_seen_at: now,
+            read_at: now,
         };
     };
+    let unchanged = Observed {
+        read_at: now.max(prev.read_at),
+        ..prev
+    };
     let Some(record) = read else {
-        return prev;
+        return unchanged;
     };
     let beat = record.beat();
     let progressed = match prev.beat {
@@ -253,9 +263,10 @@ pub fn observe(previous: Option<Observed>, read: Option<&BrokerRecord>, now: i64
             beat: Some(beat),
             lease_ms: record.lease_ms,
             first_seen_at: now,
+            read_at: now,
         }
     } else {
-        prev
+        unchanged
     }
 }
 
@@ -266,11 +277,13 @@ pub fn is_live(observed: &Observed, now: i64, bounds: &LeaseBounds) -> bool {
 }
 
 /// An item held by a broker may be claimed by another only once that
-/// broker is not live: by then it has stopped acting (see the module
-/// comment). The claim itself is still an exclusive create of the next
-/// epoch, which only one claimant wins.
-pub fn may_claim(owner: &Observed, now: i64, bounds: &LeaseBounds) -> bool {
-    !is_live(owner, now, bounds)
+/// broker is not live *as of the observer's last read* of its file: the
+/// safety argument (module comment) rests on what a read showed, so time
+/// passing without a read proves nothing (the broker may have renewed
+/// meanwhile). Read the file, [`observe`], then ask. The claim itself is
+/// still an exclusive create of the next epoch, which only one claimant wins.
+pub fn may_claim(owner: &Observed, bounds: &LeaseBounds) -> bool {
+    !is_live(owner, owner.read_at, bounds)
 }
 
 /// The controller Metadata and DescribeCluster name: the lowest live broker
@@ -392,10 +405,18 @@ mod tests {
         let first = observe(None, Some(&record(5)), 100);
         assert_eq!(first.first_seen_at, 100);
         assert_eq!(first.lease_ms, 10_000);
-        // The same beat, a stale lower one, or no file: nothing changes.
-        assert_eq!(observe(Some(first), Some(&record(5)), 200), first);
-        assert_eq!(observe(Some(first), Some(&record(4)), 300), first);
-        assert_eq!(observe(Some(first), None, 400), first);
+        // The same beat, a stale lower one, or no file: only the read
+        // time moves.
+        for (read, at) in [(Some(record(5)), 200), (Some(record(4)), 300), (None, 400)] {
+            let o = observe(Some(first), read.as_ref(), at);
+            assert_eq!(
+                o,
+                Observed {
+                    read_at: at,
+                    ..first
+                }
+            );
+        }
         // A higher beat restarts it.
         let later = observe(Some(first), Some(&record(6)), 500);
         assert_eq!(later.first_seen_at, 500);
@@ -440,11 +461,34 @@ mod tests {
     fn an_item_may_be_claimed_only_once_its_owner_is_not_live() {
         let bounds = LeaseBounds::default();
         let seen = observe(None, Some(&record(1)), 0);
-        assert!(!may_claim(&seen, 13_999, &bounds));
-        assert!(may_claim(&seen, 14_000, &bounds));
+        assert!(!may_claim(
+            &observe(Some(seen), Some(&record(1)), 13_999),
+            &bounds
+        ));
+        assert!(may_claim(
+            &observe(Some(seen), Some(&record(1)), 14_000),
+            &bounds
+        ));
+        assert!(may_claim(&observe(Some(seen), None, 14_000), &bounds));
         // A heartbeat read just before the claim puts it off again.
         let refreshed = observe(Some(seen), Some(&record(2)), 13_999);
-        assert!(!may_claim(&refreshed, 14_000, &bounds));
+        assert!(!may_claim(
+            &observe(Some(refreshed), Some(&record(2)), 14_000),
+            &bounds
+        ));
+    }
+
+    #[test]
+    fn a_claim_rests_on_the_last_read_not_on_time_passing() {
+        let bounds = LeaseBounds::default();
+        let seen = observe(None, Some(&record(1)), 0);
+        // Long after, but not read since: the broker may have renewed.
+        assert!(!is_live(&seen, 60_000, &bounds));
+        assert!(!may_claim(&seen, &bounds));
+        // An older read folded in late does not move the read time back.
+        let read = observe(Some(seen), None, 14_000);
+        assert_eq!(observe(Some(read), None, 5_000).read_at, 14_000);
+        assert!(may_claim(&read, &bounds));
     }
 
     #[test]
@@ -559,7 +603,7 @@ mod tests {
             let now = read(s.observer_clock, t);
             let o = observe(obs, newest.map(record).as_ref(), now);
             obs = Some(o);
-            if may_claim(&o, now, bounds) {
+            if may_claim(&o, bounds) {
                 return acting.iter().any(|&(_, until)| until > t).then_some(t);
             }
             t += s.poll_ms * 1_000;
