@@ -254,10 +254,8 @@ async fn describe(conn: &mut Connection, version: i16, group: &str) -> (i16, Str
     }
 }
 
-#[tokio::test]
-async fn group_answers_carry_the_outcome_of_each_rule() {
-    let tb = support::start_broker(|c| c.group.initial_rebalance_delay_ms = 0).await;
-    let mut conn = Connection::connect(tb.addr).await.unwrap();
+/// Creates `TOPIC` with one partition.
+async fn create_topic(conn: &mut Connection) {
     let create = RequestBody::CreateTopics(CreateTopicsRequest {
         topics: vec![create_topics_request::CreatableTopic {
             name: TOPIC.into(),
@@ -268,10 +266,57 @@ async fn group_answers_carry_the_outcome_of_each_rule() {
         timeout_ms: 5_000,
         ..Default::default()
     });
-    match call(&mut conn, create_topics_request::API_KEY, 5, create).await {
+    match call(conn, create_topics_request::API_KEY, 5, create).await {
         ResponseBody::CreateTopics(r) => assert_eq!(r.topics[0].error_code, 0),
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// A restart needs the first broker's tasks gone: each broker runs in a
+/// runtime of its own, dropped before the next one opens the directory.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn a_member_keeps_its_member_id_and_generation_across_a_broker_restart() {
+    let first = runtime();
+    let (dir, member_id, generation) = first.block_on(async {
+        let tb = support::start_broker(|c| c.group.initial_rebalance_delay_ms = 0).await;
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        create_topic(&mut conn).await;
+        let id = join(&mut conn, 5, G, "").await.member_id;
+        let joined = join(&mut conn, 7, G, &id).await;
+        assert_eq!(joined.error_code, 0);
+        let synced = sync(&mut conn, 5, &id, joined.generation_id).await;
+        assert_eq!(synced.error_code, 0);
+        assert_eq!(synced.assignment.as_ref(), b"mine");
+        (tb._dir, id, joined.generation_id)
+    });
+    // The broker goes away right after those answers; its directory stays.
+    drop(first);
+
+    runtime().block_on(async {
+        let tb = support::start_broker_in(dir, |c| c.group.initial_rebalance_delay_ms = 0).await;
+        let mut conn = Connection::connect(tb.addr).await.unwrap();
+        // No rejoin: the old member id and generation are still good.
+        assert_eq!(heartbeat(&mut conn, &member_id, generation).await, 0);
+        let committed = commit(&mut conn, G, &member_id, generation, 11).await;
+        assert_eq!(committed[0], (TOPIC.to_string(), 0));
+        assert_eq!(fetch(&mut conn, G).await.0, 11);
+        assert_eq!(describe(&mut conn, 5, G).await, (0, "Stable".to_string()));
+    });
+}
+
+#[tokio::test]
+async fn group_answers_carry_the_outcome_of_each_rule() {
+    let tb = support::start_broker(|c| c.group.initial_rebalance_delay_ms = 0).await;
+    let mut conn = Connection::connect(tb.addr).await.unwrap();
+    create_topic(&mut conn).await;
     assert!(tb.broker.topic(TOPIC).is_some());
 
     // JoinGroup refusals: MEMBER_ID_REQUIRED carries the new member id;

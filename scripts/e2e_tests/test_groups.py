@@ -1,6 +1,6 @@
 """Consumer groups with real clients: JoinGroup/SyncGroup/Heartbeat/LeaveGroup rebalances,
-committed offsets (OffsetCommit/OffsetFetch) surviving kill -9, static membership, and the
-group admin APIs (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete).
+committed offsets (OffsetCommit/OffsetFetch) and group membership surviving kill -9, static
+membership, and the group admin APIs (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete).
 
 Brokers run with a short group.initial.rebalance.delay.ms so groups form quickly; consumers
 heartbeat every 500 ms so they learn of rebalances promptly.
@@ -92,6 +92,14 @@ def poll_until(consumers, pred, timeout, what):
         if time.monotonic() > deadline:
             raise AssertionError("timed out after %.0f s waiting for %s; assignments: %s" % (
                 timeout, what, [sorted(t.assigned) for t in consumers]))
+        for t in consumers:
+            t.poll(0.05)
+
+
+def poll_for(consumers, seconds):
+    """Keeps every consumer polling (heartbeats, rebalance callbacks) for a while."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
         for t in consumers:
             t.poll(0.05)
 
@@ -204,6 +212,38 @@ def test_kafka_python_consumer_group_commits_and_resumes(broker, topic_name):
         c2.close()
 
 
+def test_a_group_rides_out_a_broker_kill9_without_a_rebalance(broker, topic_name):
+    """The group's members are stored when a generation completes: after kill -9 and a
+    restart the group is Stable again, both members keep their partitions (no assign
+    callback) and commit with their old member id and generation."""
+    ck_create_topic(broker.bootstrap, topic_name, PARTITIONS)
+    group = "restart-" + topic_name
+    a = Tracked(group_consumer(broker.bootstrap, group), topic_name)
+    b = Tracked(group_consumer(broker.bootstrap, group), topic_name)
+    poll_until([a, b], lambda: a.assigned and b.assigned and len(a.assigned | b.assigned) == PARTITIONS,
+               30, "two consumers to split the partitions")
+    # Let any rebalance the two joins caused settle.
+    poll_for([a, b], 2)
+    before = [(set(t.assigned), t.assign_events) for t in (a, b)]
+
+    broker.kill9()
+    broker.restart()
+    # Long enough for several heartbeats to reach the restarted broker.
+    poll_for([a, b], 4)
+    for t in (a, b):
+        # Raises (CommitFailed / UNKNOWN_MEMBER_ID) if the member was forgotten.
+        t.c.commit(offsets=[TopicPartition(topic_name, p, 0) for p in sorted(t.assigned)],
+                   asynchronous=False)
+    assert [(set(t.assigned), t.assign_events) for t in (a, b)] == before, "a member was rebalanced"
+
+    admin = ck_admin(broker.bootstrap)
+    d = admin.describe_consumer_groups([group])[group].result(timeout=20)
+    assert d.state == ConsumerGroupState.STABLE
+    assert len(d.members) == 2
+    a.c.close()
+    b.c.close()
+
+
 def test_static_member_rejoin_within_session_timeout_causes_no_rebalance(broker, topic_name):
     ck_create_topic(broker.bootstrap, topic_name, PARTITIONS)
     group = "static-" + topic_name
@@ -213,10 +253,7 @@ def test_static_member_rejoin_within_session_timeout_causes_no_rebalance(broker,
     poll_until([a, b], lambda: a.assigned and b.assigned and len(a.assigned | b.assigned) == PARTITIONS,
                30, "two static members to split the partitions")
     # Let any rebalance the two joins caused settle.
-    end = time.monotonic() + 2
-    while time.monotonic() < end:
-        a.poll(0.05)
-        b.poll(0.05)
+    poll_for([a, b], 2)
     a_parts, b_events = set(a.assigned), b.assign_events
 
     # "a" restarts: a static member does not leave, and its successor rejoins with the same
@@ -224,10 +261,7 @@ def test_static_member_rejoin_within_session_timeout_causes_no_rebalance(broker,
     a.c.close()
     a2 = Tracked(group_consumer(broker.bootstrap, group, **{"group.instance.id": "a"}, **conf), topic_name)
     poll_until([a2, b], lambda: a2.assigned, 30, "the restarted static member's assignment")
-    end = time.monotonic() + 3
-    while time.monotonic() < end:
-        a2.poll(0.05)
-        b.poll(0.05)
+    poll_for([a2, b], 3)
     assert a2.assigned == a_parts, "the restarted member got %s, had %s" % (a2.assigned, a_parts)
     assert b.assign_events == b_events, "the other member was rebalanced"
 

@@ -8,8 +8,10 @@
 //! client encodes them). Every member then reads its partitions' committed
 //! offsets, fetches from there, heartbeats, and commits its positions with
 //! its generation and member id. REBALANCE_IN_PROGRESS makes it commit and
-//! rejoin; ILLEGAL_GENERATION a rejoin; UNKNOWN_MEMBER_ID (after a broker
-//! restart: membership is not persisted) a rejoin without id.
+//! rejoin; ILLEGAL_GENERATION a rejoin; UNKNOWN_MEMBER_ID (its session
+//! expired, say while the broker was down) a rejoin without id. A broker
+//! restart alone costs no rejoin: the group comes back Stable with its
+//! stored members.
 //!
 //! Each member slot runs incarnations: an incarnation lives a seeded while,
 //! then crashes (disappears without a word; its session expires) or leaves
@@ -163,6 +165,11 @@ struct Member {
     dies_at: Option<Instant>,
     /// A request failed: rediscover the coordinator and heartbeat.
     lost_coordinator: bool,
+    /// The coordinator was lost (maybe restarted): read the committed
+    /// offsets back once, as a check that they survived. A restart no
+    /// longer costs a rejoin (membership is stored), so without this no
+    /// member would read an offset committed before a crash.
+    check_committed: bool,
     backoff: Backoff,
 }
 
@@ -192,6 +199,7 @@ impl Member {
             next_commit: Instant::now(),
             dies_at,
             lost_coordinator: true,
+            check_committed: false,
             backoff: Backoff::new(),
         }
     }
@@ -287,6 +295,7 @@ impl Member {
             if std::mem::take(&mut self.lost_coordinator) {
                 self.find_coordinator().await;
                 self.next_heartbeat = Instant::now();
+                self.check_committed = true;
                 continue;
             }
             if self.generation < 0 {
@@ -294,7 +303,11 @@ impl Member {
                 continue;
             }
             if self.positions.is_empty() && !self.owned.is_empty() {
-                self.fetch_committed().await;
+                self.fetch_committed(true).await;
+                continue;
+            }
+            if std::mem::take(&mut self.check_committed) && !self.owned.is_empty() {
+                self.fetch_committed(false).await;
                 continue;
             }
             if Instant::now() >= self.next_heartbeat {
@@ -485,9 +498,10 @@ impl Member {
         self.backoff.reset();
     }
 
-    /// Reads the committed offsets of the owned partitions: the positions
-    /// to start from (the earliest offset where nothing is committed).
-    async fn fetch_committed(&mut self) {
+    /// Reads the committed offsets of the owned partitions (the history
+    /// checks each answer); with `resume`, they become the positions to
+    /// start from (the earliest offset where nothing is committed).
+    async fn fetch_committed(&mut self, resume: bool) {
         let sent = self.shared.groups().tick();
         let incarnation = self.shared.incarnation();
         let body = offset_fetch_body(&self.owned);
@@ -544,7 +558,9 @@ impl Member {
             ));
             return self.backoff.wait().await;
         }
-        self.positions = positions;
+        if resume {
+            self.positions = positions;
+        }
     }
 
     async fn heartbeat(&mut self) {

@@ -10,7 +10,7 @@
 //! The rules follow Kafka's classic group coordinator; each rule lives in
 //! one method or function named after it.
 
-use super::member::{Member, Protocol};
+use super::member::{Member, Protocol, StableGeneration, StoredMember};
 use super::state::GroupState;
 use super::subscription::subscribed_topics;
 use super::{GroupConfig, CONSUMER_PROTOCOL_TYPE};
@@ -175,6 +175,14 @@ pub struct Group {
     /// Topics the members subscribe to, when the group is a consumer group
     /// whose metadata parses.
     subscribed_topics: Option<BTreeSet<String>>,
+    /// The generation whose leader's assignment is being written: its
+    /// SyncGroup answers wait for [`Group::assignment_written`], as Kafka
+    /// answers them only once the group's record is appended, so no member
+    /// holds an assignment a restart could forget.
+    assignment_in_flight: Option<i32>,
+    /// The current generation's members are to be written (taken by the
+    /// coordinator with [`Group::take_stable_to_store`]).
+    store_requested: bool,
 }
 
 impl Group {
@@ -198,12 +206,13 @@ impl Group {
             pending_sync: BTreeSet::new(),
             sync_deadline_ms: None,
             subscribed_topics: None,
+            assignment_in_flight: None,
+            store_requested: false,
         }
     }
 
-    /// A group restored from its slot file after a restart. Membership is
-    /// not durable, so it comes back empty; its members rejoin, as they do
-    /// in Kafka after a coordinator moves.
+    /// A group restored from its slot file without stored members (it was
+    /// Empty, or the file predates stored membership): it comes back Empty.
     pub fn loaded(
         id: impl Into<String>,
         protocol_type: Option<String>,
@@ -215,6 +224,90 @@ impl Group {
         g.generation = generation;
         g.subscribed_topics = g.compute_subscribed_topics();
         g
+    }
+
+    /// A group restored Stable from its stored generation, as Kafka loads
+    /// a group whose record has members: same generation, protocol, leader,
+    /// member ids and assignments, so its members carry on without a
+    /// rebalance. Every session restarts at `now_ms`: a member that does
+    /// not come back expires and the group rebalances as usual.
+    pub fn restored(
+        id: impl Into<String>,
+        protocol_type: Option<String>,
+        stable: &StableGeneration,
+        now_ms: i64,
+    ) -> Group {
+        let mut g = Group::new(id, now_ms);
+        g.protocol_type = protocol_type.clone();
+        g.generation = stable.generation;
+        g.protocol_name = stable.protocol_name.clone();
+        let protocol = stable.protocol_name.clone().unwrap_or_default();
+        for m in &stable.members {
+            if let Some(instance) = &m.instance_id {
+                g.static_members
+                    .insert(instance.clone(), m.member_id.clone());
+            }
+            let member = Member {
+                id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                session_timeout_ms: m.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                protocol_type: protocol_type.clone().unwrap_or_default(),
+                protocols: vec![Protocol {
+                    name: protocol.clone(),
+                    metadata: m.subscription.clone(),
+                }],
+                assignment: m.assignment.clone(),
+                join_waiter: None,
+                sync_waiter: None,
+                is_new: false,
+                heartbeat_deadline_ms: now_ms + m.session_timeout_ms as i64,
+            };
+            g.members.insert(member.id.clone(), member);
+        }
+        // A stored leader is one of the stored members; if the record says
+        // otherwise, any member leads rather than none.
+        g.leader = stable
+            .leader
+            .clone()
+            .filter(|l| g.members.contains_key(l))
+            .or_else(|| g.members.keys().next().cloned());
+        if !g.members.is_empty() {
+            g.transition(GroupState::Stable, now_ms);
+        }
+        g.subscribed_topics = g.compute_subscribed_topics();
+        g
+    }
+
+    /// The members of the current generation as the slot file keeps them.
+    fn stable_generation(&self) -> StableGeneration {
+        let protocol = self.protocol_name.as_deref().unwrap_or("");
+        StableGeneration {
+            generation: self.generation,
+            protocol_name: self.protocol_name.clone(),
+            leader: self.leader.clone(),
+            members: self
+                .members
+                .values()
+                .map(|m| StoredMember {
+                    member_id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout_ms: m.session_timeout_ms,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    subscription: m.metadata(protocol),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The generation to write, if the last call asked for one.
+    pub fn take_stable_to_store(&mut self) -> Option<StableGeneration> {
+        std::mem::take(&mut self.store_requested).then(|| self.stable_generation())
     }
 
     pub fn state(&self) -> GroupState {
@@ -751,6 +844,10 @@ impl Group {
                     if let Some(m) = self.members.get_mut(&new_id) {
                         m.join_waiter = None;
                     }
+                    // The new member id must survive a restart, or the new
+                    // incarnation would be fenced by the stored old one;
+                    // the driver answers once it is written (as Kafka does).
+                    self.store_requested = true;
                     if req.supports_skip_assignment {
                         // KIP-814: a leader learns it is the leader (so it
                         // keeps watching metadata) but must not reassign.
@@ -861,6 +958,8 @@ impl Group {
         }
         self.pending_sync.clear();
         self.sync_deadline_ms = None;
+        // Its SyncGroups were just answered; the write's end changes nothing.
+        self.assignment_in_flight = None;
         let initial = self.state == GroupState::Empty;
         self.transition(GroupState::PreparingRebalance, now_ms);
         if initial {
@@ -1025,7 +1124,9 @@ impl Group {
         &mut self,
         req: SyncRequest,
         waiter: Waiter,
-        now_ms: i64,
+        // Kept for the driver's uniform call shape: the assignment's answers
+        // now go out (and restart sessions) in `assignment_written`.
+        _now_ms: i64,
         fx: &mut Vec<Effect>,
     ) -> Option<SyncResult> {
         if self.state == GroupState::Dead {
@@ -1055,14 +1156,20 @@ impl Group {
                     }
                 }
                 self.remove_pending_sync_member(&req.member_id);
-                if self.leader.as_deref() == Some(req.member_id.as_str()) {
+                // A leader's repeated SyncGroup while its assignment is
+                // being written waits for that write.
+                if self.leader.as_deref() == Some(req.member_id.as_str())
+                    && self.assignment_in_flight.is_none()
+                {
                     let assignments: BTreeMap<String, Bytes> =
                         req.assignments.into_iter().collect();
                     for m in self.members.values_mut() {
                         m.assignment = assignments.get(&m.id).cloned().unwrap_or_default();
                     }
-                    self.propagate_assignment(Ok(()), now_ms, fx);
-                    self.transition(GroupState::Stable, now_ms);
+                    // The answers go out once the generation is durable
+                    // (`assignment_written`).
+                    self.assignment_in_flight = Some(self.generation);
+                    self.store_requested = true;
                 }
                 None
             }
@@ -1080,6 +1187,38 @@ impl Group {
                 }))
             }
             GroupState::Dead => Some(Err(ErrorCode::CoordinatorNotAvailable)),
+        }
+    }
+
+    /// The write of `generation`'s assignment ended. Written: every waiting
+    /// SyncGroup gets its share and the group is Stable. Failed: they get
+    /// the storage error and the group rebalances, as Kafka does when it
+    /// cannot append the group's record. Ignored if the group has moved on
+    /// (a rebalance already answered them).
+    pub fn assignment_written(
+        &mut self,
+        generation: i32,
+        outcome: Result<(), ErrorCode>,
+        cfg: &GroupConfig,
+        now_ms: i64,
+        fx: &mut Vec<Effect>,
+    ) {
+        if self.state != GroupState::CompletingRebalance
+            || self.assignment_in_flight != Some(generation)
+            || self.generation != generation
+        {
+            return;
+        }
+        self.assignment_in_flight = None;
+        match outcome {
+            Ok(()) => {
+                self.propagate_assignment(Ok(()), now_ms, fx);
+                self.transition(GroupState::Stable, now_ms);
+            }
+            Err(e) => {
+                self.reset_and_propagate_assignment_with_error(e, now_ms, fx);
+                self.maybe_prepare_rebalance_or_complete_join(cfg, now_ms, fx);
+            }
         }
     }
 

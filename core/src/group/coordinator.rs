@@ -1,12 +1,14 @@
 //! The group coordinator as data: every group this broker coordinates and
 //! the durable view of every slot.
 //!
-//! Membership lives only here, in memory. Offsets live in the slot views,
-//! which hold exactly what the slot files on the volume say: a change is
-//! returned as a [`SlotOp`] for the driver to write, and becomes visible
-//! (to OffsetFetch, retention, describe) only when the driver installs the
-//! written state with [`Coordinator::install_slot`]. So nothing a reader sees
-//! can be lost by a crash.
+//! Live membership lives here, in memory. Offsets, and the members of each
+//! group's last stored generation, live in the slot views, which hold
+//! exactly what the slot files on the volume say: a change is returned as a
+//! [`SlotOp`] for the driver to write, and becomes visible (to OffsetFetch,
+//! retention, describe) only when the driver installs the written state
+//! with [`Coordinator::install_slot`]. So nothing a reader sees can be lost
+//! by a crash; likewise a generation's SyncGroup answers wait until its
+//! members are written (see [`Output::stored`]).
 
 use super::classic::{
     self, Effect, Group, JoinError, JoinRequest, JoinResult, SyncRequest, SyncResult, Waiter,
@@ -27,6 +29,19 @@ pub struct Output {
     pub effects: Vec<Effect>,
     /// (slot, op), in the order they must be applied.
     pub ops: Vec<(u32, SlotOp)>,
+    /// Generations queued (in `ops`) for writing whose outcome the driver
+    /// must report with [`Coordinator::stable_written`] once the slot's
+    /// write ends; an immediate answer of the same call (a static member's
+    /// rejoin) also waits for it.
+    pub stored: Vec<StoredGeneration>,
+}
+
+/// A group's generation queued for writing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredGeneration {
+    pub slot: u32,
+    pub group: String,
+    pub generation: i32,
 }
 
 /// One partition of an OffsetCommit.
@@ -159,7 +174,8 @@ impl Coordinator {
 
     /// Installs a slot's durable state: read at startup, or just written.
     /// Every group with a record has a group in memory (a restored one comes
-    /// back Empty); an idle group whose record this state removed because
+    /// back Stable with its stored members, each session restarting at
+    /// `now_ms`, or Empty if none are stored); an idle group whose record this state removed because
     /// the cleanup expired its last offsets is forgotten, as Kafka forgets
     /// it (see `forget_with_record`).
     pub fn install_slot(&mut self, state: SlotState, now_ms: i64) {
@@ -170,11 +186,14 @@ impl Coordinator {
         let new = &self.slots[old.slot as usize];
         for (id, rec) in &new.groups {
             if !self.groups.contains_key(id) {
-                let empty_since = rec.empty_since_ms.unwrap_or(now_ms);
-                self.groups.insert(
-                    id.clone(),
-                    Group::loaded(id, rec.protocol_type.clone(), rec.generation, empty_since),
-                );
+                let group = match &rec.stable {
+                    Some(stable) => Group::restored(id, rec.protocol_type.clone(), stable, now_ms),
+                    None => {
+                        let empty_since = rec.empty_since_ms.unwrap_or(now_ms);
+                        Group::loaded(id, rec.protocol_type.clone(), rec.generation, empty_since)
+                    }
+                };
+                self.groups.insert(id.clone(), group);
             }
         }
         for id in old.groups.keys() {
@@ -199,12 +218,28 @@ impl Coordinator {
         let before = meta_of(g);
         let r = f(g, &self.config, &mut out.effects);
         let after = meta_of(g);
+        let slot = coordinator_slot(group_id);
         if after != before {
             out.ops.push((
-                coordinator_slot(group_id),
+                slot,
                 SlotOp::Meta {
                     group: group_id.to_string(),
+                    meta: after.clone(),
+                },
+            ));
+        }
+        if let Some(stable) = g.take_stable_to_store() {
+            out.stored.push(StoredGeneration {
+                slot,
+                group: group_id.to_string(),
+                generation: stable.generation,
+            });
+            out.ops.push((
+                slot,
+                SlotOp::StoreStable {
+                    group: group_id.to_string(),
                     meta: after,
+                    stable,
                 },
             ));
         }
@@ -266,6 +301,21 @@ impl Coordinator {
             Some(r) => r,
             None => Some(Err(ErrorCode::UnknownMemberId)),
         }
+    }
+
+    /// The write of a generation queued by an earlier call (see
+    /// [`Output::stored`]) ended: the waiting SyncGroups are answered.
+    pub fn stable_written(
+        &mut self,
+        group_id: &str,
+        generation: i32,
+        outcome: Result<(), ErrorCode>,
+        now_ms: i64,
+        out: &mut Output,
+    ) {
+        self.with_group(group_id, out, |g, cfg, fx| {
+            g.assignment_written(generation, outcome, cfg, now_ms, fx)
+        });
     }
 
     pub fn heartbeat(

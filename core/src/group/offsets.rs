@@ -9,6 +9,7 @@
 //!   OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT for a
 //!   partition that has one.
 
+use super::member::StableGeneration;
 use super::state::GroupState;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -65,6 +66,11 @@ pub struct GroupRecord {
     /// Producer id -> that transaction's offsets.
     #[serde(default)]
     pub pending_txn: BTreeMap<i64, PendingTxnOffsets>,
+    /// The members of the last generation whose assignment was stored,
+    /// while the group has members; absent once it is Empty (and in files
+    /// written before membership was kept, which therefore load Empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable: Option<StableGeneration>,
 }
 
 impl GroupRecord {
@@ -81,8 +87,9 @@ impl GroupRecord {
         })
     }
 
+    /// Nothing worth keeping: no offsets, no pending ones, no members.
     pub fn is_empty(&self) -> bool {
-        self.offsets.is_empty() && self.pending_txn.is_empty()
+        self.offsets.is_empty() && self.pending_txn.is_empty() && self.stable.is_none()
     }
 
     pub fn set_offset(&mut self, topic: &str, partition: i32, entry: OffsetEntry) {

@@ -1,12 +1,13 @@
 //! The durable state of one coordinator slot and the operations on it.
 //!
 //! A slot file (`crate::layout::group_slot_file`) holds every group of
-//! the slot that has offsets. It is replaced whole (tmp + fsync + rename) by
+//! the slot that has offsets or members. It is replaced whole (tmp + fsync + rename) by
 //! its single writer, the slot's coordinator. Changes are expressed as
 //! [`SlotOp`]s so many of them (say, commits from many consumers) can be
 //! applied to one copy and cost one write; applying the same op twice is
 //! harmless.
 
+use super::member::StableGeneration;
 use super::offsets::{GroupRecord, OffsetEntry, PendingTxnOffsets};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -34,7 +35,16 @@ pub enum SlotOp {
         offsets: Vec<(String, i32, OffsetEntry)>,
     },
     /// The group's metadata changed; written only if the group has a record.
+    /// A group that became Empty loses its stored members with it.
     Meta { group: String, meta: GroupMeta },
+    /// The leader's SyncGroup completed a generation (or a static member
+    /// replaced itself in one): store its members, creating the record, so
+    /// a restart brings the group back Stable.
+    StoreStable {
+        group: String,
+        meta: GroupMeta,
+        stable: StableGeneration,
+    },
     /// Retention: remove these offsets if they are still exactly what
     /// expired (a newer commit that raced with the decision survives).
     Expire {
@@ -70,6 +80,7 @@ impl SlotOp {
         match self {
             SlotOp::Commit { group, .. }
             | SlotOp::Meta { group, .. }
+            | SlotOp::StoreStable { group, .. }
             | SlotOp::Expire { group, .. }
             | SlotOp::DeleteOffsets { group, .. }
             | SlotOp::DeleteGroup { group }
@@ -118,6 +129,10 @@ fn apply_meta(record: &mut GroupRecord, meta: &GroupMeta) {
     record.protocol_type = meta.protocol_type.clone();
     record.generation = meta.generation;
     record.empty_since_ms = meta.empty_since_ms;
+    if meta.empty_since_ms.is_some() {
+        // An Empty group has no members to bring back.
+        record.stable = None;
+    }
 }
 
 impl SlotState {
@@ -150,6 +165,16 @@ impl SlotState {
                 if let Some(record) = self.groups.get_mut(group) {
                     apply_meta(record, meta);
                 }
+                self.drop_if_empty(group);
+            }
+            SlotOp::StoreStable {
+                group,
+                meta,
+                stable,
+            } => {
+                let record = self.groups.entry(group.clone()).or_default();
+                apply_meta(record, meta);
+                record.stable = Some(stable.clone());
             }
             SlotOp::Expire { group, offsets } => {
                 if let Some(record) = self.groups.get_mut(group) {

@@ -2,9 +2,11 @@
 //! test of the membership machine against a small model of its clients.
 
 use super::classic::{
-    member_id_for, Effect, JoinRequest, JoinResult, SyncRequest, SyncResult, Waiter,
+    member_id_for, Effect, JoinRequest, JoinResult, JoinedGroup, SyncRequest, SyncResult, Waiter,
 };
-use super::coordinator::{CommitOffset, CommitRequest, Coordinator, FetchedOffset, Output};
+use super::coordinator::{
+    CommitOffset, CommitRequest, Coordinator, FetchedOffset, Output, StoredGeneration,
+};
 use super::member::Protocol;
 use super::offsets::OffsetEntry;
 use super::slot::{GroupMeta, SlotFileError, SlotOp, SlotState};
@@ -67,6 +69,8 @@ struct H {
     answers: BTreeMap<Waiter, Answer>,
     hold_writes: bool,
     held: Vec<(u32, SlotOp)>,
+    /// Generations in `held` whose write outcome the core waits for.
+    stored: Vec<StoredGeneration>,
     uuid: u64,
     session_ms: i32,
     rebalance_ms: i32,
@@ -88,6 +92,7 @@ impl H {
             answers: BTreeMap::new(),
             hold_writes: false,
             held: Vec::new(),
+            stored: Vec::new(),
             uuid: 0,
             session_ms: SESSION,
             rebalance_ms: REBALANCE,
@@ -112,6 +117,7 @@ impl H {
             }
         }
         self.held.extend(out.ops);
+        self.stored.extend(out.stored);
         if !self.hold_writes {
             self.write();
         }
@@ -134,6 +140,34 @@ impl H {
             assert_eq!(SlotState::decode(&bytes, slot).expect("decodes"), next);
             self.c.install_slot(next, self.now);
         }
+        self.report_stored(Ok(()));
+    }
+
+    /// Tells the core how the writes of its queued generations ended.
+    fn report_stored(&mut self, outcome: Result<(), ErrorCode>) {
+        for s in std::mem::take(&mut self.stored) {
+            let mut out = Output::default();
+            self.c
+                .stable_written(&s.group, s.generation, outcome, self.now, &mut out);
+            self.finish(out);
+        }
+    }
+
+    /// A restart: a fresh coordinator loads every slot as written.
+    fn restart(&mut self) {
+        let mut c = Coordinator::new(self.c.config().clone(), 0);
+        for slot in 0..crate::cluster::COORDINATOR_SLOTS {
+            let state = self.c.slot(slot).expect("slot").clone();
+            c.install_slot(state, self.now);
+        }
+        self.c = c;
+        self.answers.clear();
+    }
+
+    /// The held writes fail: nothing reaches the slot, and the core hears it.
+    fn fail_writes(&mut self) {
+        self.held.clear();
+        self.report_stored(Err(ErrorCode::NotCoordinator));
     }
 
     fn waiter(&mut self) -> Waiter {
@@ -194,6 +228,28 @@ impl H {
         let id = first.member_id;
         let w = self.join(&id, None, topics).expect_err("parked");
         (id, w)
+    }
+
+    /// A group of one static member (v9), assigned "A": its JoinGroup answer.
+    fn stable_static_member(&mut self, instance: &str) -> JoinedGroup {
+        let w = self.join("", Some(instance), &["t"]).expect_err("parked");
+        self.advance_until_answered(w, REBALANCE as i64);
+        let r = self.join_answer(w).expect("answered").expect("joined");
+        let s = self
+            .sync(&r.member_id, r.generation, &[(&r.member_id, b"A")])
+            .expect_err("parked");
+        self.sync_answer(s).expect("answered").expect("synced");
+        r
+    }
+
+    /// Two new members join one generation: their JoinGroup answers.
+    fn two_joined(&mut self, topics_a: &[&str], topics_b: &[&str]) -> (JoinedGroup, JoinedGroup) {
+        let (_, wa) = self.join_new(topics_a);
+        let (_, wb) = self.join_new(topics_b);
+        self.advance_until_answered(wa, REBALANCE as i64);
+        let ra = self.join_answer(wa).expect("a").expect("joined");
+        let rb = self.join_answer(wb).expect("b").expect("joined");
+        (ra, rb)
     }
 
     fn sync_with(&mut self, req: SyncRequest) -> Result<SyncResult, Waiter> {
@@ -550,11 +606,8 @@ fn initial_rebalance_delay_extends_while_new_members_arrive() {
 #[test]
 fn leader_receives_every_members_metadata_followers_none() {
     let mut h = H::new();
-    let (a, wa) = h.join_new(&["t1"]);
-    let (b, wb) = h.join_new(&["t2"]);
-    h.advance_until_answered(wa, REBALANCE as i64);
-    let ra = h.join_answer(wa).expect("a").expect("joined");
-    let rb = h.join_answer(wb).expect("b").expect("joined");
+    let (ra, rb) = h.two_joined(&["t1"], &["t2"]);
+    let (a, b) = (ra.member_id.clone(), rb.member_id.clone());
     assert_eq!(ra.leader, rb.leader);
     let (leader, follower) = if ra.leader == a { (ra, rb) } else { (rb, ra) };
     assert_eq!(leader.leader, leader.member_id);
@@ -860,14 +913,7 @@ fn static_member_rejoin_fences_a_parked_old_incarnation() {
 #[test]
 fn static_leader_rejoin_from_v9_learns_it_leads_but_skips_assignment() {
     let mut h = H::new();
-    let req = h.join_req("", Some("inst-a"), range(&["t"]), 9);
-    let w = h.join_with(req).expect_err("parked");
-    h.advance_until_answered(w, REBALANCE as i64);
-    let r = h.join_answer(w).expect("answered").expect("joined");
-    let s = h
-        .sync(&r.member_id, r.generation, &[(&r.member_id, b"A")])
-        .expect_err("parked");
-    h.sync_answer(s).expect("answered").expect("synced");
+    h.stable_static_member("inst-a");
     let req = h.join_req("", Some("inst-a"), range(&["t"]), 9);
     let again = h.join_with(req).expect("no rebalance").expect("joined");
     assert_eq!(again.leader, again.member_id);
@@ -1468,29 +1514,6 @@ fn slot_file_round_trips_and_names_its_slot() {
 }
 
 #[test]
-fn restored_group_is_empty_and_keeps_its_generation_and_empty_time() {
-    let mut h = H::new();
-    let (ids, generation) = h.stable_group(1, &["t"]);
-    h.commit(&ids[0], generation, &[("t", 0, 5)])
-        .expect("committed");
-    h.leave(&[(&ids[0], None)]).expect("left");
-    let empty_since = h.now;
-    let slot = h.c.slot(coordinator_slot(G)).expect("slot").clone();
-    // A restart: a fresh coordinator loads the slot later.
-    let mut c = Coordinator::new(GroupConfig::default(), 0);
-    c.install_slot(slot, empty_since + 50_000);
-    let g = c.group(G).expect("restored");
-    assert_eq!(g.state(), GroupState::Empty);
-    assert_eq!(g.generation(), generation + 1);
-    assert_eq!(g.state_since_ms(), empty_since);
-    assert_eq!(g.protocol_type(), Some("consumer"));
-    assert_eq!(
-        offset(&c.fetch_offsets(G, Some(&[("t".into(), vec![0])]), false)[0].1[0]),
-        5
-    );
-}
-
-#[test]
 fn list_and_describe_show_groups_as_kafka_does() {
     let mut h = H::new();
     let (ids, _) = h.stable_group(1, &["t"]);
@@ -1505,6 +1528,220 @@ fn list_and_describe_show_groups_as_kafka_does() {
     assert_eq!(d.members[0].member_id, ids[0]);
     assert!(!d.members[0].metadata.is_empty());
     assert!(h.c.describe_group("nope").is_none());
+}
+
+// ------------------------------------------------------- restart (membership)
+
+#[test]
+fn a_stable_group_comes_back_stable_after_a_restart_and_its_members_keep_their_generation() {
+    let mut h = H::new();
+    let (ids, generation) = h.stable_group(2, &["t"]);
+    h.now += 1_000;
+    h.restart();
+    assert_eq!(h.state(), GroupState::Stable);
+    assert_eq!(h.generation(), generation);
+    let g = h.c.group(G).expect("restored");
+    assert_eq!(g.leader(), Some(ids[0].as_str()));
+    assert_eq!(g.protocol_name(), Some("range"));
+    for id in &ids {
+        assert_eq!(h.heartbeat(id, None, generation), Ok(()));
+        let m = h.c.group(G).expect("restored").member(id).expect("member");
+        assert_eq!(m.assignment.as_ref(), id.as_bytes(), "its assignment");
+        assert_eq!(m.client_host, "/127.0.0.1");
+    }
+    assert_eq!(
+        h.commit(&ids[1], generation, &[("t", 0, 7)]),
+        Ok(vec![Ok(())])
+    );
+    assert_eq!(h.committed("t", 0), 7);
+    // A follower's late SyncGroup gets its stored share.
+    let synced = h
+        .sync(&ids[1], generation, &[])
+        .expect("answered")
+        .expect("synced");
+    assert_eq!(synced.assignment.as_ref(), ids[1].as_bytes());
+    // The subscriptions came back too: retention still spares "t".
+    assert!(h.c.group(G).expect("restored").is_subscribed_to_topic("t"));
+    assert!(!h.c.group(G).expect("restored").is_subscribed_to_topic("u"));
+}
+
+#[test]
+fn a_member_that_does_not_return_after_a_restart_is_expired_after_its_session_timeout() {
+    let mut h = H::new();
+    let (ids, generation) = h.stable_group(2, &["t"]);
+    // Long after the members' last heartbeats: the sessions restart from
+    // the load, not from before the crash.
+    h.now += 10 * SESSION as i64;
+    h.restart();
+    let half = SESSION as i64 / 2;
+    h.advance(half);
+    assert_eq!(h.heartbeat(&ids[0], None, generation), Ok(()));
+    assert_eq!(h.state(), GroupState::Stable);
+    h.advance(half);
+    // ids[1] never came back: gone, and the group rebalances.
+    assert!(h.c.group(G).expect("group").member(&ids[1]).is_none());
+    assert_eq!(h.state(), GroupState::PreparingRebalance);
+    assert_eq!(
+        h.heartbeat(&ids[0], None, generation),
+        Err(ErrorCode::RebalanceInProgress)
+    );
+    let w = h.join(&ids[0], None, &["t"]).expect_err("parked");
+    h.advance_until_answered(w, REBALANCE as i64);
+    let r = h.join_answer(w).expect("answered").expect("joined");
+    assert_eq!(r.generation, generation + 1);
+    assert_eq!(r.leader, ids[0]);
+}
+
+#[test]
+fn a_group_that_emptied_comes_back_empty() {
+    let mut h = H::new();
+    let (ids, generation) = h.stable_group(2, &["t"]);
+    h.commit(&ids[0], generation, &[("t", 0, 5)])
+        .expect("committed");
+    h.leave(&[(&ids[0], None), (&ids[1], None)]).expect("left");
+    assert_eq!(h.state(), GroupState::Empty);
+    let empty_since = h.now;
+    let record = h.c.record(G).expect("record").clone();
+    assert_eq!(record.stable, None, "an Empty group stores no members");
+    h.now += 50_000;
+    h.restart();
+    assert_eq!(h.state(), GroupState::Empty);
+    let g = h.c.group(G).expect("group");
+    assert_eq!(g.members().count(), 0);
+    // Generations keep increasing, and retention counts from when it
+    // emptied, not from the restart.
+    assert_eq!(g.generation(), generation + 1);
+    assert_eq!(g.state_since_ms(), empty_since);
+    assert_eq!(g.protocol_type(), Some("consumer"));
+    assert_eq!(
+        h.heartbeat(&ids[0], None, generation),
+        Err(ErrorCode::UnknownMemberId)
+    );
+    assert_eq!(h.committed("t", 0), 5);
+
+    // A group that only ever had members (no offsets) leaves no record.
+    let mut h = H::new();
+    let (ids, _) = h.stable_group(1, &["t"]);
+    assert!(h.c.record(G).is_some_and(|r| r.stable.is_some()));
+    h.leave(&[(&ids[0], None)]).expect("left");
+    assert!(h.c.record(G).is_none());
+}
+
+#[test]
+fn an_old_slot_file_without_members_loads_as_before() {
+    let slot = coordinator_slot(G);
+    let old = format!(
+        r#"{{"format": 1, "slot": {slot}, "coordinator_epoch": 0, "version": 3,
+            "groups": {{"{G}": {{"protocol_type": "consumer", "generation": 4,
+              "empty_since_ms": null,
+              "offsets": {{"t": {{"0": {{"offset": 9, "leader_epoch": 0, "metadata": "",
+                                       "commit_timestamp_ms": 1}}}}}},
+              "pending_txn": {{}}}}}}}}"#
+    );
+    let state = SlotState::decode(old.as_bytes(), slot).expect("an old file loads");
+    assert_eq!(state.groups[G].stable, None);
+    let mut c = Coordinator::new(GroupConfig::default(), 0);
+    c.install_slot(state.clone(), 5_000);
+    let g = c.group(G).expect("loaded");
+    assert_eq!(g.state(), GroupState::Empty);
+    assert_eq!(g.generation(), 4);
+    assert_eq!(g.members().count(), 0);
+    // Written again, it still says nothing of members.
+    let text = String::from_utf8(state.encode().expect("encodes")).expect("utf-8");
+    assert!(!text.contains("stable"));
+}
+
+#[test]
+fn sync_answers_wait_until_the_generation_is_written() {
+    let mut h = H::new();
+    let (ra, rb) = h.two_joined(&["t"], &["t"]);
+    let generation = ra.generation;
+    let leader = ra.leader.clone();
+    let follower = if leader == ra.member_id {
+        rb.member_id
+    } else {
+        ra.member_id
+    };
+    h.hold_writes = true;
+    let wf = h.sync(&follower, generation, &[]).expect_err("parked");
+    let wl = h
+        .sync(&leader, generation, &[(&leader, b"L"), (&follower, b"F")])
+        .expect_err("parked");
+    // Nobody holds an assignment a crash could forget.
+    assert!(h.sync_answer(wl).is_none() && h.sync_answer(wf).is_none());
+    assert_eq!(h.state(), GroupState::CompletingRebalance);
+    assert!(h.c.record(G).is_none_or(|r| r.stable.is_none()));
+    h.write();
+    assert_eq!(
+        h.sync_answer(wf)
+            .expect("answered")
+            .expect("synced")
+            .assignment,
+        Bytes::from_static(b"F")
+    );
+    assert_eq!(
+        h.sync_answer(wl)
+            .expect("answered")
+            .expect("synced")
+            .assignment,
+        Bytes::from_static(b"L")
+    );
+    assert_eq!(h.state(), GroupState::Stable);
+    let stored =
+        h.c.record(G)
+            .and_then(|r| r.stable.clone())
+            .expect("stored");
+    assert_eq!(stored.generation, generation);
+    assert_eq!(stored.leader.as_deref(), Some(leader.as_str()));
+    assert_eq!(stored.members.len(), 2);
+}
+
+#[test]
+fn a_failed_write_of_the_generation_refuses_its_syncs_with_not_coordinator_and_rebalances() {
+    let mut h = H::new();
+    let (a, wa) = h.join_new(&["t"]);
+    h.advance_until_answered(wa, REBALANCE as i64);
+    let generation = h.join_answer(wa).expect("joined").expect("ok").generation;
+    h.hold_writes = true;
+    let w = h.sync(&a, generation, &[(&a, b"A")]).expect_err("parked");
+    h.fail_writes();
+    assert_eq!(
+        h.sync_answer(w).expect("answered"),
+        Err(ErrorCode::NotCoordinator)
+    );
+    assert_eq!(h.state(), GroupState::PreparingRebalance);
+    assert!(h
+        .c
+        .group(G)
+        .expect("group")
+        .member(&a)
+        .expect("kept")
+        .assignment
+        .is_empty());
+}
+
+#[test]
+fn a_static_member_is_known_by_its_latest_member_id_after_a_restart() {
+    let mut h = H::new();
+    let r = h.stable_static_member("i1");
+    // The client restarts and takes its place back without a rebalance.
+    let again = h
+        .join("", Some("i1"), &["t"])
+        .expect("answered")
+        .expect("rejoined");
+    assert_ne!(again.member_id, r.member_id);
+    h.restart();
+    assert_eq!(h.state(), GroupState::Stable);
+    let g = h.c.group(G).expect("restored");
+    assert_eq!(g.static_member_id("i1"), Some(again.member_id.as_str()));
+    assert_eq!(
+        h.heartbeat(&again.member_id, Some("i1"), r.generation),
+        Ok(())
+    );
+    assert_eq!(
+        h.heartbeat(&r.member_id, Some("i1"), r.generation),
+        Err(ErrorCode::FencedInstanceId)
+    );
 }
 
 // ------------------------------------------------------------------ property

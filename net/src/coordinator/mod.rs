@@ -14,8 +14,10 @@
 //!   commits cost one fsync, and no reader ever sees an offset a crash
 //!   could take back.
 //!
-//! Group membership is in memory only: after a restart members rejoin, as
-//! they do in Kafka when a coordinator moves. Offsets survive.
+//! Live membership is in memory; each completed generation's members are
+//! written to the slot (the leader's SyncGroup answers wait for that write,
+//! as Kafka's wait for the group's record), so after a restart a group
+//! comes back Stable and its members carry on in their generation.
 
 #[cfg(test)]
 mod tests;
@@ -33,8 +35,8 @@ use kaas_core::group::coordinator::{
     CommitRequest, FetchedOffset, GroupDescription, ListedGroup, Output,
 };
 use kaas_core::group::{
-    Coordinator, Effect, GroupConfig, JoinError, JoinRequest, JoinResult, SlotOp, SlotState,
-    SyncRequest, SyncResult, Waiter,
+    Coordinator, Effect, GroupConfig, JoinError, JoinRequest, JoinResult, JoinedGroup, SlotOp,
+    SlotState, SyncRequest, SyncResult, Waiter,
 };
 use kaas_core::layout::{
     group_slot_epoch_file, group_slot_epochs_dir, group_slot_file, group_slot_journal,
@@ -57,6 +59,14 @@ struct Inner {
     joins: HashMap<Waiter, oneshot::Sender<JoinResult>>,
     syncs: HashMap<Waiter, oneshot::Sender<SyncResult>>,
     queues: SlotQueues<SlotOp>,
+}
+
+/// What a JoinGroup waits for once the lock is released.
+enum Parked {
+    /// Its answer from the core.
+    Join(oneshot::Receiver<JoinResult>),
+    /// The write of the answer it already has.
+    Written(JoinedGroup, oneshot::Receiver<Result<(), ErrorCode>>),
 }
 
 pub struct GroupCoordinator {
@@ -186,6 +196,7 @@ impl GroupCoordinator {
             }
         }
         let mut touched = Vec::new();
+        let stored = out.stored;
         for (slot, op) in out.ops {
             if let SlotOp::Meta { group, meta } = &op {
                 tracing::debug!(%group, generation = meta.generation, empty = meta.empty_since_ms.is_some(), "group changed");
@@ -198,6 +209,24 @@ impl GroupCoordinator {
             if inner.queues.push_done(slot, tx) {
                 touched.push(slot);
             }
+        }
+        for s in stored {
+            // The core waits to hear how the generation's write ended.
+            let (tx, rx) = oneshot::channel();
+            if inner.queues.push_done(s.slot, tx) {
+                touched.push(s.slot);
+            }
+            let this = self.clone();
+            tokio::spawn(async move {
+                let outcome = wait_written(rx).await;
+                let mut inner = this.lock();
+                let mut out = Output::default();
+                let now = this.env.now_ms();
+                inner
+                    .core
+                    .stable_written(&s.group, s.generation, outcome, now, &mut out);
+                this.finish(&mut inner, out, None, true);
+            });
         }
         for slot in touched {
             if inner.queues.claim_writer(slot) {
@@ -224,16 +253,38 @@ impl GroupCoordinator {
             if immediate.is_some() {
                 inner.joins.remove(&waiter);
             }
-            self.finish(&mut inner, out, None, true);
             match immediate {
-                Some(r) => return r,
-                None => (rx, member_id),
+                // A static member took its place back under a new member
+                // id: answer once that id is durable, or a restart would
+                // fence the new incarnation with the stored old one.
+                Some(Ok(joined)) if !out.stored.is_empty() => {
+                    let (tx, written) = oneshot::channel();
+                    let slot = coordinator_slot(group_id);
+                    self.finish(&mut inner, out, Some((slot, tx)), true);
+                    (Parked::Written(joined, written), String::new())
+                }
+                Some(r) => {
+                    self.finish(&mut inner, out, None, true);
+                    return r;
+                }
+                None => {
+                    self.finish(&mut inner, out, None, true);
+                    (Parked::Join(rx), member_id)
+                }
             }
         };
-        // A parked request is always answered by the core; a dropped sender
-        // would mean its group vanished, and the client should start over.
-        rx.await
-            .unwrap_or_else(|_| Err(JoinError::new(member_id, ErrorCode::RebalanceInProgress)))
+        match rx {
+            Parked::Written(joined, written) => match wait_written(written).await {
+                Ok(()) => Ok(joined),
+                Err(e) => Err(JoinError::new(joined.member_id, e)),
+            },
+            // A parked request is always answered by the core; a dropped
+            // sender would mean its group vanished, and the client should
+            // start over.
+            Parked::Join(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err(JoinError::new(member_id, ErrorCode::RebalanceInProgress))),
+        }
     }
 
     /// SyncGroup; waits for the leader's assignment.

@@ -129,16 +129,9 @@ async fn a_failed_slot_write_refuses_the_commit_and_shows_nothing() {
     assert_eq!(committed(&c, "g", 0), 3);
 }
 
-#[tokio::test]
-async fn a_group_forms_and_its_member_expires_on_real_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = GroupConfig {
-        initial_rebalance_delay_ms: 50,
-        min_session_timeout_ms: 200,
-        ..GroupConfig::default()
-    };
-    let c = open(flaky(dir.path()).0, config);
-    let join = |member_id: &str| JoinRequest {
+/// A dynamic consumer's JoinGroup with short timeouts.
+fn join_req(member_id: &str) -> JoinRequest {
+    JoinRequest {
         member_id: member_id.into(),
         instance_id: None,
         client_id: "test".into(),
@@ -153,25 +146,72 @@ async fn a_group_forms_and_its_member_expires_on_real_time() {
         require_known_member_id: true,
         supports_skip_assignment: false,
         unique_suffix: "1".into(),
-    };
-    let first = c.join("g", join("")).await.expect_err("refused");
+    }
+}
+
+/// The SyncGroup of a leader alone in its group, assigning itself "a".
+fn leader_sync(member_id: &str, generation: i32) -> SyncRequest {
+    SyncRequest {
+        member_id: member_id.into(),
+        instance_id: None,
+        generation,
+        protocol_type: None,
+        protocol_name: None,
+        assignments: vec![(member_id.into(), Bytes::from_static(b"a"))],
+    }
+}
+
+fn short_timeouts() -> GroupConfig {
+    GroupConfig {
+        initial_rebalance_delay_ms: 50,
+        min_session_timeout_ms: 200,
+        ..GroupConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_generation_that_cannot_be_written_answers_its_sync_not_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, slot_writes) = flaky(dir.path());
+    let c = open(volume.clone(), short_timeouts());
+    let first = c.join("g", join_req("")).await.expect_err("refused");
+    let joined = c
+        .join("g", join_req(&first.member_id))
+        .await
+        .expect("joined");
+    slot_writes.fail.store(true, Ordering::SeqCst);
+    assert_eq!(
+        c.sync("g", leader_sync(&joined.member_id, joined.generation))
+            .await,
+        Err(ErrorCode::NotCoordinator)
+    );
+    // Nobody holds that assignment: the group rebalances instead.
+    assert_eq!(
+        c.describe_group("g").map(|d| d.state),
+        Some(kaas_core::group::GroupState::PreparingRebalance)
+    );
+    drop(c);
+    // Nor did a restart find it.
+    slot_writes.fail.store(false, Ordering::SeqCst);
+    let reopened = open(volume, GroupConfig::default());
+    assert_eq!(reopened.describe_group("g").map(|d| d.state), None);
+}
+
+#[tokio::test]
+async fn a_group_forms_and_its_member_expires_on_real_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(flaky(dir.path()).0, short_timeouts());
+    let first = c.join("g", join_req("")).await.expect_err("refused");
     assert_eq!(first.error, ErrorCode::MemberIdRequired);
     // Parked until the timer ends the initial delay.
-    let joined = c.join("g", join(&first.member_id)).await.expect("joined");
+    let joined = c
+        .join("g", join_req(&first.member_id))
+        .await
+        .expect("joined");
     assert_eq!(joined.generation, 1);
     assert_eq!(joined.leader, joined.member_id);
     let synced = c
-        .sync(
-            "g",
-            SyncRequest {
-                member_id: joined.member_id.clone(),
-                instance_id: None,
-                generation: 1,
-                protocol_type: None,
-                protocol_name: None,
-                assignments: vec![(joined.member_id.clone(), Bytes::from_static(b"a"))],
-            },
-        )
+        .sync("g", leader_sync(&joined.member_id, 1))
         .await
         .expect("synced");
     assert_eq!(synced.assignment, Bytes::from_static(b"a"));
