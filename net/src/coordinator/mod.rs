@@ -25,7 +25,7 @@ mod tests;
 use crate::broker::ownership;
 use crate::env::Env;
 use crate::slot_store::{
-    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, WriteDone,
+    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, Taken, WriteDone,
 };
 use crate::volume::Volume;
 use kaas_core::cluster::{
@@ -584,7 +584,13 @@ impl SlotOwner for GroupCoordinator {
     fn take_round(&self, slot: u32) -> Option<Round<SlotState>> {
         let mut inner = self.lock();
         let state = inner.core.slot(slot).cloned()?;
-        Some(inner.queues.take(slot)?.into_round(state))
+        let Taken { ops, done, journal } = inner.queues.take(slot)?;
+        Some(Round {
+            ops,
+            done,
+            state,
+            journal,
+        })
     }
 
     fn finish_round(&self, slot: u32, outcome: RoundOutcome<SlotState>) -> Result<(), ErrorCode> {

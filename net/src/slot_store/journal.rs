@@ -12,7 +12,7 @@
 //! by compaction (or after a failed append) before the journal was emptied,
 //! and the snapshot is the one known to be whole and current then.
 
-use super::{Durability, SlotFile};
+use super::SlotFile;
 use crate::volume::{SegmentFile, Volume};
 use kaas_core::slot_journal::{encode_record, scan};
 use std::io;
@@ -96,15 +96,9 @@ pub fn load<F: SlotFile, E: std::fmt::Display>(
 }
 
 impl Journal {
-    /// Makes `state` (encoded as `bytes`) the slot's durable state, or with
-    /// [`Durability::Deferred`] its state once the next synced write is
-    /// done. Blocks: run it on the IO runner.
-    pub fn write(
-        &self,
-        volume: &dyn Volume,
-        bytes: &[u8],
-        durability: Durability,
-    ) -> io::Result<()> {
+    /// Makes `state` (encoded as `bytes`) the slot's durable state. Blocks:
+    /// run it on the IO runner.
+    pub fn write(&self, volume: &dyn Volume, bytes: &[u8]) -> io::Result<()> {
         let inner = &self.inner;
         let record = encode_record(bytes);
         let fits = record
@@ -113,10 +107,7 @@ impl Journal {
         match record {
             Some(record) if fits && !inner.suspect.load(Ordering::Acquire) => {
                 let before = inner.file.len();
-                let appended = inner.file.append(&record).and_then(|_| match durability {
-                    Durability::Synced => inner.file.sync(),
-                    Durability::Deferred => Ok(()),
-                });
+                let appended = inner.file.append(&record).and_then(|_| inner.file.sync());
                 if appended.is_err() {
                     // Best effort: take the record back now; if that fails
                     // too, the next round replaces rather than appends.
@@ -197,7 +188,7 @@ mod tests {
     }
 
     fn write(journal: &Journal, volume: &dyn Volume, s: &Counter) -> io::Result<()> {
-        journal.write(volume, &s.encode().unwrap(), Durability::Synced)
+        journal.write(volume, &s.encode().unwrap())
     }
 
     #[test]
@@ -296,42 +287,12 @@ mod tests {
         assert_eq!(open(&volume).state, Some(state(2, "two")));
     }
 
-    /// A deferred round appends without a sync; the next synced round's
-    /// sync is the one that makes both durable.
-    #[test]
-    fn a_deferred_write_waits_for_the_next_synced_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let syncs = Arc::new(AtomicUsize::new(0));
-        let seen = syncs.clone();
-        let volume = HookedVolume::new(LocalVolume::new(dir.path()).unwrap(), move |wait| {
-            if matches!(wait, DiskWait::Sync(_)) {
-                seen.fetch_add(1, Ordering::SeqCst);
-            }
-            Ok(())
-        });
-        let loaded = open(&volume);
-        let deferred = state(1, "complete");
-        let bytes = deferred.encode().unwrap();
-        loaded
-            .journal
-            .write(&volume, &bytes, Durability::Deferred)
-            .unwrap();
-        assert_eq!(syncs.load(Ordering::SeqCst), 0, "appended, not synced");
-        assert_eq!(open(&volume).state, Some(deferred), "but written");
-        write(&loaded.journal, &volume, &state(2, "next")).unwrap();
-        assert_eq!(syncs.load(Ordering::SeqCst), 1);
-        assert_eq!(open(&volume).state, Some(state(2, "next")));
-    }
-
     #[test]
     fn a_record_that_does_not_decode_stops_the_load() {
         let dir = tempfile::tempdir().unwrap();
         let volume = LocalVolume::new(dir.path()).unwrap();
         let loaded = open(&volume);
-        loaded
-            .journal
-            .write(&volume, b"garbage", Durability::Synced)
-            .unwrap();
+        loaded.journal.write(&volume, b"garbage").unwrap();
         let err = load(&volume, SNAPSHOT, JOURNAL, decode).err().unwrap();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }

@@ -55,26 +55,9 @@ pub struct SlotQueues<Op> {
 struct SlotQueue<Op> {
     ops: Vec<Op>,
     done: Vec<WriteDone>,
-    /// Some waiter needs the round synced, not just written.
-    durability: Durability,
     /// A writer task is running for this slot.
     writing: bool,
     journal: Journal,
-}
-
-/// What a round's waiters are told to wait for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// The round is synced before its waiters hear of it: the usual case.
-    Synced,
-    /// The round is appended, and synced by the slot's next synced round
-    /// (a sync of the journal covers every append before it). Only for a
-    /// change that a crash may take back because something else redoes it:
-    /// a transaction's Complete*, which the reconcile writes again from
-    /// the durable Prepare* after a restart. Nothing can come to depend on
-    /// the change durably in between, as every later decision on the slot
-    /// is a synced round of the same journal.
-    Deferred,
 }
 
 /// One round of a slot's writer: what was queued, and the durable state it
@@ -84,7 +67,6 @@ pub struct Round<F: SlotFile> {
     pub done: Vec<WriteDone>,
     pub state: F,
     pub journal: Journal,
-    pub durability: Durability,
 }
 
 /// What a round takes from a slot's queue.
@@ -92,7 +74,6 @@ pub struct Taken<Op> {
     pub ops: Vec<Op>,
     pub done: Vec<WriteDone>,
     pub journal: Journal,
-    pub durability: Durability,
 }
 
 impl<Op> SlotQueues<Op> {
@@ -104,7 +85,6 @@ impl<Op> SlotQueues<Op> {
                 .map(|journal| SlotQueue {
                     ops: Vec::new(),
                     done: Vec::new(),
-                    durability: Durability::Deferred,
                     writing: false,
                     journal,
                 })
@@ -125,18 +105,9 @@ impl<Op> SlotQueues<Op> {
 
     /// `done` is told once everything queued so far for `slot` is durable.
     pub fn push_done(&mut self, slot: u32, done: WriteDone) -> bool {
-        self.push_waiter(slot, done, Durability::Synced)
-    }
-
-    /// `done` is told once everything queued so far for `slot` is at least
-    /// written: see [`Durability::Deferred`] for when that is enough.
-    pub fn push_waiter(&mut self, slot: u32, done: WriteDone, durability: Durability) -> bool {
         match self.queues.get_mut(slot as usize) {
             Some(q) => {
                 q.done.push(done);
-                if durability == Durability::Synced {
-                    q.durability = Durability::Synced;
-                }
                 true
             }
             None => false,
@@ -167,22 +138,7 @@ impl<Op> SlotQueues<Op> {
             ops: std::mem::take(&mut q.ops),
             done: std::mem::take(&mut q.done),
             journal: q.journal.clone(),
-            durability: std::mem::replace(&mut q.durability, Durability::Deferred),
         })
-    }
-}
-
-impl<Op> Taken<Op> {
-    /// The round that applies what was taken to `state`, the slot's
-    /// durable state.
-    pub fn into_round<F: SlotFile<Op = Op>>(self, state: F) -> Round<F> {
-        Round {
-            ops: self.ops,
-            done: self.done,
-            state,
-            journal: self.journal,
-            durability: self.durability,
-        }
     }
 }
 
@@ -219,7 +175,6 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
         done,
         mut state,
         journal,
-        durability,
     }) = owner.take_round(slot)
     {
         let mut changed = false;
@@ -228,7 +183,7 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
         }
         let outcome = if changed {
             state.bump_version();
-            match write(owner.as_ref(), &journal, &state, durability).await {
+            match write(owner.as_ref(), &journal, &state).await {
                 Ok(()) => RoundOutcome::Written(state),
                 Err(e) => RoundOutcome::Failed(e),
             }
@@ -242,26 +197,14 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
     }
 }
 
-async fn write<O: SlotOwner>(
-    owner: &O,
-    journal: &Journal,
-    state: &O::File,
-    durability: Durability,
-) -> io::Result<()> {
+async fn write<O: SlotOwner>(owner: &O, journal: &Journal, state: &O::File) -> io::Result<()> {
     let bytes = state.encode()?;
     let volume = owner.volume().clone();
     let journal = journal.clone();
-    // A deferred round is an append to the page cache, done in place like
-    // a partition's append; a synced one waits on the disk, off the
-    // async workers.
-    let kind = match durability {
-        Durability::Synced => IoKind::Fsync,
-        Durability::Deferred => IoKind::Append,
-    };
     owner
         .env()
-        .blocking(kind, move || {
-            journal.write(volume.as_ref(), &bytes, durability)
+        .blocking(IoKind::Fsync, move || {
+            journal.write(volume.as_ref(), &bytes)
         })
         .await
 }

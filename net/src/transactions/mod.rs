@@ -30,7 +30,7 @@ pub use timers::run_timers;
 use crate::broker::ownership;
 use crate::env::Env;
 use crate::slot_store::{
-    self, wait_written, Durability, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues,
+    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, Taken,
 };
 use crate::volume::Volume;
 use kaas_core::cluster::{
@@ -187,17 +187,6 @@ impl TxnCoordinator {
         id: &str,
         decide: impl FnOnce(Option<&TxnEntry>) -> Result<(Option<TxnEntry>, T), ErrorCode>,
     ) -> Result<T, ErrorCode> {
-        self.decide_with(id, Durability::Synced, decide).await
-    }
-
-    /// [`Self::decide`], answering once the entry is written as `durability`
-    /// says.
-    async fn decide_with<T>(
-        self: &Arc<Self>,
-        id: &str,
-        durability: Durability,
-        decide: impl FnOnce(Option<&TxnEntry>) -> Result<(Option<TxnEntry>, T), ErrorCode>,
-    ) -> Result<T, ErrorCode> {
         let slot = coordinator_slot(id);
         let (rx, answer) = {
             let mut inner = self.lock();
@@ -210,7 +199,7 @@ impl TxnCoordinator {
             };
             let (tx, rx) = oneshot::channel();
             inner.queues.push_op(slot, TxnSlotOp::Put(next));
-            inner.queues.push_waiter(slot, tx, durability);
+            inner.queues.push_done(slot, tx);
             inner.writing.insert(id.to_string());
             if inner.queues.claim_writer(slot) {
                 tokio::spawn(slot_store::run_writer(self.clone(), slot));
@@ -413,23 +402,12 @@ impl TxnCoordinator {
         .await
     }
 
-    /// Records Complete* for a prepared transaction whose markers and
+    /// Persists Complete* for a prepared transaction whose markers and
     /// offsets are durable. Nothing to do if the entry is no longer that
     /// prepared transaction (another completer finished it).
-    ///
-    /// Complete* is appended to the slot's journal without a sync of its
-    /// own (`Durability::Deferred`): the slot's next decision, synced,
-    /// makes it durable. A crash before that leaves Prepare* durable and
-    /// the reconcile completes the transaction again (every step repeats
-    /// harmlessly, see `completion`); nothing else can have come to rely on
-    /// the completion, since any next step of the producer (a new
-    /// transaction's partitions or groups, InitProducerId) is itself a
-    /// synced decision in the same journal. This saves one of the three
-    /// journal syncs of a transaction and one disk wait of EndTxn.
     pub async fn finish_prepared(self: &Arc<Self>, prepared: &TxnEntry) -> Result<(), ErrorCode> {
         let now = self.env.now_ms();
-        let id = &prepared.transactional_id;
-        self.decide_with(id, Durability::Deferred, |entry| match entry {
+        self.decide(&prepared.transactional_id, |entry| match entry {
             Some(e)
                 if e.state == prepared.state
                     && e.producer_id == prepared.producer_id
@@ -518,7 +496,13 @@ impl SlotOwner for TxnCoordinator {
     fn take_round(&self, slot: u32) -> Option<Round<TxnSlotState>> {
         let mut inner = self.lock();
         let state = inner.slots.get(slot as usize).cloned()?;
-        Some(inner.queues.take(slot)?.into_round(state))
+        let Taken { ops, done, journal } = inner.queues.take(slot)?;
+        Some(Round {
+            ops,
+            done,
+            state,
+            journal,
+        })
     }
 
     fn finish_round(

@@ -273,29 +273,3 @@ async fn a_partition_already_added_is_verified_while_another_is_being_added() {
     );
     assert_eq!(c.verify(ID, pid, epoch, &t1), Ok(()));
 }
-
-/// Complete* is written without a sync of its own: EndTxn's completion
-/// costs no journal sync, and the producer's next decision, synced, makes
-/// it durable along with itself.
-#[tokio::test]
-async fn a_completion_is_made_durable_by_the_next_decision() {
-    let dir = tempfile::tempdir().unwrap();
-    let (volume, writes) = flaky(dir.path());
-    let c = open(volume.clone());
-    let (pid, epoch) = ongoing(&c, 60_000).await;
-    let synced = || writes.writes.load(Ordering::SeqCst);
-    let before = synced();
-    let prepared = end_txn(&c, pid, epoch, true).await.unwrap().unwrap();
-    assert_eq!(synced(), before + 1, "Prepare* is synced");
-    c.finish_prepared(&prepared).await.unwrap();
-    assert_eq!(state(&c), TxnState::CompleteCommit);
-    assert_eq!(synced(), before + 1, "Complete* has no sync of its own");
-    c.add_to_transaction(ID, pid, epoch, &[("t".into(), 1)], &[])
-        .await
-        .unwrap();
-    assert_eq!(synced(), before + 2);
-    drop(c);
-    let e = open(volume).entry(ID).unwrap();
-    assert_eq!(e.state, TxnState::Ongoing);
-    assert_eq!(e.partitions.len(), 1, "the new transaction's only");
-}
