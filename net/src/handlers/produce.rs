@@ -236,12 +236,7 @@ fn check_one(
 /// decision (one slot write, as Kafka adds them in one call to its
 /// coordinator) rather than one each in turn. A refusal refuses each of
 /// them. Grouped by producer identity, of which a client sends one.
-async fn add_implicitly(
-    broker: &Broker,
-    txn_id: &str,
-    version: i16,
-    checked: &mut [CheckedAt],
-) {
+async fn add_implicitly(broker: &Broker, txn_id: &str, version: i16, checked: &mut [CheckedAt]) {
     let mut by_producer: BTreeMap<(i64, i16), Vec<usize>> = BTreeMap::new();
     for (i, (_, outcome)) in checked.iter().enumerate() {
         if let Some(id) = outcome.as_ref().ok().and_then(|c| c.transactional) {
