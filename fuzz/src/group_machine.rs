@@ -360,11 +360,12 @@ impl Machine {
                 }
                 self.coord = coord;
                 self.parked.clear();
-                // Restored groups come back Empty, at their durable
+                // Restored groups come back Empty, or Stable with the
+                // members of their stored generation, at their durable
                 // generation; groups only in memory are gone.
                 for (id, gen) in &self.generations {
                     if let Some(g) = self.coord.group(id) {
-                        assert_eq!(g.state(), GroupState::Empty);
+                        assert!(matches!(g.state(), GroupState::Empty | GroupState::Stable));
                         assert!(
                             g.generation() >= *gen,
                             "generation of {id} went back in a restart"
@@ -443,6 +444,20 @@ impl Machine {
             let written = SlotState::decode(&bytes, slot).expect("our own slot file parses");
             assert_eq!(&written, state, "slot file round trip");
             self.coord.install_slot(written, self.now_ms);
+        }
+        // A stored generation's SyncGroups wait to hear that its write
+        // ended, as the driver reports once the slot's round is durable;
+        // here every write succeeds at once.
+        for stored in out.stored {
+            let mut reported = Output::default();
+            self.coord.stable_written(
+                &stored.group,
+                stored.generation,
+                Ok(()),
+                self.now_ms,
+                &mut reported,
+            );
+            self.finish(reported);
         }
     }
 
