@@ -360,16 +360,47 @@ impl Machine {
                 }
                 self.coord = coord;
                 self.parked.clear();
-                // Restored groups come back Empty, or Stable with the
-                // members of their stored generation, at their durable
-                // generation; groups only in memory are gone.
+                // Restored groups come back Empty at their durable
+                // generation, or Stable at the generation whose members
+                // were stored (as Kafka restores its last group record): a
+                // rebalance begun after that is forgotten, and its number
+                // may be handed out again, which is safe because none of
+                // its SyncGroups was answered before it was stored. Groups
+                // only in memory are gone.
                 for (id, gen) in &self.generations {
                     if let Some(g) = self.coord.group(id) {
-                        assert!(matches!(g.state(), GroupState::Empty | GroupState::Stable));
-                        assert!(
-                            g.generation() >= *gen,
-                            "generation of {id} went back in a restart"
-                        );
+                        match g.state() {
+                            GroupState::Empty => assert!(
+                                g.generation() >= *gen,
+                                "generation of {id} went back in a restart"
+                            ),
+                            GroupState::Stable => {
+                                let stored = self
+                                    .slots
+                                    .get(&coordinator_slot(id))
+                                    .and_then(|s| s.groups.get(id))
+                                    .and_then(|r| r.stable.as_ref())
+                                    .map(|s| s.generation);
+                                assert_eq!(
+                                    Some(g.generation()),
+                                    stored,
+                                    "{id} restored Stable at a generation it did not store"
+                                );
+                            }
+                            other => panic!("{id} restored {other:?}"),
+                        }
+                    }
+                }
+                // The numbers to compare with from here on are the
+                // restored ones.
+                for id in GROUPS {
+                    match self.coord.group(id) {
+                        Some(g) => {
+                            self.generations.insert(id.to_string(), g.generation());
+                        }
+                        None => {
+                            self.generations.remove(id);
+                        }
                     }
                 }
             }

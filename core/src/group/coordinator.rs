@@ -187,15 +187,8 @@ impl Coordinator {
         for (id, rec) in &new.groups {
             if !self.groups.contains_key(id) {
                 let group = match &rec.stable {
-                    // A stored generation that a later one superseded (its
-                    // rebalance had begun, and the generation is written
-                    // when it changes) is not restored: the group comes
-                    // back Empty at the later generation and its members
-                    // rejoin, so a generation never goes back.
-                    Some(stable) if stable.generation >= rec.generation => {
-                        Group::restored(id, rec.protocol_type.clone(), stable, now_ms)
-                    }
-                    _ => {
+                    Some(stable) => Group::restored(id, rec.protocol_type.clone(), stable, now_ms),
+                    None => {
                         let empty_since = rec.empty_since_ms.unwrap_or(now_ms);
                         Group::loaded(id, rec.protocol_type.clone(), rec.generation, empty_since)
                     }
