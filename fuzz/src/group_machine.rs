@@ -252,11 +252,7 @@ impl Machine {
                 };
                 let w = self.waiter();
                 // A refused SyncGroup carries no assignment: its type says so.
-                if self
-                    .coord
-                    .sync(GROUPS[g], req, w, self.now_ms, &mut out)
-                    .is_none()
-                {
+                if self.coord.sync(GROUPS[g], req, w, &mut out).is_none() {
                     self.parked.insert(w, Parked::Sync);
                 }
             }

@@ -1124,9 +1124,6 @@ impl Group {
         &mut self,
         req: SyncRequest,
         waiter: Waiter,
-        // Kept for the driver's uniform call shape: the assignment's answers
-        // now go out (and restart sessions) in `assignment_written`.
-        _now_ms: i64,
         fx: &mut Vec<Effect>,
     ) -> Option<SyncResult> {
         if self.state == GroupState::Dead {

@@ -291,13 +291,12 @@ impl Coordinator {
         group_id: &str,
         req: SyncRequest,
         waiter: Waiter,
-        now_ms: i64,
         out: &mut Output,
     ) -> Option<SyncResult> {
         if group_id.is_empty() {
             return Some(Err(ErrorCode::InvalidGroupId));
         }
-        match self.with_group(group_id, out, |g, _, fx| g.sync(req, waiter, now_ms, fx)) {
+        match self.with_group(group_id, out, |g, _, fx| g.sync(req, waiter, fx)) {
             Some(r) => r,
             None => Some(Err(ErrorCode::UnknownMemberId)),
         }

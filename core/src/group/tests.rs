@@ -255,7 +255,7 @@ impl H {
     fn sync_with(&mut self, req: SyncRequest) -> Result<SyncResult, Waiter> {
         let w = self.waiter();
         let mut out = Output::default();
-        let r = self.c.sync(G, req, w, self.now, &mut out);
+        let r = self.c.sync(G, req, w, &mut out);
         self.finish(out);
         r.ok_or(w)
     }

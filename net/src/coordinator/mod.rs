@@ -295,9 +295,7 @@ impl GroupCoordinator {
             let (tx, rx) = oneshot::channel();
             inner.syncs.insert(waiter, tx);
             let mut out = Output::default();
-            let immediate = inner
-                .core
-                .sync(group_id, req, waiter, self.env.now_ms(), &mut out);
+            let immediate = inner.core.sync(group_id, req, waiter, &mut out);
             if immediate.is_some() {
                 inner.syncs.remove(&waiter);
             }
