@@ -1,6 +1,9 @@
 //! `kaas`: the broker binary.
 
+mod broker_lock;
+
 use clap::{Parser, Subcommand};
+use kaas_core::cluster::membership::LeaseBounds;
 use kaas_core::group::GroupConfig;
 use kaas_core::txn::TxnConfig;
 use kaas_net::config::{
@@ -41,8 +44,28 @@ struct ServeArgs {
     /// host:port clients should connect to (defaults to --listen).
     #[arg(long)]
     advertised: Option<String>,
-    #[arg(long, default_value_t = 0)]
+    /// This broker's id, unique among the brokers sharing --data-dir; a
+    /// second process with the same id on the same directory refuses to
+    /// start.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
     broker_id: i32,
+    /// The rack clients see for this broker (Kafka's broker.rack).
+    #[arg(long)]
+    rack: Option<String>,
+    /// How long a broker acts for what it owns after starting a heartbeat
+    /// that became durable, in ms. It heartbeats three times per lease; a
+    /// dead broker's partitions and coordinators move after lease + clock
+    /// skew bound + volume staleness bound (docs/cluster.md).
+    #[arg(long, default_value_t = LeaseBounds::default().lease_ms, value_parser = clap::value_parser!(i64).range(1..))]
+    lease_ms: i64,
+    /// How much two brokers' clocks may disagree about the length of one
+    /// lease wait (rate drift, not offset), in ms.
+    #[arg(long, default_value_t = LeaseBounds::default().clock_skew_ms, value_parser = clap::value_parser!(i64).range(0..))]
+    clock_skew_bound_ms: i64,
+    /// How long a durable write to --data-dir may stay invisible to another
+    /// broker (NFS attribute caching: at least acregmax), in ms.
+    #[arg(long, default_value_t = LeaseBounds::default().volume_staleness_ms, value_parser = clap::value_parser!(i64).range(0..))]
+    volume_staleness_bound_ms: i64,
     /// Create topics on first use by Metadata or Produce.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     auto_create_topics: bool,
@@ -169,6 +192,12 @@ fn main() -> std::process::ExitCode {
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let mut config = BrokerConfig::new(args.listen);
     config.broker_id = args.broker_id;
+    config.rack = args.rack.clone().filter(|r| !r.is_empty());
+    config.lease = LeaseBounds {
+        lease_ms: args.lease_ms,
+        clock_skew_ms: args.clock_skew_bound_ms,
+        volume_staleness_ms: args.volume_staleness_bound_ms,
+    };
     config.auto_create_topics = args.auto_create_topics;
     config.default_partitions = args.default_partitions.max(1);
     config.max_frame_bytes = args.max_frame_bytes;
@@ -223,6 +252,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
+    let _broker_lock = broker_lock::acquire(&args.data_dir, args.broker_id)?;
     let volume = Arc::new(
         LocalVolume::new(&args.data_dir)
             .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?,

@@ -221,6 +221,19 @@ pub fn broker_file(broker: i32) -> String {
     format!("{BROKERS_DIR}/kaas-{broker}.json")
 }
 
+/// The broker whose registration file is named `name` (an entry of
+/// [`BROKERS_DIR`]); `None` for anything else (a temporary of an atomic
+/// write, a stray file), which membership ignores.
+pub fn broker_of_file(name: &str) -> Option<i32> {
+    let digits = name.strip_prefix("kaas-")?.strip_suffix(".json")?;
+    // Only the canonical spelling `broker_file` writes: no sign, no
+    // leading zero, so one broker has one file name.
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    canonical.then(|| digits.parse().ok()).flatten()
+}
+
 // ---------------------------------------------------------- ownership epochs
 
 /// Ownership epochs: one directory per owned item, one file per epoch,
@@ -357,6 +370,21 @@ mod tests {
             "__cluster/marker_queue/to-4/1099511627776-3.json"
         );
         assert_eq!(broker_file(0), "__cluster/brokers/kaas-0.json");
+        for id in [0, 7, 42, i32::MAX] {
+            let path = broker_file(id);
+            let name = path.rsplit('/').next().unwrap();
+            assert_eq!(broker_of_file(name), Some(id));
+        }
+        for stray in [
+            "kaas-.json",
+            "kaas--1.json",
+            "kaas-07.json",
+            "kaas-1.json.tmp",
+            "kaas-99999999999.json",
+            "other.json",
+        ] {
+            assert_eq!(broker_of_file(stray), None, "{stray}");
+        }
         for path in [
             topic_file("t"),
             producer_id_block_file(0),

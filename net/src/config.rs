@@ -12,6 +12,11 @@ pub struct BrokerConfig {
     /// Host and port clients are told to connect to (defaults to `listen`).
     pub advertised_host: String,
     pub advertised_port: i32,
+    /// The rack clients see in Metadata and DescribeCluster (`broker.rack`).
+    pub rack: Option<String>,
+    /// The lease and the bounds every ownership decision on the shared
+    /// volume is made with (`kaas_core::cluster::membership`).
+    pub lease: kaas_core::cluster::membership::LeaseBounds,
     /// Create a topic on first Metadata or Produce that names it.
     pub auto_create_topics: bool,
     /// Partition count of auto-created topics and of CreateTopics with -1.
@@ -108,6 +113,8 @@ impl BrokerConfig {
             listen,
             advertised_host: listen.ip().to_string(),
             advertised_port: listen.port() as i32,
+            rack: None,
+            lease: kaas_core::cluster::membership::LeaseBounds::default(),
             auto_create_topics: true,
             default_partitions: 1,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,

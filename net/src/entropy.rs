@@ -1,5 +1,5 @@
 //! The one place the driver draws randomness (topic ids, cluster ids,
-//! member ids). Time comes from the broker's injected clock
+//! member ids, broker incarnations). Time comes from the broker's injected clock
 //! (`crate::env::Clock`). Under madsim the entropy comes from madsim's
 //! seeded rng, so a simulation replays exactly.
 
@@ -25,4 +25,9 @@ fn random_u128() -> u128 {
     #[cfg(not(madsim))]
     let bits = rand::random();
     bits
+}
+
+/// 64 random bits (a broker's incarnation).
+pub fn random_u64() -> u64 {
+    random_u128() as u64
 }

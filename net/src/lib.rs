@@ -6,6 +6,7 @@
 
 pub mod broker;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod coordinator;
 pub mod entropy;

@@ -14,6 +14,7 @@ pub use partition::{partition_dir, FetchedData, Isolation, OpenPartition, Partit
 pub use producer_ids::ProducerIdManager;
 pub use topic_file::TopicFile;
 
+use crate::cluster::Membership;
 use crate::config::BrokerConfig;
 use crate::coordinator::GroupCoordinator;
 use crate::entropy;
@@ -78,6 +79,8 @@ pub struct Broker {
     pub env: Env,
     /// Who this broker is, for the ownership gate.
     view: ClusterView,
+    /// Its heartbeat and lease, and the other brokers it has read.
+    pub membership: Arc<Membership>,
     pub cluster_id: String,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Serializes topic administration (create, delete, add partitions) so
@@ -107,6 +110,23 @@ impl Broker {
         volume.create_dir_all(TOPIC_FILES_DIR)?;
         volume.create_dir_all(PARTITIONS_DIR)?;
         let cluster_id = load_or_create_cluster_id(volume.as_ref())?;
+        let membership = Arc::new(Membership::new(
+            config.broker_id,
+            &config.advertised_host,
+            u16::try_from(config.advertised_port).map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("advertised port {} is not a port", config.advertised_port),
+                )
+            })?,
+            config.rack.clone(),
+            config.lease,
+            entropy::random_u64(),
+        ));
+        // The first heartbeat before anything else: the lease every claim
+        // below rests on, and the others' records for Metadata.
+        volume.create_dir_all(layout::BROKERS_DIR)?;
+        crate::cluster::heartbeat::round(volume.as_ref(), env.clock.as_ref(), &membership)?;
         let producer_ids = ProducerIdManager::new(volume.clone(), env.clone(), config.broker_id);
         let groups = crate::coordinator::GroupCoordinator::open(
             volume.clone(),
@@ -122,6 +142,7 @@ impl Broker {
         )?;
         let broker = Arc::new(Broker {
             view: ClusterView::single(config.broker_id),
+            membership,
             producer_ids,
             groups,
             transactions,
@@ -164,6 +185,7 @@ impl Broker {
         // Started once the partitions are open: its first pass completes
         // the transactions a crash left prepared.
         tokio::spawn(crate::transactions::run_timers(Arc::downgrade(&broker)));
+        tokio::spawn(crate::cluster::run_heartbeats(Arc::downgrade(&broker)));
         Ok(broker)
     }
 

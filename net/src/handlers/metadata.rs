@@ -10,7 +10,6 @@ use kaas_core::protocol::{ErrorCode, Uuid};
 use std::sync::Arc;
 
 pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
-    let cfg = &broker.config;
     // Before v4 there was no flag and Metadata always auto-created.
     let may_create = version < 4 || req.allow_auto_topic_creation;
     let topics = match req.topics {
@@ -31,16 +30,22 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
             .map(|t| describe(broker, t))
             .collect(),
     };
+    let now = broker.env.clock.monotonic_ms();
     MetadataResponse {
-        brokers: vec![MetadataResponseBroker {
-            node_id: cfg.broker_id,
-            host: cfg.advertised_host.clone(),
-            port: cfg.advertised_port,
-            rack: None,
-            ..Default::default()
-        }],
+        brokers: broker
+            .membership
+            .live(now)
+            .into_iter()
+            .map(|b| MetadataResponseBroker {
+                node_id: b.id,
+                host: b.host,
+                port: b.port,
+                rack: b.rack,
+                ..Default::default()
+            })
+            .collect(),
         cluster_id: Some(broker.cluster_id.clone()),
-        controller_id: cfg.broker_id,
+        controller_id: broker.membership.controller_id(now),
         topics,
         ..Default::default()
     }
