@@ -1,6 +1,9 @@
-//! Several brokers in one process on one temporary volume: membership.
-//! Each heartbeats its own file and reads the others'; Metadata and
+//! Several brokers in one process on one temporary volume. Membership: each
+//! heartbeats its own file and reads the others'; Metadata and
 //! DescribeCluster list the live ones, and all name the same controller.
+//! Ownership: partitions are spread over the live brokers, clients are sent
+//! to each partition's leader, and a stopped broker's partitions move to
+//! the others (and back when it returns) with every acknowledged record.
 #![cfg(not(madsim))]
 // A test: an unwrap that fails is the test failing.
 #![allow(clippy::unwrap_used)]
@@ -9,8 +12,10 @@ mod support;
 
 use kaas_core::cluster::membership::LeaseBounds;
 use kaas_core::protocol::messages::*;
-use kaas_core::protocol::{RequestBody, ResponseBody};
-use kaas_net::client::Connection;
+use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_core::record::{split_batches, BatchBuilder, NewRecord};
+use kaas_net::client::{single_partition_fetch, single_partition_produce, Connection};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -141,4 +146,185 @@ async fn a_single_broker_lists_itself_as_the_controller() {
         brokers,
         vec![(4, tb.addr.port() as i32, Some("east".to_string()))]
     );
+}
+
+/// Each partition's (error, leader, epoch) as Metadata answers it at `addr`.
+async fn leaders(addr: SocketAddr, topic: &str) -> Vec<(i16, i32, i32)> {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::Metadata(MetadataRequest {
+        topics: Some(vec![metadata_request::MetadataRequestTopic {
+            name: Some(topic.into()),
+            ..Default::default()
+        }]),
+        allow_auto_topic_creation: false,
+        ..Default::default()
+    });
+    match conn
+        .send(metadata_request::API_KEY, 12, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::Metadata(r) => {
+            let mut parts: Vec<_> = r.topics[0]
+                .partitions
+                .iter()
+                .map(|p| {
+                    (
+                        p.partition_index,
+                        (p.error_code, p.leader_id, p.leader_epoch),
+                    )
+                })
+                .collect();
+            parts.sort();
+            parts.into_iter().map(|(_, l)| l).collect()
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Waits (boundedly) until every broker at `addrs` names a live leader
+/// among `among` for every partition, all alike; returns the leaders.
+async fn until_led(addrs: &[SocketAddr], topic: &str, among: &[i32]) -> Vec<(i32, i32)> {
+    let mut last = Vec::new();
+    for _ in 0..200 {
+        let mut answers = Vec::new();
+        for addr in addrs {
+            answers.push(leaders(*addr, topic).await);
+        }
+        let settled = answers.windows(2).all(|w| w[0] == w[1])
+            && answers[0]
+                .iter()
+                .all(|(code, leader, _)| *code == 0 && among.contains(leader));
+        if settled {
+            return answers[0].iter().map(|(_, l, e)| (*l, *e)).collect();
+        }
+        last = answers;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the partitions of {topic} never settled on {among:?}: {last:?}");
+}
+
+async fn produce(addr: SocketAddr, topic: &str, partition: i32, value: &str) -> i16 {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let mut b = BatchBuilder::new();
+    b.push(NewRecord::new(0, None, Some(value.as_bytes())));
+    let req = single_partition_produce(topic, partition, b.build().as_bytes().clone(), -1, 5_000);
+    match conn.send(produce_request::API_KEY, 9, &req).await.unwrap() {
+        ResponseBody::Produce(r) => r.responses[0].partition_responses[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Every record value of a partition, read from its leader at `addr`.
+async fn values(addr: SocketAddr, topic: &str, partition: i32) -> Vec<String> {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = single_partition_fetch(topic, partition, 0, -1, 0);
+    match conn.send(fetch_request::API_KEY, 12, &req).await.unwrap() {
+        ResponseBody::Fetch(r) => {
+            let part = &r.responses[0].partitions[0];
+            assert_eq!(part.error_code, 0, "fetch of {topic}-{partition} at {addr}");
+            let mut out = Vec::new();
+            for batch in split_batches(part.records.clone().unwrap_or_default()) {
+                for record in batch.records() {
+                    let record = record.unwrap();
+                    out.push(String::from_utf8(record.value.unwrap().to_vec()).unwrap());
+                }
+            }
+            out
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn partitions_spread_over_the_brokers_and_move_with_a_stopped_one_and_back() {
+    const PARTITIONS: i32 = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let mut brokers = BTreeMap::new();
+    for id in 0..3 {
+        brokers.insert(id, start(dir.path(), id, "r").await);
+    }
+    let addr = |brokers: &BTreeMap<i32, support::SharedBroker>, id: i32| brokers[&id].addr;
+    for id in 0..3 {
+        until_listed(addr(&brokers, id), &[0, 1, 2]).await;
+    }
+    brokers[&0]
+        .broker
+        .create_topic("t", PARTITIONS, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let first = until_led(&all, "t", &[0, 1, 2]).await;
+    let led_by: Vec<i32> = first.iter().map(|(l, _)| *l).collect();
+    assert!(
+        (0..3).filter(|b| led_by.contains(b)).count() >= 2,
+        "placement spreads 6 partitions over the brokers: {led_by:?}"
+    );
+
+    // Each partition takes a write at its leader, and refuses one elsewhere.
+    for (p, (leader, _)) in first.iter().enumerate() {
+        let p = p as i32;
+        assert_eq!(
+            produce(addr(&brokers, *leader), "t", p, &format!("a{p}")).await,
+            0
+        );
+        let other = (leader + 1) % 3;
+        assert_eq!(
+            produce(addr(&brokers, other), "t", p, "nope").await,
+            ErrorCode::NotLeaderOrFollower.code()
+        );
+    }
+
+    // The leader of partition 0 stops: its partitions move to the others at
+    // a newer epoch, with what they acknowledged.
+    let gone = first[0].0;
+    brokers.remove(&gone).unwrap().stop().await;
+    let rest: Vec<i32> = (0..3).filter(|b| *b != gone).collect();
+    let rest_addrs: Vec<SocketAddr> = rest.iter().map(|b| addr(&brokers, *b)).collect();
+    let moved = until_led(&rest_addrs, "t", &rest).await;
+    for (p, ((before, epoch_before), (now, epoch_now))) in first.iter().zip(&moved).enumerate() {
+        let p = p as i32;
+        if *before == gone {
+            assert!(
+                epoch_now > epoch_before,
+                "partition {p} moved at a newer epoch"
+            );
+        } else {
+            assert_eq!(
+                (now, epoch_now),
+                (before, epoch_before),
+                "partition {p} stayed"
+            );
+        }
+        assert_eq!(
+            values(addr(&brokers, *now), "t", p).await,
+            vec![format!("a{p}")]
+        );
+        assert_eq!(
+            produce(addr(&brokers, *now), "t", p, &format!("b{p}")).await,
+            0
+        );
+    }
+
+    // It comes back: placement gives it its partitions again, released by
+    // their holders at once, with everything written meanwhile.
+    brokers.insert(gone, start(dir.path(), gone, "r").await);
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let mut back = Vec::new();
+    for _ in 0..100 {
+        back = until_led(&all, "t", &[0, 1, 2]).await;
+        if back.iter().map(|(l, _)| *l).eq(led_by.iter().copied()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (p, ((before, _), (now, epoch_now))) in first.iter().zip(&back).enumerate() {
+        let p = p as i32;
+        assert_eq!(now, before, "partition {p} is back where placement puts it");
+        assert!(*epoch_now >= moved[p as usize].1);
+        assert_eq!(
+            values(addr(&brokers, *now), "t", p).await,
+            vec![format!("a{p}"), format!("b{p}")]
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! Leader epochs are stored on the volume, not constants: a partition whose
-//! newest epoch file names another broker is taken over at the next epoch,
+//! newest epoch file names another broker is taken over at the next epoch
+//! once that broker is gone (silent for the lease and its bounds),
 //! and that epoch is what Metadata answers, what batches are stamped with
 //! and what the ownership gate checks clients against.
 #![cfg(not(madsim))]
@@ -37,8 +38,30 @@ async fn a_partition_taken_over_is_served_at_its_new_epoch() {
         .unwrap();
     drop(volume);
 
-    let tb = support::start_broker_in(dir, |_| {}).await;
-    let p = tb.broker.partition("t", 0, -1).unwrap();
+    // Broker 7 never heartbeats: broker 0 may take the partition back only
+    // once it has watched broker 7 silent for lease + skew + staleness.
+    let tb = support::start_broker_in(dir, |c| {
+        c.lease = kaas_core::cluster::membership::LeaseBounds {
+            lease_ms: 300,
+            clock_skew_ms: 50,
+            volume_staleness_ms: 100,
+        }
+    })
+    .await;
+    assert_eq!(
+        tb.broker.partition("t", 0, -1).err(),
+        Some(ErrorCode::NotLeaderOrFollower),
+        "broker 7 is not known to be gone yet"
+    );
+    let mut p = None;
+    for _ in 0..100 {
+        p = tb.broker.partition("t", 0, -1).ok();
+        if p.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let p = p.expect("broker 0 takes the partition back once broker 7 is gone");
     assert_eq!(
         p.leader_epoch(),
         2,

@@ -136,6 +136,7 @@ class KaasBroker:
         workdir: Optional[Path] = None,
         start_timeout: float = 30.0,
         name: str = "kaas",
+        data_dir: Optional[Path] = None,
     ) -> None:
         self.binary = broker_binary()
         self.extra_args = list(extra_args)
@@ -148,7 +149,8 @@ class KaasBroker:
             workdir.mkdir(parents=True, exist_ok=True)
             self._owns_workdir = False
         self.workdir = workdir
-        self.data_dir = workdir / "data"
+        # several brokers of one cluster share a data dir (each keeps its own log)
+        self.data_dir = data_dir if data_dir is not None else workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / "broker.log"
         self.host = HOST

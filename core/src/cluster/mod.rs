@@ -100,6 +100,78 @@ pub fn next_claim(newest: Option<Claim>, broker_id: i32) -> Claim {
     }
 }
 
+/// The broker id a release writes into the epoch after its owner's: the
+/// item is held by nobody, so the broker it is placed on may claim the next
+/// epoch at once, without waiting out the old owner's lease.
+pub const RELEASED: i32 = -1;
+
+/// What a broker does about one item after a heartbeat round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Hold on: it serves the item at its current epoch.
+    Keep,
+    /// Try to win this claim (an epoch file by exclusive create, or its
+    /// own newest claim kept over a restart), then serve the item.
+    Claim(Claim),
+    /// It holds an item placed on another live broker: stop serving it,
+    /// then write a release, so the other may take it over at once.
+    Release,
+    /// Another broker won a newer epoch: stop serving at once.
+    Depose,
+    /// Serve nothing; clients are sent to the newest claim's broker (or
+    /// told the leader is not available while the holder is not live).
+    Follow,
+}
+
+/// Where an item is and who holds it, as one broker reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holding {
+    /// The live broker placement puts the item on (`placement::owner_of`).
+    pub placed: Option<i32>,
+    /// The newest claim on the volume.
+    pub newest: Option<Claim>,
+    /// The claim this broker serves the item at, if it serves it.
+    pub serving: Option<Claim>,
+    /// Whether the newest claim's broker may be claimed from: not live as
+    /// of the last read of its file (`membership::may_claim`).
+    pub holder_gone: bool,
+    /// This broker just started (its process lock proves its previous life
+    /// is dead), so its own newest claim may be served again unchanged.
+    pub just_started: bool,
+}
+
+/// The ownership rule: a broker serves an item only at the newest epoch,
+/// takes an item only where placement puts it, and takes it from another
+/// broker only once that broker released it or is gone. A claim of its own
+/// is kept over a restart; after its lease lapsed (not a fresh start) it
+/// must win a new epoch, since others may have counted it gone meanwhile.
+pub fn next_step(me: i32, h: &Holding) -> Step {
+    if let Some(serving) = h.serving {
+        if h.newest != Some(serving) {
+            return Step::Depose;
+        }
+        return if h.placed.is_some_and(|b| b != me) {
+            Step::Release
+        } else {
+            Step::Keep
+        };
+    }
+    if h.placed != Some(me) {
+        return Step::Follow;
+    }
+    match h.newest {
+        None => Step::Claim(next_claim(None, me)),
+        Some(c) if c.broker_id == me && h.just_started => Step::Claim(c),
+        Some(c) if c.broker_id == me || c.broker_id == RELEASED || h.holder_gone => {
+            Step::Claim(Claim {
+                broker_id: me,
+                epoch: c.epoch.saturating_add(1),
+            })
+        }
+        Some(_) => Step::Follow,
+    }
+}
+
 /// The ownership gate's answer for a partition request: served only by its
 /// leader (NOT_LEADER_OR_FOLLOWER otherwise, so the client refreshes its
 /// metadata), and only if the client's view of the leader epoch is not
@@ -246,6 +318,86 @@ mod tests {
             ),
             Err(ErrorCode::NotCoordinator)
         );
+    }
+
+    fn holding(placed: i32, newest: Option<(i32, i32)>, serving: Option<(i32, i32)>) -> Holding {
+        let claim = |(broker_id, epoch)| Claim { broker_id, epoch };
+        Holding {
+            placed: Some(placed),
+            newest: newest.map(claim),
+            serving: serving.map(claim),
+            holder_gone: false,
+            just_started: false,
+        }
+    }
+
+    fn claim(broker_id: i32, epoch: i32) -> Step {
+        Step::Claim(Claim { broker_id, epoch })
+    }
+
+    #[test]
+    fn a_broker_serves_only_at_the_newest_epoch() {
+        assert_eq!(
+            next_step(1, &holding(1, Some((1, 3)), Some((1, 3)))),
+            Step::Keep
+        );
+        assert_eq!(
+            next_step(1, &holding(1, Some((2, 4)), Some((1, 3)))),
+            Step::Depose
+        );
+        let released = holding(1, Some((RELEASED, 4)), Some((1, 3)));
+        assert_eq!(next_step(1, &released), Step::Depose);
+    }
+
+    #[test]
+    fn a_broker_releases_what_placement_moved_to_another() {
+        assert_eq!(
+            next_step(1, &holding(2, Some((1, 3)), Some((1, 3)))),
+            Step::Release
+        );
+    }
+
+    #[test]
+    fn a_broker_takes_only_what_is_placed_on_it() {
+        assert_eq!(next_step(1, &holding(2, None, None)), Step::Follow);
+        assert_eq!(next_step(1, &holding(2, Some((3, 0)), None)), Step::Follow);
+        assert_eq!(next_step(1, &holding(1, None, None)), claim(1, 0));
+    }
+
+    #[test]
+    fn a_broker_takes_from_another_only_once_released_or_gone() {
+        let held = holding(1, Some((2, 5)), None);
+        assert_eq!(next_step(1, &held), Step::Follow);
+        assert_eq!(
+            next_step(
+                1,
+                &Holding {
+                    holder_gone: true,
+                    ..held
+                }
+            ),
+            claim(1, 6)
+        );
+        assert_eq!(
+            next_step(1, &holding(1, Some((RELEASED, 6)), None)),
+            claim(1, 7)
+        );
+    }
+
+    #[test]
+    fn a_claim_of_its_own_is_kept_over_a_restart_and_renewed_after_a_lapse() {
+        let own = holding(1, Some((1, 5)), None);
+        assert_eq!(
+            next_step(
+                1,
+                &Holding {
+                    just_started: true,
+                    ..own
+                }
+            ),
+            claim(1, 5)
+        );
+        assert_eq!(next_step(1, &own), claim(1, 6));
     }
 
     #[test]

@@ -8,10 +8,12 @@ pub mod ownership;
 mod partition;
 mod producer_ids;
 mod producer_state;
+mod seat;
 mod topic_file;
 
 pub use partition::{partition_dir, FetchedData, Isolation, OpenPartition, Partition};
 pub use producer_ids::ProducerIdManager;
+pub use seat::{Leadership, Seat};
 pub use topic_file::TopicFile;
 
 use crate::cluster::Membership;
@@ -22,7 +24,8 @@ use crate::env::{Env, IoKind};
 use crate::log::LogConfig;
 use crate::transactions::TxnCoordinator;
 use crate::volume::Volume;
-use kaas_core::cluster::{self, ClusterView};
+use kaas_core::cluster::placement::Item;
+use kaas_core::cluster::{self, Claim, ClusterView, Step, COORDINATOR_SLOTS};
 use kaas_core::layout::{self, CLUSTER_FILE, PARTITIONS_DIR, TOPIC_FILES_DIR};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use kaas_core::topic_config::{
@@ -35,16 +38,17 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 
 /// A topic as currently served. Immutable: a change (more partitions)
-/// installs a new `Topic` that shares the existing partitions.
+/// installs a new `Topic` that shares the existing seats. Every broker
+/// knows every partition; each is open only on its leader.
 pub struct Topic {
     pub name: String,
     pub id: Uuid,
     pub configs: BTreeMap<String, String>,
-    pub partitions: Vec<Arc<Partition>>,
+    pub partitions: Vec<Arc<Seat>>,
 }
 
 impl Topic {
-    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+    pub fn partition(&self, index: i32) -> Option<&Arc<Seat>> {
         usize::try_from(index)
             .ok()
             .and_then(|i| self.partitions.get(i))
@@ -96,6 +100,9 @@ pub struct Broker {
     /// Transactional ids and their transactions. Handlers reach it through
     /// [`txn_coordinator`](Self::txn_coordinator).
     pub transactions: Arc<TxnCoordinator>,
+    /// The membership's count of lease lapses this broker has acted on:
+    /// after a lapse, everything it led must be won again at new epochs.
+    lapses_seen: std::sync::atomic::AtomicU64,
 }
 
 impl Broker {
@@ -128,17 +135,52 @@ impl Broker {
         volume.create_dir_all(layout::BROKERS_DIR)?;
         crate::cluster::heartbeat::round(volume.as_ref(), env.clock.as_ref(), &membership)?;
         let producer_ids = ProducerIdManager::new(volume.clone(), env.clone(), config.broker_id);
+        let now = env.clock.monotonic_ms();
+        let live = membership.live_ids(now);
+        let decider = ownership::Decider {
+            membership: &membership,
+            live: &live,
+            now,
+        };
+        // Coordinator slots are taken once, at start: a slot placed here is
+        // claimed if it is free, this broker's own, or its holder is gone;
+        // the others stay with their holders (moving slots while running
+        // is the next step of issue 11).
+        let mut group_claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
+        let mut txn_claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
+        for slot in 0..COORDINATOR_SLOTS {
+            let taken = ownership::take(
+                volume.as_ref(),
+                &layout::group_slot_epochs_dir(slot),
+                &|epoch| layout::group_slot_epoch_file(slot, epoch),
+                &decider,
+                &Item::GroupSlot(slot),
+                true,
+            )?;
+            group_claims.push(taken.after);
+            let taken = ownership::take(
+                volume.as_ref(),
+                &layout::txn_slot_epochs_dir(slot),
+                &|epoch| layout::txn_slot_epoch_file(slot, epoch),
+                &decider,
+                &Item::TxnSlot(slot),
+                true,
+            )?;
+            txn_claims.push(taken.after);
+        }
         let groups = crate::coordinator::GroupCoordinator::open(
             volume.clone(),
             env.clone(),
             config.broker_id,
             config.group.clone(),
+            group_claims,
         )?;
         let transactions = TxnCoordinator::open(
             volume.clone(),
             env.clone(),
             config.broker_id,
             config.txn.clone(),
+            txn_claims,
         )?;
         let broker = Arc::new(Broker {
             view: ClusterView::single(config.broker_id),
@@ -153,16 +195,23 @@ impl Broker {
             topics: RwLock::new(BTreeMap::new()),
             admin: tokio::sync::Mutex::new(()),
             progress: Arc::new(watch::Sender::new(0)),
+            lapses_seen: std::sync::atomic::AtomicU64::new(0),
         });
+        // Listed before the topic files are read: a topic's file is created
+        // before any of its directories, so a directory listed here whose
+        // file is missing below is a deletion's leftover, not a topic
+        // another broker is creating right now.
+        let dirs = broker.volume.list(PARTITIONS_DIR)?;
         let files = topic_file::read_all(broker.volume.as_ref())?;
         let mut known_dirs = std::collections::BTreeSet::new();
         for file in files {
             let Some(id) = file.id() else { continue };
+            let take = taker(&broker, &file.configs, true);
             let mut partitions = Vec::new();
             for index in 0..file.partitions {
                 known_dirs.insert(partition_dir(&file.name, index));
-                let partition = broker.open_partition(&file.name, index, &file.configs)?;
-                partitions.push(broker.start_partition(partition));
+                let taken = take(&file.name, index)?;
+                partitions.push(Arc::new(Seat::new(index, broker.start_taken(taken))));
             }
             tracing::info!(topic = %file.name, partitions = file.partitions, "recovered topic");
             let topic = Topic {
@@ -175,7 +224,7 @@ impl Broker {
         }
         // Partition directories without a topic file are leftovers of a
         // deletion that crashed half-way: the topic file is removed first.
-        for dir in broker.volume.list(PARTITIONS_DIR)? {
+        for dir in dirs {
             let dir = layout::partition_dir_of_entry(&dir);
             if !known_dirs.contains(&dir) {
                 tracing::warn!(%dir, "removing partition directory of a deleted topic");
@@ -227,51 +276,41 @@ impl Broker {
         )
     }
 
-    /// Opens (recovering) one partition. Blocks on the volume.
-    fn open_partition(
-        &self,
-        topic: &str,
-        index: i32,
-        configs: &BTreeMap<String, String>,
-    ) -> io::Result<Partition> {
-        opener(self, configs)(topic, index)
+    /// What a partition taken (or not) becomes: a partition opened here
+    /// has its flusher started.
+    fn start_taken(&self, taken: TakenPartition) -> Leadership {
+        match taken {
+            TakenPartition::Opened(partition) => {
+                let partition: Arc<Partition> = Arc::from(partition);
+                tokio::spawn(partition.clone().run_flusher());
+                Leadership::Here(partition)
+            }
+            TakenPartition::Elsewhere(claim) => Leadership::Elsewhere(claim),
+        }
     }
 
-    /// Starts a just-opened partition's flusher.
-    fn start_partition(&self, partition: Partition) -> Arc<Partition> {
-        let partition = Arc::new(partition);
-        tokio::spawn(partition.clone().run_flusher());
-        partition
-    }
-
-    /// Opens partitions `range` of a new or growing topic on the IO runner:
-    /// each directory is cleared first (a leftover from an earlier
-    /// incarnation must not leak its records into the new topic), then the
-    /// topic file is written last, so a crash half-way leaves only
-    /// directories that the next start removes.
-    async fn create_partitions_on_volume(
+    /// Takes partitions `range` of a topic whose file is written: those
+    /// placed here are claimed and opened (on the IO runner), the others
+    /// are left to their brokers' next ownership round.
+    async fn take_partitions(
         &self,
-        file: TopicFile,
+        file: &TopicFile,
         range: std::ops::Range<i32>,
-    ) -> Result<Vec<Arc<Partition>>, AdminError> {
-        let open = opener(self, &file.configs);
-        let volume = self.volume.clone();
-        let opened = self
+    ) -> Result<Vec<Arc<Seat>>, AdminError> {
+        let take = taker(self, &file.configs, false);
+        let name = file.name.clone();
+        let taken = self
             .env
             .blocking(IoKind::Fsync, move || {
-                let mut opened = Vec::new();
-                for index in range {
-                    volume.remove_dir_all(&partition_dir(&file.name, index))?;
-                    opened.push(open(&file.name, index)?);
-                }
-                topic_file::write(volume.as_ref(), &file)?;
-                Ok(opened)
+                range
+                    .map(|index| take(&name, index).map(|t| (index, t)))
+                    .collect::<io::Result<Vec<_>>>()
             })
             .await
             .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
-        Ok(opened
+        Ok(taken
             .into_iter()
-            .map(|p| self.start_partition(p))
+            .map(|(index, t)| Arc::new(Seat::new(index, self.start_taken(t))))
             .collect())
     }
 
@@ -299,11 +338,21 @@ impl Broker {
         index: i32,
         current_leader_epoch: i32,
     ) -> Result<Arc<Partition>, ErrorCode> {
-        let partition = topic
+        let seat = topic
             .partition(index)
             .ok_or(ErrorCode::UnknownTopicOrPartition)?;
+        let partition = seat.led().ok_or(ErrorCode::NotLeaderOrFollower)?;
+        if !self.may_act() {
+            return Err(ErrorCode::NotLeaderOrFollower);
+        }
         cluster::check_partition_access(&self.view, partition.leader(), current_leader_epoch)?;
-        Ok(partition.clone())
+        Ok(partition)
+    }
+
+    /// Whether this broker's lease holds now: it serves nothing it owns
+    /// once its lease ran out (`kaas_core::cluster::membership`).
+    pub fn may_act(&self) -> bool {
+        self.membership.may_act(self.env.clock.monotonic_ms())
     }
 
     /// [`gate`](Self::gate) for a topic named in a request.
@@ -329,6 +378,9 @@ impl Broker {
             .slot_claim(slot)
             .ok_or(ErrorCode::NotCoordinator)?;
         cluster::check_slot_access(&self.view, slot, claim)?;
+        if !self.may_act() {
+            return Err(ErrorCode::NotCoordinator);
+        }
         Ok(&self.groups)
     }
 
@@ -345,6 +397,9 @@ impl Broker {
             .slot_claim(slot)
             .ok_or(ErrorCode::NotCoordinator)?;
         cluster::check_slot_access(&self.view, slot, claim)?;
+        if !self.may_act() {
+            return Err(ErrorCode::NotCoordinator);
+        }
         Ok(&self.transactions)
     }
 
@@ -432,14 +487,29 @@ impl Broker {
             partitions,
             configs: configs.clone(),
         };
-        let opened = self
-            .create_partitions_on_volume(file, 0..partitions)
-            .await?;
+        // The topic file first, created exclusively: of brokers creating
+        // one name at once exactly one succeeds, and a directory never
+        // exists before its topic's file (see `open`'s sweep).
+        let volume = self.volume.clone();
+        let created = file.clone();
+        self.env
+            .blocking(IoKind::Fsync, move || {
+                topic_file::create(volume.as_ref(), &created)
+            })
+            .await
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::AlreadyExists => AdminError::new(
+                    ErrorCode::TopicAlreadyExists,
+                    format!("Topic '{name}' already exists."),
+                ),
+                _ => AdminError::new(ErrorCode::KafkaStorageError, e.to_string()),
+            })?;
+        let seats = self.take_partitions(&file, 0..partitions).await?;
         let topic = Arc::new(Topic {
             name: name.to_string(),
             id,
             configs,
-            partitions: opened,
+            partitions: seats,
         });
         self.topics_mut().insert(name.to_string(), topic.clone());
         tracing::info!(topic = name, partitions, %id, "created topic");
@@ -452,6 +522,10 @@ impl Broker {
         if let Some(t) = self.topic(name) {
             return Ok(t);
         }
+        // Another broker may have created it since the last round.
+        if let Some(t) = self.install_from_volume(name).await? {
+            return Ok(t);
+        }
         if !self.config.auto_create_topics {
             return Err(ErrorCode::UnknownTopicOrPartition);
         }
@@ -460,11 +534,217 @@ impl Broker {
             .await
         {
             Ok(t) => Ok(t),
-            Err(e) if e.code == ErrorCode::TopicAlreadyExists => {
-                self.topic(name).ok_or(ErrorCode::UnknownTopicOrPartition)
-            }
+            Err(e) if e.code == ErrorCode::TopicAlreadyExists => self
+                .install_from_volume(name)
+                .await?
+                .ok_or(ErrorCode::UnknownTopicOrPartition),
             Err(e) => Err(e.code),
         }
+    }
+
+    /// Installs topic `name` from its file, if the volume has one (another
+    /// broker created it): the partitions placed here are taken.
+    async fn install_from_volume(&self, name: &str) -> Result<Option<Arc<Topic>>, ErrorCode> {
+        let _admin = self.admin.lock().await;
+        if let Some(t) = self.topic(name) {
+            return Ok(Some(t));
+        }
+        let volume = self.volume.clone();
+        let wanted = name.to_string();
+        let file = self
+            .env
+            .blocking(IoKind::Buffered, move || {
+                topic_file::read(volume.as_ref(), &wanted)
+            })
+            .await
+            .map_err(storage_error)?;
+        match file {
+            Some(file) => self.install(file).await.map(Some).map_err(|e| e.code),
+            None => Ok(None),
+        }
+    }
+
+    /// Serves a topic read from its file. The caller holds `admin`.
+    async fn install(&self, file: TopicFile) -> Result<Arc<Topic>, AdminError> {
+        let id = file.id().ok_or_else(|| {
+            AdminError::new(ErrorCode::KafkaStorageError, "topic file without an id")
+        })?;
+        let seats = self.take_partitions(&file, 0..file.partitions).await?;
+        let topic = Arc::new(Topic {
+            name: file.name.clone(),
+            id,
+            configs: file.configs,
+            partitions: seats,
+        });
+        self.topics_mut().insert(file.name, topic.clone());
+        Ok(topic)
+    }
+
+    /// The ownership round, run after every heartbeat: topics other brokers
+    /// created, grew or deleted are followed, and every partition is
+    /// brought in line with the ownership rule
+    /// (`kaas_core::cluster::next_step`): taken where it is placed here and
+    /// free (or its holder gone), released where placement moved it to
+    /// another live broker, closed at once where another broker won a newer
+    /// epoch. After a lease lapse everything led here is closed first, to
+    /// be won again at new epochs.
+    pub async fn reconcile(&self) {
+        let _admin = self.admin.lock().await;
+        let lapses = self.membership.lapses();
+        let lapsed = self
+            .lapses_seen
+            .swap(lapses, std::sync::atomic::Ordering::AcqRel)
+            != lapses;
+        let volume = self.volume.clone();
+        let files = match self
+            .env
+            .blocking(IoKind::Buffered, move || {
+                topic_file::read_all(volume.as_ref())
+            })
+            .await
+        {
+            Ok(files) => files,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the topic files");
+                return;
+            }
+        };
+        let on_volume: BTreeMap<String, TopicFile> =
+            files.into_iter().map(|f| (f.name.clone(), f)).collect();
+        for topic in self.topics() {
+            let same = on_volume
+                .get(&topic.name)
+                .is_some_and(|f| f.id() == Some(topic.id));
+            if !same {
+                tracing::info!(topic = %topic.name, "topic deleted by another broker");
+                self.topics_mut().remove(&topic.name);
+                for seat in &topic.partitions {
+                    if let Some(p) = seat.led() {
+                        p.close();
+                    }
+                }
+            }
+        }
+        for (name, file) in on_volume {
+            let result = match self.topic(&name) {
+                None => self.install(file).await.map(|_| ()),
+                Some(t) if (t.partitions.len() as i32) < file.partitions => {
+                    let current = t.partitions.len() as i32;
+                    self.take_partitions(&file, current..file.partitions)
+                        .await
+                        .map(|more| {
+                            let mut partitions = t.partitions.clone();
+                            partitions.extend(more);
+                            let grown = Topic {
+                                name: name.clone(),
+                                id: t.id,
+                                configs: t.configs.clone(),
+                                partitions,
+                            };
+                            self.topics_mut().insert(name.clone(), Arc::new(grown));
+                        })
+                }
+                Some(_) => Ok(()),
+            };
+            if let Err(e) = result {
+                tracing::warn!(topic = %name, error = %e.message, "cannot follow a topic");
+            }
+        }
+        for topic in self.topics() {
+            for seat in &topic.partitions {
+                if let Err(e) = self.reconcile_seat(&topic, seat, lapsed).await {
+                    tracing::warn!(topic = %topic.name, partition = seat.index, error = %e, "ownership round failed");
+                }
+            }
+        }
+    }
+
+    /// One partition's part of [`reconcile`](Self::reconcile).
+    async fn reconcile_seat(&self, topic: &Topic, seat: &Seat, lapsed: bool) -> io::Result<()> {
+        let mut led = seat.led();
+        if lapsed {
+            if let Some(p) = led.take() {
+                p.close_moved();
+                seat.replace(Leadership::Elsewhere(Some(p.leader())));
+            }
+        }
+        let serving = led.as_ref().map(|p| p.leader());
+        let (volume, clock, membership) = (
+            self.volume.clone(),
+            self.env.clock.clone(),
+            self.membership.clone(),
+        );
+        let (name, index) = (topic.name.clone(), seat.index);
+        let (newest, step) = self
+            .env
+            .blocking(IoKind::Buffered, move || {
+                let newest = ownership::newest(
+                    volume.as_ref(),
+                    &layout::partition_epochs_dir(&name, index),
+                    &|epoch| layout::partition_epoch_file(&name, index, epoch),
+                )?;
+                let now = clock.monotonic_ms();
+                let live = membership.live_ids(now);
+                let decider = ownership::Decider {
+                    membership: &membership,
+                    live: &live,
+                    now,
+                };
+                let item = Item::Partition {
+                    topic: &name,
+                    partition: index,
+                };
+                Ok((newest, decider.step(&item, newest, serving, false)))
+            })
+            .await?;
+        match (step, led) {
+            (Step::Keep, _) => {}
+            (Step::Depose, Some(p)) => {
+                tracing::warn!(topic = %topic.name, partition = seat.index, ?newest, "another broker leads the partition now");
+                p.close_moved();
+                seat.replace(Leadership::Elsewhere(newest));
+            }
+            (Step::Release, Some(p)) => {
+                // Durable first (acks=1 writes included), then refuse, then
+                // hand over: the next leader reads all it was told.
+                if let Err(code) = p.shut_down().await {
+                    tracing::warn!(topic = %topic.name, partition = seat.index, ?code, "released partition did not flush");
+                }
+                p.close_moved();
+                let held = p.leader();
+                seat.replace(Leadership::Elsewhere(Some(held)));
+                let volume = self.volume.clone();
+                let name = topic.name.clone();
+                self.env
+                    .blocking(IoKind::Fsync, move || {
+                        ownership::release(
+                            volume.as_ref(),
+                            &layout::partition_epochs_dir(&name, index),
+                            &|epoch| layout::partition_epoch_file(&name, index, epoch),
+                            held,
+                        )
+                    })
+                    .await?;
+                tracing::info!(topic = %topic.name, partition = seat.index, epoch = held.epoch, "released the partition to its new place");
+            }
+            (Step::Claim(_), None) => {
+                let take = taker(self, &topic.configs, false);
+                let name = topic.name.clone();
+                let taken = self
+                    .env
+                    .blocking(IoKind::Fsync, move || take(&name, index))
+                    .await?;
+                if let TakenPartition::Opened(p) = &taken {
+                    tracing::info!(topic = %topic.name, partition = seat.index, epoch = p.leader().epoch, "took the partition over");
+                }
+                seat.replace(self.start_taken(taken));
+            }
+            (_, None) => {
+                seat.replace(Leadership::Elsewhere(newest));
+            }
+            (_, Some(_)) => {}
+        }
+        Ok(())
     }
 
     /// Deletes a topic: the topic file goes first (the point of no return),
@@ -485,10 +765,12 @@ impl Broker {
             .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
         self.topics_mut().remove(name);
         let mut dirs = Vec::new();
-        for p in &topic.partitions {
-            p.close();
-            dirs.push(partition_dir(name, p.index));
-            dirs.push(layout::partition_epochs_dir(name, p.index));
+        for seat in &topic.partitions {
+            if let Some(p) = seat.led() {
+                p.close();
+            }
+            dirs.push(partition_dir(name, seat.index));
+            dirs.push(layout::partition_epochs_dir(name, seat.index));
         }
         let volume = self.volume.clone();
         self.env
@@ -539,11 +821,16 @@ impl Broker {
             partitions: count,
             configs: topic.configs.clone(),
         };
+        let volume = self.volume.clone();
+        let written = file.clone();
+        self.env
+            .blocking(IoKind::Fsync, move || {
+                topic_file::write(volume.as_ref(), &written)
+            })
+            .await
+            .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
         let mut partitions = topic.partitions.clone();
-        partitions.extend(
-            self.create_partitions_on_volume(file, current..count)
-                .await?,
-        );
+        partitions.extend(self.take_partitions(&file, current..count).await?);
         let updated = Topic {
             name: name.to_string(),
             id: topic.id,
@@ -591,24 +878,57 @@ impl Broker {
     }
 }
 
-/// A function that opens partitions of a topic with `configs`, carrying
-/// what it needs from the broker so it can run on the IO runner.
-fn opener(
+/// A partition after the ownership rule was applied to it.
+enum TakenPartition {
+    /// Won (or kept) here, and opened.
+    Opened(Box<Partition>),
+    /// Led by the newest claim, another broker's or nobody's.
+    Elsewhere(Option<Claim>),
+}
+
+/// A function that takes partitions of a topic with `configs` where the
+/// ownership rule says so, opening those it wins; it carries what it needs
+/// from the broker so it can run on the IO runner.
+fn taker(
     broker: &Broker,
     configs: &BTreeMap<String, String>,
-) -> impl Fn(&str, i32) -> io::Result<Partition> + Send + 'static {
+    just_started: bool,
+) -> impl Fn(&str, i32) -> io::Result<TakenPartition> + Send + 'static {
     let volume = broker.volume.clone();
     let env = broker.env.clone();
     let progress = broker.progress.clone();
     let config = broker.log_config(configs);
-    let broker_id = broker.config.broker_id;
+    let membership = broker.membership.clone();
     move |topic: &str, index: i32| {
-        let leader = ownership::claim(
+        let now = env.clock.monotonic_ms();
+        let live = membership.live_ids(now);
+        let decider = ownership::Decider {
+            membership: &membership,
+            live: &live,
+            now,
+        };
+        let taken = ownership::take(
             volume.as_ref(),
             &layout::partition_epochs_dir(topic, index),
             &|epoch| layout::partition_epoch_file(topic, index, epoch),
-            broker_id,
+            &decider,
+            &Item::Partition {
+                topic,
+                partition: index,
+            },
+            just_started,
         )?;
+        let Some(leader) = taken
+            .after
+            .filter(|c| c.broker_id == membership.broker_id())
+        else {
+            return Ok(TakenPartition::Elsewhere(taken.after));
+        };
+        if taken.before.is_none() {
+            // The first claim ever: the partition starts empty, whatever a
+            // deletion that crashed half-way left in its directory.
+            volume.remove_dir_all(&partition_dir(topic, index))?;
+        }
         Partition::open(
             volume.clone(),
             env.clone(),
@@ -620,7 +940,13 @@ fn opener(
                 leader,
             },
         )
+        .map(|p| TakenPartition::Opened(Box::new(p)))
     }
+}
+
+fn storage_error(e: io::Error) -> ErrorCode {
+    tracing::error!(error = %e, "volume error");
+    ErrorCode::KafkaStorageError
 }
 
 fn load_or_create_cluster_id(volume: &dyn Volume) -> io::Result<String> {

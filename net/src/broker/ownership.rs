@@ -10,8 +10,10 @@
 //! brokers of DESIGN.md §6 add leases and take-overs on top of this same
 //! primitive.
 
+use crate::cluster::Membership;
 use crate::volume::Volume;
-use kaas_core::cluster::{next_claim, Claim};
+use kaas_core::cluster::placement::{owner_of, Item};
+use kaas_core::cluster::{next_claim, next_step, Claim, Holding, Step, RELEASED};
 use kaas_core::layout::latest_epoch;
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -78,6 +80,129 @@ pub fn claim(
         .ok_or_else(|| io::Error::other(format!("{dir}: no claim after {CLAIM_ATTEMPTS} attempts")))
 }
 
+/// What one ownership decision rests on: this broker's membership, the
+/// live set it computed, and the time (its monotonic clock).
+pub struct Decider<'a> {
+    pub membership: &'a Membership,
+    pub live: &'a [i32],
+    pub now: i64,
+}
+
+impl Decider<'_> {
+    /// The ownership rule (`kaas_core::cluster::next_step`) for `item`,
+    /// whose newest claim is `newest`, served here at `serving`. A holder
+    /// named by the claim is watched from now on, so its silence is counted.
+    pub fn step(
+        &self,
+        item: &Item<'_>,
+        newest: Option<Claim>,
+        serving: Option<Claim>,
+        just_started: bool,
+    ) -> Step {
+        let me = self.membership.broker_id();
+        let holder_gone = match newest {
+            Some(c) if c.broker_id != me && c.broker_id != RELEASED => {
+                self.membership.watch(c.broker_id, self.now);
+                self.membership.may_claim_from(c.broker_id)
+            }
+            _ => false,
+        };
+        next_step(
+            me,
+            &Holding {
+                placed: owner_of(item, self.live),
+                newest,
+                serving,
+                holder_gone,
+                just_started,
+            },
+        )
+    }
+}
+
+/// An attempt to take an item: the newest claim before it, and the claim
+/// in force after it (this broker's if it won or kept one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    pub before: Option<Claim>,
+    pub after: Option<Claim>,
+}
+
+/// Takes `item` if the ownership rule says so (it is not served here yet).
+/// Blocks on the volume.
+pub fn take(
+    volume: &dyn Volume,
+    dir: &str,
+    file: &dyn Fn(i32) -> String,
+    decider: &Decider<'_>,
+    item: &Item<'_>,
+    just_started: bool,
+) -> io::Result<Taken> {
+    let before = newest(volume, dir, file)?;
+    let after = match decider.step(item, before, None, just_started) {
+        Step::Claim(wanted) => match win(volume, dir, file, wanted, before)? {
+            Ok(won) => Some(won),
+            Err(newer) => newer,
+        },
+        _ => before,
+    };
+    Ok(Taken { before, after })
+}
+
+/// Tries to make `wanted` the claim in force: kept as it is if it already
+/// is the newest (`current`), won by exclusive create of its epoch file
+/// otherwise. `Err` carries the newest claim when another broker won that
+/// epoch first. Blocks on the volume.
+pub fn win(
+    volume: &dyn Volume,
+    dir: &str,
+    file: &dyn Fn(i32) -> String,
+    wanted: Claim,
+    current: Option<Claim>,
+) -> io::Result<Result<Claim, Option<Claim>>> {
+    if Some(wanted) == current {
+        return Ok(Ok(wanted));
+    }
+    volume.create_dir_all(dir)?;
+    let json = serde_json::to_vec(&EpochFile {
+        broker_id: wanted.broker_id,
+    })
+    .map_err(io::Error::other)?;
+    match volume.create_exclusive(&file(wanted.epoch), &json) {
+        Ok(()) => Ok(Ok(wanted)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Err(newest(volume, dir, file)?)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives up `held` (whose holder has already stopped serving it): the next
+/// epoch is written as held by nobody (`kaas_core::cluster::RELEASED`), so
+/// the broker the item is placed on claims the one after at once instead of
+/// waiting out a lease. Losing the race to a claimant is as good.
+pub fn release(
+    volume: &dyn Volume,
+    dir: &str,
+    file: &dyn Fn(i32) -> String,
+    held: Claim,
+) -> io::Result<()> {
+    let released = Claim {
+        broker_id: kaas_core::cluster::RELEASED,
+        epoch: held.epoch.saturating_add(1),
+    };
+    win(volume, dir, file, released, Some(held)).map(|_| ())
+}
+
+/// Every coordinator slot held by `broker_id` at epoch 0: a coordinator
+/// opened alone, without a broker's ownership round (tests).
+#[cfg(test)]
+pub fn all_slots_held_by(broker_id: i32) -> Vec<Option<Claim>> {
+    let claim = Claim {
+        broker_id,
+        epoch: 0,
+    };
+    vec![Some(claim); kaas_core::cluster::COORDINATOR_SLOTS as usize]
+}
+
 #[cfg(test)]
 #[cfg(not(madsim))]
 mod tests {
@@ -125,6 +250,40 @@ mod tests {
                 broker_id: 2,
                 epoch: 1
             })
+        );
+    }
+
+    #[test]
+    fn a_release_hands_the_next_epoch_to_nobody_and_a_lost_race_reports_the_winner() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = LocalVolume::new(dir.path()).unwrap();
+        let d = partition_epochs_dir("t", 0);
+        let mine = Claim {
+            broker_id: 1,
+            epoch: 0,
+        };
+        assert_eq!(win(&v, &d, &file, mine, None).unwrap(), Ok(mine));
+        release(&v, &d, &file, mine).unwrap();
+        let released = newest(&v, &d, &file).unwrap();
+        assert_eq!(
+            released,
+            Some(Claim {
+                broker_id: kaas_core::cluster::RELEASED,
+                epoch: 1
+            })
+        );
+        let taker = Claim {
+            broker_id: 2,
+            epoch: 2,
+        };
+        assert_eq!(win(&v, &d, &file, taker, released).unwrap(), Ok(taker));
+        let late = Claim {
+            broker_id: 3,
+            epoch: 2,
+        };
+        assert_eq!(
+            win(&v, &d, &file, late, released).unwrap(),
+            Err(Some(taker))
         );
     }
 

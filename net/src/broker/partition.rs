@@ -60,6 +60,9 @@ pub struct Partition {
     /// and removes files in an order a crash must not interleave.
     deleting: tokio::sync::Mutex<()>,
     closed: AtomicBool,
+    /// Closed because leadership moved (another epoch, a release): requests
+    /// already past the gate get NOT_LEADER_OR_FOLLOWER, so clients follow.
+    moved: AtomicBool,
 }
 
 /// What a fetch of one partition returns.
@@ -147,6 +150,7 @@ impl Partition {
             flushing: tokio::sync::Mutex::new(()),
             deleting: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
+            moved: AtomicBool::new(false),
         })
     }
 
@@ -158,6 +162,9 @@ impl Partition {
     }
 
     fn check_open(&self) -> Result<(), ErrorCode> {
+        if self.moved.load(Ordering::Acquire) {
+            return Err(ErrorCode::NotLeaderOrFollower);
+        }
         if self.closed.load(Ordering::Acquire) {
             return Err(ErrorCode::UnknownTopicOrPartition);
         }
@@ -528,6 +535,14 @@ impl Partition {
         self.state().failed();
         self.high_watermark.send_modify(|_| {});
         self.snapshots_attempted.send_modify(|_| {});
+    }
+
+    /// Stops serving because leadership moved elsewhere: like
+    /// [`close`](Self::close), but what is refused is told to look for the
+    /// new leader.
+    pub fn close_moved(&self) {
+        self.moved.store(true, Ordering::Release);
+        self.close();
     }
 
     /// Stops the flusher and refuses further requests (topic deletion).

@@ -39,6 +39,36 @@ pub fn write(volume: &dyn Volume, file: &TopicFile) -> io::Result<()> {
     volume.write_atomic(&path(&file.name), &json)
 }
 
+/// Creates a new topic's file: fails with `AlreadyExists` if a topic of
+/// that name exists, even one another broker created a moment ago.
+pub fn create(volume: &dyn Volume, file: &TopicFile) -> io::Result<()> {
+    volume.create_dir_all(TOPIC_FILES_DIR)?;
+    let json = serde_json::to_vec_pretty(file).map_err(io::Error::other)?;
+    volume.create_exclusive(&path(&file.name), &json)
+}
+
+/// The file of topic `name`, if it exists and is valid.
+pub fn read(volume: &dyn Volume, name: &str) -> io::Result<Option<TopicFile>> {
+    let Some(bytes) = volume.read(&path(name))? else {
+        return Ok(None);
+    };
+    Ok(parse(name, &bytes))
+}
+
+fn parse(name: &str, bytes: &[u8]) -> Option<TopicFile> {
+    match serde_json::from_slice::<TopicFile>(bytes) {
+        Ok(f) if f.name == name && f.partitions > 0 && f.id().is_some() => Some(f),
+        Ok(_) => {
+            tracing::error!(file = %path(name), "topic file is inconsistent; ignoring it");
+            None
+        }
+        Err(e) => {
+            tracing::error!(file = %path(name), error = %e, "topic file does not parse; ignoring it");
+            None
+        }
+    }
+}
+
 /// Every topic file on the volume. A file that does not parse is reported
 /// and skipped rather than taking the broker down: its partitions stay on
 /// disk untouched for an operator to inspect.
@@ -48,16 +78,7 @@ pub fn read_all(volume: &dyn Volume) -> io::Result<Vec<TopicFile>> {
         let Some(name) = layout::topic_of_file(&entry) else {
             continue;
         };
-        let Some(bytes) = volume.read(&path(name))? else {
-            continue;
-        };
-        match serde_json::from_slice::<TopicFile>(&bytes) {
-            Ok(f) if f.name == name && f.partitions > 0 && f.id().is_some() => out.push(f),
-            Ok(_) => tracing::error!(file = %path(name), "topic file is inconsistent; ignoring it"),
-            Err(e) => {
-                tracing::error!(file = %path(name), error = %e, "topic file does not parse; ignoring it")
-            }
-        }
+        out.extend(read(volume, name)?);
     }
     Ok(out)
 }

@@ -18,7 +18,8 @@ pub fn heartbeat_interval_ms(lease_ms: i64) -> u64 {
     (lease_ms / 3).max(1) as u64
 }
 
-/// Heartbeats until the broker is dropped.
+/// Heartbeats, each followed by the ownership round
+/// ([`Broker::reconcile`]), until the broker is dropped.
 pub async fn run_heartbeats(broker: Weak<Broker>) {
     let Some(every) = broker
         .upgrade()
@@ -38,5 +39,6 @@ pub async fn run_heartbeats(broker: Weak<Broker>) {
                 heartbeat::round(volume.as_ref(), clock.as_ref(), &membership)
             })
             .await;
+        b.reconcile().await;
     }
 }

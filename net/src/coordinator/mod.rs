@@ -22,7 +22,6 @@
 #[cfg(test)]
 mod tests;
 
-use crate::broker::ownership;
 use crate::env::Env;
 use crate::slot_store::{
     self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, Taken, WriteDone,
@@ -38,10 +37,7 @@ use kaas_core::group::{
     Coordinator, Effect, GroupConfig, JoinError, JoinRequest, JoinResult, JoinedGroup, SlotOp,
     SlotState, SyncRequest, SyncResult, Waiter,
 };
-use kaas_core::layout::{
-    group_slot_epoch_file, group_slot_epochs_dir, group_slot_file, group_slot_journal,
-    GROUP_STATE_DIR,
-};
+use kaas_core::layout::{group_slot_file, group_slot_journal, GROUP_STATE_DIR};
 use kaas_core::protocol::ErrorCode;
 use std::collections::HashMap;
 use std::io;
@@ -74,7 +70,9 @@ pub struct GroupCoordinator {
     volume: Arc<dyn Volume>,
     env: Env,
     /// This broker's claim on each slot (its coordinator epoch).
-    claims: Vec<Claim>,
+    /// The claim in force on each slot, as read at start: this broker's
+    /// where it won or kept one, another's (or none) where it did not.
+    claims: Vec<Option<Claim>>,
     /// Who this broker is, for the ownership gate.
     view: ClusterView,
     /// Wakes the timer task after a request that may have set an earlier
@@ -92,24 +90,22 @@ impl GroupCoordinator {
         env: Env,
         broker_id: i32,
         config: GroupConfig,
+        claims: Vec<Option<Claim>>,
     ) -> io::Result<Arc<GroupCoordinator>> {
         volume.create_dir_all(GROUP_STATE_DIR)?;
         let retention_every = config.offsets_retention_check_interval_ms;
         let mut core = Coordinator::new(config, 0);
         let now = env.now_ms();
         let mut groups = 0;
-        let mut claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         let mut journals = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         for slot in 0..COORDINATOR_SLOTS {
-            // The slot's coordinator epoch is this broker's claim on it,
+            // The slot's coordinator epoch is the claim in force on it,
             // written into the slot file with every change.
-            let claim = ownership::claim(
-                volume.as_ref(),
-                &group_slot_epochs_dir(slot),
-                &|epoch| group_slot_epoch_file(slot, epoch),
-                broker_id,
-            )?;
-            claims.push(claim);
+            let epoch = claims
+                .get(slot as usize)
+                .copied()
+                .flatten()
+                .map_or(-1, |c| c.epoch);
             let loaded = slot_store::load(
                 volume.as_ref(),
                 &group_slot_file(slot),
@@ -117,10 +113,8 @@ impl GroupCoordinator {
                 |bytes| SlotState::decode(bytes, slot),
             )?;
             journals.push(loaded.journal);
-            let mut state = loaded
-                .state
-                .unwrap_or_else(|| SlotState::new(slot, claim.epoch));
-            state.coordinator_epoch = claim.epoch;
+            let mut state = loaded.state.unwrap_or_else(|| SlotState::new(slot, epoch));
+            state.coordinator_epoch = epoch;
             groups += state.groups.len();
             core.install_slot(state, now);
         }
@@ -152,7 +146,7 @@ impl GroupCoordinator {
     /// Who holds slot `slot` and at which epoch, as this coordinator knows
     /// it (the ownership gate asks).
     pub fn slot_claim(&self, slot: u32) -> Option<Claim> {
-        self.claims.get(slot as usize).copied()
+        self.claims.get(slot as usize).copied().flatten()
     }
 
     /// Whether this broker may act for `slot` now: the ownership gate's

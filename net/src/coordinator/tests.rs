@@ -17,7 +17,14 @@ use crate::slot_store::test_volume::flaky;
 
 /// A coordinator as broker 0 on `volume`.
 fn open(volume: Arc<dyn Volume>, config: GroupConfig) -> Arc<GroupCoordinator> {
-    GroupCoordinator::open(volume, crate::env::Env::system(), 0, config).unwrap()
+    GroupCoordinator::open(
+        volume,
+        crate::env::Env::system(),
+        0,
+        config,
+        crate::broker::ownership::all_slots_held_by(0),
+    )
+    .unwrap()
 }
 
 fn simple_commit(group: &str, partition: i32, offset: i64) -> CommitRequest {

@@ -1,6 +1,6 @@
 //! FindCoordinator: which broker coordinates a group or a transactional id.
-//! Ownership is the ownership gate's answer; today it is always this
-//! broker.
+//! This broker when the ownership gate lets it serve the key, else the
+//! live broker holding the slot's newest claim.
 
 use crate::broker::Broker;
 use kaas_core::protocol::messages::find_coordinator_response::Coordinator;
@@ -61,23 +61,49 @@ fn locate(broker: &Broker, key: String, key_type: i8) -> Coordinator {
             key,
         );
     }
-    // The slot's owner as the ownership gate knows it.
-    let owner = if key_type == KEY_TYPE_GROUP {
-        broker.group_coordinator(&key).ok().map(|_| cfg.broker_id)
+    // This broker, if the ownership gate lets it serve the key; else the
+    // live broker holding the slot's newest claim.
+    let slot = kaas_core::cluster::coordinator_slot(&key);
+    let (served_here, claim) = if key_type == KEY_TYPE_GROUP {
+        (
+            broker.group_coordinator(&key).is_ok(),
+            broker.groups.slot_claim(slot),
+        )
     } else {
-        broker.txn_coordinator(&key).ok().map(|_| cfg.broker_id)
+        (
+            broker.txn_coordinator(&key).is_ok(),
+            broker.transactions.slot_claim(slot),
+        )
     };
-    match owner {
-        Some(id) if id == cfg.broker_id => Coordinator {
+    let found = if served_here {
+        Some((
+            cfg.broker_id,
+            cfg.advertised_host.clone(),
+            cfg.advertised_port,
+        ))
+    } else {
+        claim
+            .filter(|c| c.broker_id != cfg.broker_id)
+            .and_then(|c| {
+                broker
+                    .membership
+                    .live(broker.env.clock.monotonic_ms())
+                    .into_iter()
+                    .find(|b| b.id == c.broker_id)
+            })
+            .map(|b| (b.id, b.host, b.port))
+    };
+    match found {
+        Some((node_id, host, port)) => Coordinator {
             key,
-            node_id: id,
-            host: cfg.advertised_host.clone(),
-            port: cfg.advertised_port,
+            node_id,
+            host,
+            port,
             error_code: ErrorCode::None.code(),
             error_message: None,
             ..Default::default()
         },
-        _ => error(
+        None => error(
             ErrorCode::CoordinatorNotAvailable,
             "The coordinator is not available.".into(),
             key,

@@ -1,7 +1,7 @@
 //! Metadata: brokers, the cluster id, and topics with their partitions.
 //! Names a client asks for may be auto-created.
 
-use crate::broker::{Broker, Topic};
+use crate::broker::{Broker, Seat, Topic};
 use kaas_core::protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -85,7 +85,7 @@ fn error_topic(name: Option<String>, topic_id: Uuid, code: ErrorCode) -> Metadat
 }
 
 fn describe(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
-    let id = broker.config.broker_id;
+    let live = broker.membership.live_ids(broker.env.clock.monotonic_ms());
     MetadataResponseTopic {
         error_code: ErrorCode::None.code(),
         name: Some(topic.name.clone()),
@@ -94,17 +94,33 @@ fn describe(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
         partitions: topic
             .partitions
             .iter()
-            .map(|p| MetadataResponsePartition {
-                error_code: ErrorCode::None.code(),
-                partition_index: p.index,
-                leader_id: id,
-                leader_epoch: p.leader_epoch(),
-                replica_nodes: vec![id],
-                isr_nodes: vec![id],
-                offline_replicas: vec![],
-                ..Default::default()
-            })
+            .map(|seat| describe_partition(seat, &live))
             .collect(),
+        ..Default::default()
+    }
+}
+
+/// A partition's leader is the broker of its newest claim while that
+/// broker is live; otherwise none is (LEADER_NOT_AVAILABLE), and clients
+/// ask again until the partition's new place has taken it.
+fn describe_partition(seat: &Seat, live: &[i32]) -> MetadataResponsePartition {
+    let (code, leader, epoch) = match seat.leader() {
+        Some(c) if live.contains(&c.broker_id) => (ErrorCode::None, c.broker_id, c.epoch),
+        other => (
+            ErrorCode::LeaderNotAvailable,
+            -1,
+            other.map_or(-1, |c| c.epoch),
+        ),
+    };
+    let replicas = if leader >= 0 { vec![leader] } else { vec![] };
+    MetadataResponsePartition {
+        error_code: code.code(),
+        partition_index: seat.index,
+        leader_id: leader,
+        leader_epoch: epoch,
+        replica_nodes: replicas.clone(),
+        isr_nodes: replicas,
+        offline_replicas: vec![],
         ..Default::default()
     }
 }

@@ -27,7 +27,6 @@ mod timers;
 pub use completion::complete;
 pub use timers::run_timers;
 
-use crate::broker::ownership;
 use crate::env::Env;
 use crate::slot_store::{
     self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, Taken,
@@ -36,9 +35,7 @@ use crate::volume::Volume;
 use kaas_core::cluster::{
     check_slot_access, coordinator_slot, Claim, ClusterView, COORDINATOR_SLOTS,
 };
-use kaas_core::layout::{
-    txn_slot_epoch_file, txn_slot_epochs_dir, txn_slot_file, txn_slot_journal, TXN_STATE_DIR,
-};
+use kaas_core::layout::{txn_slot_file, txn_slot_journal, TXN_STATE_DIR};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::rules::{self, epoch_is_exhausted};
 use kaas_core::txn::{
@@ -66,7 +63,9 @@ pub struct TxnCoordinator {
     config: TxnConfig,
     /// This broker's claim on each slot: its coordinator epoch, carried by
     /// every marker it writes.
-    claims: Vec<Claim>,
+    /// The claim in force on each slot, as read at start: this broker's
+    /// where it won or kept one, another's (or none) where it did not.
+    claims: Vec<Option<Claim>>,
     view: ClusterView,
 }
 
@@ -89,20 +88,18 @@ impl TxnCoordinator {
         env: Env,
         broker_id: i32,
         config: TxnConfig,
+        claims: Vec<Option<Claim>>,
     ) -> io::Result<Arc<TxnCoordinator>> {
         volume.create_dir_all(TXN_STATE_DIR)?;
         let mut slots = Vec::with_capacity(COORDINATOR_SLOTS as usize);
-        let mut claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         let mut ids = 0;
         let mut journals = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         for slot in 0..COORDINATOR_SLOTS {
-            let claim = ownership::claim(
-                volume.as_ref(),
-                &txn_slot_epochs_dir(slot),
-                &|epoch| txn_slot_epoch_file(slot, epoch),
-                broker_id,
-            )?;
-            claims.push(claim);
+            let epoch = claims
+                .get(slot as usize)
+                .copied()
+                .flatten()
+                .map_or(-1, |c| c.epoch);
             let loaded = slot_store::load(
                 volume.as_ref(),
                 &txn_slot_file(slot),
@@ -112,8 +109,8 @@ impl TxnCoordinator {
             journals.push(loaded.journal);
             let mut state = loaded
                 .state
-                .unwrap_or_else(|| TxnSlotState::new(slot, claim.epoch));
-            state.coordinator_epoch = claim.epoch;
+                .unwrap_or_else(|| TxnSlotState::new(slot, epoch));
+            state.coordinator_epoch = epoch;
             ids += state.entries.len();
             slots.push(state);
         }
@@ -141,7 +138,7 @@ impl TxnCoordinator {
 
     /// Who holds slot `slot` and at which epoch (the ownership gate asks).
     pub fn slot_claim(&self, slot: u32) -> Option<Claim> {
-        self.claims.get(slot as usize).copied()
+        self.claims.get(slot as usize).copied().flatten()
     }
 
     /// Whether this broker may act for `slot` now (background work asks,

@@ -14,7 +14,14 @@ const ID: &str = "tx";
 use crate::slot_store::test_volume::flaky;
 
 fn open(volume: Arc<dyn Volume>) -> Arc<TxnCoordinator> {
-    TxnCoordinator::open(volume, crate::env::Env::system(), 0, TxnConfig::default()).unwrap()
+    TxnCoordinator::open(
+        volume,
+        crate::env::Env::system(),
+        0,
+        TxnConfig::default(),
+        crate::broker::ownership::all_slots_held_by(0),
+    )
+    .unwrap()
 }
 
 /// A producer at epoch 0 with an ongoing transaction on t-0.
