@@ -24,6 +24,7 @@ use crate::log::{persist_log_start_offset, remove_segments, LogConfig, Partition
 use crate::volume::Volume;
 use bytes::Bytes;
 use kaas_core::cluster::Claim;
+use kaas_core::layout::SegmentId;
 use kaas_core::partition::{
     AppendDecision, Effects, IncomingBatch, IncomingMarker, PartitionState, Recovered,
 };
@@ -116,18 +117,21 @@ impl Partition {
         progress: Arc<watch::Sender<u64>>,
         what: OpenPartition<'_>,
     ) -> io::Result<Partition> {
+        // Opening at the claim's epoch: a takeover if an older epoch wrote
+        // the partition last (see `PartitionLog::open`).
         let mut log = PartitionLog::open(
             volume.clone(),
             partition_dir(what.topic, what.index),
             what.config,
+            what.leader.epoch,
         )?;
-        log.set_leader_epoch(what.leader.epoch);
         let (producers, snapshot_offset) =
             producer_state::recover(volume.as_ref(), &mut log, env.now_ms())?;
         let state = PartitionState::recovered(Recovered {
             log_start_offset: log.log_start_offset(),
             log_end_offset: log.end_offset(),
             leader_epoch: what.leader.epoch,
+            leader_epochs: log.leader_epochs().to_vec(),
             producers,
             snapshot_offset,
         });
@@ -187,6 +191,12 @@ impl Partition {
 
     pub fn leader_epoch(&self) -> i32 {
         self.state().leader_epoch()
+    }
+
+    /// OffsetForLeaderEpoch: `(epoch, end offset)` of leader epoch `asked`
+    /// (`kaas_core::partition::leader_epochs::epoch_end_offset`).
+    pub fn epoch_end_offset(&self, asked: i32) -> Option<(i32, i64)> {
+        self.state().epoch_end_offset(asked)
     }
 
     /// Who leads this partition and at which epoch.
@@ -503,15 +513,15 @@ impl Partition {
         }
     }
 
-    async fn remove_detached(&self, bases: Vec<i64>) {
-        if bases.is_empty() {
+    async fn remove_detached(&self, segments: Vec<SegmentId>) {
+        if segments.is_empty() {
             return;
         }
         let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
         let removed = self
             .env
             .blocking(IoKind::Buffered, move || {
-                remove_segments(volume.as_ref(), &dir, &bases)
+                remove_segments(volume.as_ref(), &dir, &segments)
             })
             .await;
         if let Err(e) = removed {
