@@ -6,9 +6,10 @@
 //! string functions: no IO.
 //!
 //! ```text
-//! topics/<topic>-<partition>/<base offset, 20 digits>.log       segment
-//! topics/<topic>-<partition>/<base offset, 20 digits>.index     sparse index of a sealed segment
-//! topics/<topic>-<partition>/<base offset, 20 digits>.txnindex  aborted-transactions index
+//! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch, 10 digits>].log       segment
+//! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch, 10 digits>].index     sparse index of a sealed segment
+//! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch, 10 digits>].txnindex  aborted-transactions index
+//! topics/<topic>-<partition>/leader-epoch-checkpoint            where each leader epoch's log starts
 //! topics/<topic>-<partition>/log-start-offset                   DeleteRecords low watermark
 //! topics/<topic>-<partition>/producer-state.snapshot            producer table as of an offset
 //! __cluster/cluster.json                                        cluster id
@@ -26,6 +27,13 @@
 //! __cluster/epochs/group_slots/<slot>/<epoch>                   group coordinator epochs
 //! ```
 //!
+//! A segment file is named with the leader epoch that created it (see
+//! [`SegmentId`]): a leader writes only its own epoch's files, so a deposed
+//! leader that keeps appending (a zombie) never touches the files of its
+//! successor, and the checkpoint says up to which offset each older epoch's
+//! files are read. Epoch 0 is spelled without the `_<epoch>` part, so every
+//! volume written before epochs existed is already in this layout.
+//!
 //! Topic names are restricted to `[a-zA-Z0-9._-]` (see `topic_name`), so
 //! `<topic>-<partition>` never contains a `/` and never escapes its parent.
 
@@ -36,6 +44,11 @@ const LOG_SUFFIX: &str = ".log";
 const INDEX_SUFFIX: &str = ".index";
 const TXN_INDEX_SUFFIX: &str = ".txnindex";
 const LOG_START_OFFSET_FILE: &str = "log-start-offset";
+const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
+/// Between the base offset and the epoch in segment file names. It sorts
+/// after the `.` that ends an epoch-0 name, so at one base offset the names
+/// sort in epoch order too.
+const EPOCH_SEPARATOR: char = '_';
 const PRODUCER_SNAPSHOT_FILE: &str = "producer-state.snapshot";
 
 /// Digits of the zero-padded epoch in ownership-epoch file names, so that
@@ -59,19 +72,60 @@ pub fn partition_dir_of_entry(entry: &str) -> String {
     format!("{PARTITIONS_DIR}/{entry}")
 }
 
-/// The segment file starting at `base_offset` in partition directory `dir`.
-pub fn segment_path(dir: &str, base_offset: i64) -> String {
-    format!("{dir}/{base_offset:0OFFSET_DIGITS$}{LOG_SUFFIX}")
+/// Which segment a file belongs to: its base offset and the leader epoch
+/// that created it. Ordered by offset, then epoch, which is also the order
+/// of the file names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SegmentId {
+    pub base_offset: i64,
+    pub epoch: i32,
 }
 
-/// The sparse index of the segment starting at `base_offset`.
-pub fn index_path(dir: &str, base_offset: i64) -> String {
-    format!("{dir}/{base_offset:0OFFSET_DIGITS$}{INDEX_SUFFIX}")
+impl SegmentId {
+    pub fn new(base_offset: i64, epoch: i32) -> SegmentId {
+        SegmentId { base_offset, epoch }
+    }
+
+    /// The file-name stem: the zero-padded base offset, then `_` and the
+    /// zero-padded epoch unless the epoch is 0.
+    fn stem(&self) -> String {
+        let base = self.base_offset;
+        match self.epoch {
+            0 => format!("{base:0OFFSET_DIGITS$}"),
+            epoch => format!("{base:0OFFSET_DIGITS$}{EPOCH_SEPARATOR}{epoch:0EPOCH_DIGITS$}"),
+        }
+    }
 }
 
-/// The aborted-transactions index of the segment starting at `base_offset`.
-pub fn txn_index_path(dir: &str, base_offset: i64) -> String {
-    format!("{dir}/{base_offset:0OFFSET_DIGITS$}{TXN_INDEX_SUFFIX}")
+/// The segment file starting at `base_offset`, created by leader `epoch`,
+/// in partition directory `dir`.
+pub fn segment_path(dir: &str, base_offset: i64, epoch: i32) -> String {
+    format!(
+        "{dir}/{}{LOG_SUFFIX}",
+        SegmentId::new(base_offset, epoch).stem()
+    )
+}
+
+/// The sparse index of that segment.
+pub fn index_path(dir: &str, base_offset: i64, epoch: i32) -> String {
+    format!(
+        "{dir}/{}{INDEX_SUFFIX}",
+        SegmentId::new(base_offset, epoch).stem()
+    )
+}
+
+/// The aborted-transactions index of that segment.
+pub fn txn_index_path(dir: &str, base_offset: i64, epoch: i32) -> String {
+    format!(
+        "{dir}/{}{TXN_INDEX_SUFFIX}",
+        SegmentId::new(base_offset, epoch).stem()
+    )
+}
+
+/// The leader-epoch checkpoint of a partition: where each leader epoch's
+/// log starts (`kaas_core::partition::leader_epochs`).
+pub fn leader_epoch_checkpoint_path(dir: &str) -> String {
+    format!("{dir}/{LEADER_EPOCH_CHECKPOINT_FILE}")
 }
 
 /// The persisted log start offset of a partition (DeleteRecords).
@@ -87,21 +141,21 @@ pub fn producer_snapshot_path(dir: &str) -> String {
 /// What an entry of a partition directory is, judged by its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
-    Segment(i64),
-    Index(i64),
+    Segment(SegmentId),
+    Index(SegmentId),
     /// A segment's aborted-transactions index.
-    TxnIndex(i64),
+    TxnIndex(SegmentId),
     Other,
 }
 
 /// Classifies a file name (not a path) found in a partition directory.
 pub fn classify(name: &str) -> Entry {
-    if let Some(base) = name.strip_suffix(LOG_SUFFIX).and_then(parse_base) {
-        Entry::Segment(base)
-    } else if let Some(base) = name.strip_suffix(INDEX_SUFFIX).and_then(parse_base) {
-        Entry::Index(base)
-    } else if let Some(base) = name.strip_suffix(TXN_INDEX_SUFFIX).and_then(parse_base) {
-        Entry::TxnIndex(base)
+    if let Some(id) = name.strip_suffix(LOG_SUFFIX).and_then(parse_stem) {
+        Entry::Segment(id)
+    } else if let Some(id) = name.strip_suffix(INDEX_SUFFIX).and_then(parse_stem) {
+        Entry::Index(id)
+    } else if let Some(id) = name.strip_suffix(TXN_INDEX_SUFFIX).and_then(parse_stem) {
+        Entry::TxnIndex(id)
     } else {
         Entry::Other
     }
@@ -110,6 +164,20 @@ pub fn classify(name: &str) -> Entry {
 /// Classifies the last component of a volume path.
 pub fn classify_path(path: &str) -> Entry {
     classify(path.rsplit('/').next().unwrap_or(path))
+}
+
+/// The segment a file-name stem names: a base offset alone (epoch 0), or a
+/// base offset, `_` and an epoch of exactly [`EPOCH_DIGITS`] digits that is
+/// not 0 (epoch 0 has one spelling only, so names and segments map one to
+/// one).
+pub fn parse_stem(stem: &str) -> Option<SegmentId> {
+    match stem.split_once(EPOCH_SEPARATOR) {
+        None => Some(SegmentId::new(parse_base(stem)?, 0)),
+        Some((base, epoch)) => {
+            let epoch = parse_epoch_file(epoch).filter(|&e| e > 0)?;
+            Some(SegmentId::new(parse_base(base)?, epoch))
+        }
+    }
 }
 
 /// The base offset spelled by exactly [`OFFSET_DIGITS`] decimal digits.
@@ -296,26 +364,28 @@ mod tests {
 
     #[test]
     fn segment_names_sort_in_offset_order_and_parse_back() {
-        let a = segment_path("d", 9);
-        let b = segment_path("d", 10);
+        let a = segment_path("d", 9, 0);
+        let b = segment_path("d", 10, 0);
         assert!(a < b);
         assert_eq!(a, "d/00000000000000000009.log");
-        assert_eq!(index_path("d", 10), "d/00000000000000000010.index");
-        assert_eq!(txn_index_path("d", 0), "d/00000000000000000000.txnindex");
-        assert_eq!(classify("00000000000000000010.log"), Entry::Segment(10));
-        assert_eq!(classify("00000000000000000010.index"), Entry::Index(10));
+        assert_eq!(index_path("d", 10, 0), "d/00000000000000000010.index");
+        assert_eq!(txn_index_path("d", 0, 0), "d/00000000000000000000.txnindex");
+        let seg = |base, epoch| Entry::Segment(SegmentId::new(base, epoch));
+        assert_eq!(classify("00000000000000000010.log"), seg(10, 0));
+        assert_eq!(
+            classify("00000000000000000010.index"),
+            Entry::Index(SegmentId::new(10, 0))
+        );
         assert_eq!(classify("0010.log"), Entry::Other);
         assert_eq!(classify("99999999999999999999.log"), Entry::Other);
         assert_eq!(classify("log-start-offset"), Entry::Other);
+        assert_eq!(classify("leader-epoch-checkpoint"), Entry::Other);
         assert_eq!(
             classify("00000000000000000010.txnindex"),
-            Entry::TxnIndex(10)
+            Entry::TxnIndex(SegmentId::new(10, 0))
         );
-        assert_eq!(
-            classify_path(&segment_path("topics/t-0", 7)),
-            Entry::Segment(7)
-        );
-        assert_eq!(classify_path("00000000000000000007.log"), Entry::Segment(7));
+        assert_eq!(classify_path(&segment_path("topics/t-0", 7, 0)), seg(7, 0));
+        assert_eq!(classify_path("00000000000000000007.log"), seg(7, 0));
         assert_eq!(
             classify_path("topics/t-0/00000000000000000007.log.x"),
             Entry::Other
@@ -326,6 +396,95 @@ mod tests {
             "every offset fits the name"
         );
         assert_eq!(parse_base("0000000000000000000+"), None);
+    }
+
+    /// Old data directories hold only epoch-less names: they are epoch 0,
+    /// and epoch 0 is still written that way, so nothing is renamed.
+    #[test]
+    fn epoch_less_segment_names_are_epoch_0_and_epoch_0_is_written_without_one() {
+        assert_eq!(
+            classify("00000000000000000042.log"),
+            Entry::Segment(SegmentId::new(42, 0))
+        );
+        assert_eq!(segment_path("d", 42, 0), "d/00000000000000000042.log");
+        // Epoch 0 has one spelling only.
+        assert_eq!(
+            classify("00000000000000000042_0000000000.log"),
+            Entry::Other
+        );
+    }
+
+    #[test]
+    fn segment_names_carry_their_epoch_and_parse_back() {
+        assert_eq!(
+            segment_path("d", 100, 3),
+            "d/00000000000000000100_0000000003.log"
+        );
+        assert_eq!(
+            index_path("d", 100, 3),
+            "d/00000000000000000100_0000000003.index"
+        );
+        assert_eq!(
+            txn_index_path("d", 100, 3),
+            "d/00000000000000000100_0000000003.txnindex"
+        );
+        for base in [0, 1, 99, i64::MAX] {
+            for epoch in [0, 1, 7, i32::MAX] {
+                let id = SegmentId::new(base, epoch);
+                assert_eq!(
+                    classify_path(&segment_path("d", base, epoch)),
+                    Entry::Segment(id)
+                );
+                assert_eq!(
+                    classify_path(&index_path("d", base, epoch)),
+                    Entry::Index(id)
+                );
+                assert_eq!(
+                    classify_path(&txn_index_path("d", base, epoch)),
+                    Entry::TxnIndex(id)
+                );
+            }
+        }
+        for bad in [
+            "00000000000000000100_3.log",
+            "00000000000000000100_00000000003.log",
+            "00000000000000000100_-000000003.log",
+            "00000000000000000100_9999999999.log",
+            "00000000000000000100_0000000003_0000000004.log",
+            "00000000000000000100-0000000003.log",
+            "_0000000003.log",
+        ] {
+            assert_eq!(classify(bad), Entry::Other, "{bad}");
+        }
+    }
+
+    /// Name order is (offset, epoch) order, epoch-less names included: a
+    /// listing sorted by name is the log in order.
+    #[test]
+    fn segment_names_sort_by_offset_then_epoch() {
+        let ids = [
+            SegmentId::new(100, 2),
+            SegmentId::new(0, 0),
+            SegmentId::new(100, 0),
+            SegmentId::new(99, 5),
+            SegmentId::new(100, 10),
+            SegmentId::new(1_000, 1),
+        ];
+        let mut names: Vec<String> = ids
+            .iter()
+            .map(|id| segment_path("d", id.base_offset, id.epoch))
+            .collect();
+        names.sort();
+        let parsed: Vec<SegmentId> = names
+            .iter()
+            .map(|n| match classify_path(n) {
+                Entry::Segment(id) => id,
+                other => panic!("{n}: {other:?}"),
+            })
+            .collect();
+        let mut sorted = ids.to_vec();
+        sorted.sort();
+        assert_eq!(parsed, sorted);
     }
 
     #[test]
@@ -348,6 +507,10 @@ mod tests {
         assert_eq!(
             log_start_offset_path(&dir),
             "topics/orders-3/log-start-offset"
+        );
+        assert_eq!(
+            leader_epoch_checkpoint_path(&dir),
+            "topics/orders-3/leader-epoch-checkpoint"
         );
         assert_eq!(
             producer_snapshot_path(&dir),

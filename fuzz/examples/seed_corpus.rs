@@ -340,7 +340,7 @@ fn broker_volume() -> Vec<u8> {
     assert!(
         files
             .keys()
-            .any(|p| *p == layout::segment_path(&layout::partition_dir("t", 0), 100)),
+            .any(|p| *p == layout::segment_path(&layout::partition_dir("t", 0), 100, 0)),
         "t-0 did not roll at offset 100: {:?}",
         files.keys().collect::<Vec<_>>()
     );

@@ -9,8 +9,9 @@ use std::sync::LazyLock;
 /// The files a broker opening the volume looks at: the cluster file, topic
 /// files (topic `t` with partitions 0 and 1, topic `u`), `t-0`'s segments,
 /// indexes, log start offset and producer snapshot, the PID block file, a
-/// partition directory with no topic file (removed at startup), and group
-/// slot files.
+/// partition directory with no topic file (removed at startup), group
+/// slot files, and `t-0`'s leader-epoch checkpoint and a later epoch's
+/// segment.
 ///
 /// The table is the archive format: index `i` means the same file in every
 /// committed corpus input, so entries are only ever appended. The names come
@@ -23,23 +24,28 @@ pub static PATHS: LazyLock<Vec<String>> = LazyLock::new(|| {
         layout::CLUSTER_FILE.to_string(),
         layout::topic_file("t"),
         layout::topic_file("u"),
-        layout::segment_path(&t0, 0),
-        layout::index_path(&t0, 0),
-        layout::segment_path(&t0, 100),
-        layout::index_path(&t0, 100),
+        layout::segment_path(&t0, 0, 0),
+        layout::index_path(&t0, 0, 0),
+        layout::segment_path(&t0, 100, 0),
+        layout::index_path(&t0, 100, 0),
         layout::log_start_offset_path(&t0),
         layout::producer_snapshot_path(&t0),
-        layout::segment_path(&t1, 0),
+        layout::segment_path(&t1, 0, 0),
         layout::producer_snapshot_path(&t1),
-        layout::segment_path(&layout::partition_dir("u", 0), 0),
+        layout::segment_path(&layout::partition_dir("u", 0), 0, 0),
         layout::producer_id_block_file(0),
-        layout::segment_path(&layout::partition_dir("x", 0), 0),
+        layout::segment_path(&layout::partition_dir("x", 0), 0, 0),
         layout::topic_file("bad name"),
-        layout::txn_index_path(&t0, 0),
+        layout::txn_index_path(&t0, 0, 0),
         // Group slot files: slot 24 holds "g" (fnv1a("g") % 50), slot 0 is
         // another slot (a file naming the wrong slot must be refused).
         layout::group_slot_file(24),
         layout::group_slot_file(0),
+        // Leader epochs: `t-0`'s checkpoint and a segment of a later epoch
+        // where the epoch-0 segments end (with its index).
+        layout::leader_epoch_checkpoint_path(&t0),
+        layout::segment_path(&t0, 200, 1),
+        layout::index_path(&t0, 200, 1),
     ]
 });
 

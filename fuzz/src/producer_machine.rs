@@ -170,6 +170,7 @@ impl Machine {
                 log_start_offset: 0,
                 log_end_offset: 0,
                 leader_epoch: 0,
+                leader_epochs: Vec::new(),
                 producers: ProducerTable::new(),
                 snapshot_offset: None,
             }),

@@ -35,6 +35,8 @@ fn open(volume: &Arc<dyn Volume>, segment_bytes: u64) -> Arc<Partition> {
             topic: "t",
             index: 0,
             config,
+            // Files are named with this epoch (`kaas_core::layout`):
+            // `00000000000000000000_0000000003.log` and so on.
             leader: Claim {
                 broker_id: 0,
                 epoch: 3,
@@ -322,7 +324,7 @@ async fn an_aborted_entry_whose_marker_a_torn_tail_took_back_does_not_survive() 
     drop(p);
     // The crash tore the last marker off the log; its .txnindex entry made
     // it to the disk.
-    let seg = "00000000000000000000.log";
+    let seg = "00000000000000000000_0000000003.log";
     let marker_size = kaas_core::record::build_control_batch(
         2,
         0,
@@ -340,7 +342,10 @@ async fn an_aborted_entry_whose_marker_a_torn_tail_took_back_does_not_survive() 
         .unwrap()
         .set_len(torn)
         .unwrap();
-    assert_eq!(file_len(&dir, "00000000000000000000.txnindex"), 68);
+    assert_eq!(
+        file_len(&dir, "00000000000000000000_0000000003.txnindex"),
+        68
+    );
 
     let p = open(&volume, 1 << 20);
     assert_eq!(p.high_watermark(), 5);
@@ -357,7 +362,10 @@ async fn an_aborted_entry_whose_marker_a_torn_tail_took_back_does_not_survive() 
             .collect::<Vec<_>>(),
         vec![(1, 0, 2)]
     );
-    assert_eq!(file_len(&dir, "00000000000000000000.txnindex"), 34);
+    assert_eq!(
+        file_len(&dir, "00000000000000000000_0000000003.txnindex"),
+        34
+    );
     // The coordinator writes the marker again; the index gets it back.
     assert_eq!(end_txn(&p, marker(2, 0, 0, false)).await, 5);
     assert_eq!(aborted_index(&p).await.len(), 2);
@@ -374,10 +382,17 @@ async fn a_lost_aborted_index_is_rebuilt_from_the_markers_in_the_log() {
     let before = txn_view(&p).await;
     p.close();
     drop(p);
-    std::fs::remove_file(dir.path().join("topics/t-0/00000000000000000000.txnindex")).unwrap();
+    std::fs::remove_file(
+        dir.path()
+            .join("topics/t-0/00000000000000000000_0000000003.txnindex"),
+    )
+    .unwrap();
     let p = open(&volume, 1 << 20);
     assert_eq!(txn_view(&p).await, before);
-    assert_eq!(file_len(&dir, "00000000000000000000.txnindex"), 68);
+    assert_eq!(
+        file_len(&dir, "00000000000000000000_0000000003.txnindex"),
+        68
+    );
 }
 
 #[tokio::test]

@@ -961,7 +961,7 @@ mod tests {
             };
             let batch = |i: u8| BatchBuilder::new().record(1, None, Some(&[i; 20])).build();
             let dir = kaas_core::layout::partition_dir("t", 0);
-            let mut log = PartitionLog::open(arc.clone(), dir.clone(), config).unwrap();
+            let mut log = PartitionLog::open(arc.clone(), dir.clone(), config, 0).unwrap();
             for i in 0..10 {
                 log.append_batch(&batch(i)).unwrap();
             }
@@ -971,7 +971,7 @@ mod tests {
             }
             drop(log);
             v.crash_torn(&mut SmallRng::seed_from_u64(seed));
-            let log = PartitionLog::open(arc, dir, config).unwrap();
+            let log = PartitionLog::open(arc, dir, config, 0).unwrap();
             let end = log.end_offset();
             assert!((10..=15).contains(&end), "seed {seed}: end offset {end}");
             // Reads stop at segment boundaries: read on until the end.

@@ -29,6 +29,7 @@
 //!   high watermark, or the first offset of the earliest open transaction
 //!   if that is lower.
 
+pub mod leader_epochs;
 #[cfg(test)]
 mod tests;
 pub mod txn_index;
@@ -37,6 +38,7 @@ use crate::producer::{
     check_marker, encode_snapshot, BatchIdentity, Classification, CompletedTxn, ProducerTable,
 };
 use crate::protocol::ErrorCode;
+use leader_epochs::{trim_before_log_start, EpochEntry};
 use std::collections::BTreeSet;
 
 /// Where a batch goes.
@@ -153,6 +155,9 @@ pub struct Recovered {
     /// durable end and the high watermark.
     pub log_end_offset: i64,
     pub leader_epoch: i32,
+    /// Where each leader epoch's log starts (the leader-epoch checkpoint;
+    /// empty while the partition has had one epoch only).
+    pub leader_epochs: Vec<EpochEntry>,
     pub producers: ProducerTable,
     /// Offset of the producer snapshot on the volume, if there is one.
     pub snapshot_offset: Option<i64>,
@@ -162,6 +167,8 @@ pub struct Recovered {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionState {
     leader_epoch: i32,
+    /// See [`Recovered::leader_epochs`]; trimmed as the log start moves.
+    leader_epochs: Vec<EpochEntry>,
     log_start: i64,
     log_end: i64,
     durable_end: i64,
@@ -193,6 +200,7 @@ impl PartitionState {
         let open_transactions = open_transactions_of(&r.producers);
         PartitionState {
             leader_epoch: r.leader_epoch,
+            leader_epochs: r.leader_epochs,
             log_start: r.log_start_offset,
             log_end: r.log_end_offset,
             durable_end: r.log_end_offset,
@@ -211,6 +219,24 @@ impl PartitionState {
 
     pub fn log_start_offset(&self) -> i64 {
         self.log_start
+    }
+
+    /// Where each leader epoch's log starts (empty: one epoch only).
+    pub fn leader_epochs(&self) -> &[EpochEntry] {
+        &self.leader_epochs
+    }
+
+    /// OffsetForLeaderEpoch: where epoch `asked` ends
+    /// ([`leader_epochs::epoch_end_offset`]); the current epoch ends at the
+    /// high watermark, the end of what exists for a client.
+    pub fn epoch_end_offset(&self, asked: i32) -> Option<(i32, i64)> {
+        leader_epochs::epoch_end_offset(
+            &self.leader_epochs,
+            self.leader_epoch,
+            self.log_start,
+            self.high_watermark(),
+            asked,
+        )
     }
 
     pub fn log_end_offset(&self) -> i64 {
@@ -400,6 +426,7 @@ impl PartitionState {
     /// The log start moved (DeleteRecords, retention). Never moves back.
     pub fn records_deleted(&mut self, new_start: i64) {
         self.log_start = self.log_start.max(new_start.min(self.log_end));
+        trim_before_log_start(&mut self.leader_epochs, self.log_start);
     }
 
     /// Whether `batch` comes where its producer has no transaction open
@@ -498,16 +525,6 @@ pub fn aborted_search_is_complete(entry: &AbortedTxn, upper: i64) -> bool {
 /// whose write a crash lost comes back.
 pub fn txn_index_entry_is_trusted(entry: &AbortedTxn, replay_from: i64) -> bool {
     entry.last_offset < replay_from
-}
-
-/// OffsetForLeaderEpoch (KIP-101, KIP-279): the end of leader epoch `asked`
-/// as (epoch, end offset). A partition that has had one leader epoch
-/// (`ours`) answers for any epoch up to it with its high watermark; an
-/// epoch newer than any it had, or a negative one, is undefined (`None`,
-/// answered -1/-1). Older epochs get their own ends with the leader-epoch
-/// checkpoint that leader changes bring.
-pub fn epoch_end_offset(asked: i32, ours: i32, high_watermark: i64) -> Option<(i32, i64)> {
-    (asked >= 0 && asked <= ours).then_some((ours, high_watermark))
 }
 
 /// A snapshot may be written only once the log up to its offset is

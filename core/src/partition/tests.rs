@@ -30,6 +30,7 @@ fn fresh() -> PartitionState {
         log_start_offset: 0,
         log_end_offset: 0,
         leader_epoch: 0,
+        leader_epochs: Vec::new(),
         producers: ProducerTable::new(),
         snapshot_offset: None,
     })
@@ -170,12 +171,33 @@ fn a_newer_snapshot_supersedes_one_still_waiting() {
     );
 }
 
+/// The current epoch ends at the high watermark (nothing above it exists
+/// for a client), not at the log end; older epochs at the checkpoint's
+/// next start; the checkpoint is trimmed as the log start moves.
 #[test]
-fn an_epoch_ends_at_the_high_watermark_and_a_newer_one_is_undefined() {
-    assert_eq!(epoch_end_offset(0, 0, 7), Some((0, 7)));
-    assert_eq!(epoch_end_offset(1, 2, 7), Some((2, 7)));
-    assert_eq!(epoch_end_offset(3, 2, 7), None);
-    assert_eq!(epoch_end_offset(-1, 2, 7), None);
+fn the_current_epoch_ends_at_the_high_watermark_and_older_ones_at_the_next_start() {
+    let mut p = fresh();
+    p.append(&plain(4), 0).unwrap();
+    assert_eq!(p.epoch_end_offset(0), Some((0, 0)), "nothing durable yet");
+    p.durable_up_to(4);
+    assert_eq!(p.epoch_end_offset(0), Some((0, 4)));
+    assert_eq!(p.epoch_end_offset(1), None);
+    assert_eq!(p.epoch_end_offset(-1), None);
+
+    let mut p = PartitionState::recovered(Recovered {
+        log_start_offset: 0,
+        log_end_offset: 20,
+        leader_epoch: 3,
+        leader_epochs: vec![EpochEntry::new(0, 0), EpochEntry::new(3, 10)],
+        producers: ProducerTable::new(),
+        snapshot_offset: None,
+    });
+    assert_eq!(p.epoch_end_offset(3), Some((3, 20)));
+    assert_eq!(p.epoch_end_offset(2), Some((0, 10)));
+    assert_eq!(p.epoch_end_offset(0), Some((0, 10)));
+    p.records_deleted(12);
+    assert_eq!(p.leader_epochs(), &[EpochEntry::new(3, 12)]);
+    assert_eq!(p.epoch_end_offset(0), Some((0, 12)));
 }
 
 #[test]

@@ -24,6 +24,7 @@ use crate::log::{persist_log_start_offset, remove_segments, LogConfig, Partition
 use crate::volume::Volume;
 use bytes::Bytes;
 use kaas_core::cluster::Claim;
+use kaas_core::layout::SegmentId;
 use kaas_core::partition::{
     AppendDecision, Effects, IncomingBatch, IncomingMarker, PartitionState, Recovered,
 };
@@ -119,18 +120,21 @@ impl Partition {
         progress: Arc<watch::Sender<u64>>,
         what: OpenPartition<'_>,
     ) -> io::Result<Partition> {
+        // Opening at the claim's epoch: a takeover if an older epoch wrote
+        // the partition last (see `PartitionLog::open`).
         let mut log = PartitionLog::open(
             volume.clone(),
             partition_dir(what.topic, what.index),
             what.config,
+            what.leader.epoch,
         )?;
-        log.set_leader_epoch(what.leader.epoch);
         let (producers, snapshot_offset) =
             producer_state::recover(volume.as_ref(), &mut log, env.now_ms())?;
         let state = PartitionState::recovered(Recovered {
             log_start_offset: log.log_start_offset(),
             log_end_offset: log.end_offset(),
             leader_epoch: what.leader.epoch,
+            leader_epochs: log.leader_epochs().to_vec(),
             producers,
             snapshot_offset,
         });
@@ -194,6 +198,12 @@ impl Partition {
 
     pub fn leader_epoch(&self) -> i32 {
         self.state().leader_epoch()
+    }
+
+    /// OffsetForLeaderEpoch: `(epoch, end offset)` of leader epoch `asked`
+    /// (`kaas_core::partition::leader_epochs::epoch_end_offset`).
+    pub fn epoch_end_offset(&self, asked: i32) -> Option<(i32, i64)> {
+        self.state().epoch_end_offset(asked)
     }
 
     /// Who leads this partition and at which epoch.
@@ -510,15 +520,15 @@ impl Partition {
         }
     }
 
-    async fn remove_detached(&self, bases: Vec<i64>) {
-        if bases.is_empty() {
+    async fn remove_detached(&self, segments: Vec<SegmentId>) {
+        if segments.is_empty() {
             return;
         }
         let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
         let removed = self
             .env
             .blocking(IoKind::Buffered, move || {
-                remove_segments(volume.as_ref(), &dir, &bases)
+                remove_segments(volume.as_ref(), &dir, &segments)
             })
             .await;
         if let Err(e) = removed {
@@ -661,6 +671,10 @@ mod tests {
     }
 
     fn open(volume: &Arc<dyn Volume>, segment_bytes: u64) -> Arc<Partition> {
+        open_at(volume, segment_bytes, 0)
+    }
+
+    fn open_at(volume: &Arc<dyn Volume>, segment_bytes: u64, epoch: i32) -> Arc<Partition> {
         let config = LogConfig {
             segment_bytes,
             ..LogConfig::default()
@@ -675,7 +689,7 @@ mod tests {
                 config,
                 leader: Claim {
                     broker_id: 0,
-                    epoch: 0,
+                    epoch,
                 },
             },
         )
@@ -799,6 +813,48 @@ mod tests {
         let other = append(&p, idempotent(7, 0, 3)).await.unwrap();
         assert!(is_duplicate(&other));
         assert_eq!(other.base_offset(), 3);
+    }
+
+    /// OffsetForLeaderEpoch after takeovers answers from the checkpoint as
+    /// Kafka does; and the producer state a takeover rebuilds ignores what
+    /// the deposed leader appended after it: a retry of the zombie's batch
+    /// is new to the successor, not a duplicate at offsets it never had.
+    #[tokio::test]
+    async fn after_a_takeover_epochs_end_where_the_next_starts_and_a_zombies_batches_do_not_count()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
+        let zombie = open_at(&volume, 1 << 20, 0);
+        append(&zombie, idempotent(42, 0, 3)).await.unwrap();
+        assert_eq!(zombie.epoch_end_offset(0), Some((0, 3)));
+        assert_eq!(zombie.epoch_end_offset(1), None);
+
+        let leader = open_at(&volume, 1 << 20, 2);
+        // The zombie's next batch: acknowledged by it, in a file nobody reads.
+        let z = append(&zombie, idempotent(42, 3, 3)).await.unwrap();
+        assert_eq!(z.base_offset(), 3);
+        let retried = append(&leader, idempotent(42, 3, 3)).await.unwrap();
+        assert!(!is_duplicate(&retried));
+        assert_eq!(retried.base_offset(), 3);
+        append(&leader, idempotent(42, 6, 1)).await.unwrap();
+        assert_eq!(leader.leader_epoch(), 2);
+        assert_eq!(leader.epoch_end_offset(2), Some((2, 7)));
+        assert_eq!(leader.epoch_end_offset(1), Some((0, 3)));
+        assert_eq!(leader.epoch_end_offset(0), Some((0, 3)));
+        assert_eq!(leader.epoch_end_offset(3), None);
+        assert_eq!(leader.epoch_end_offset(-1), None);
+        zombie.close();
+        leader.close();
+        drop((zombie, leader));
+
+        // A third leader: epoch 2 now ends where epoch 5 starts.
+        let third = open_at(&volume, 1 << 20, 5);
+        assert_eq!(third.epoch_end_offset(2), Some((2, 7)));
+        assert_eq!(third.epoch_end_offset(4), Some((2, 7)));
+        assert_eq!(third.epoch_end_offset(5), Some((5, 7)));
+        let again = append(&third, idempotent(42, 6, 1)).await.unwrap();
+        assert!(is_duplicate(&again), "epoch 2's batch is in the log");
+        assert_eq!(again.base_offset(), 6);
     }
 
     #[tokio::test]

@@ -146,7 +146,7 @@ mod tests {
         };
         let log_dir = "topics/t-0".to_string();
         {
-            let mut log = PartitionLog::open(volume.clone(), log_dir.clone(), config).unwrap();
+            let mut log = PartitionLog::open(volume.clone(), log_dir.clone(), config, 0).unwrap();
             for i in 0..12 {
                 log.append_batch(&batch(i * 10)).unwrap();
             }
@@ -161,7 +161,7 @@ mod tests {
         bytes[8 * size..8 * size + 8].copy_from_slice(&(1i64 << 59).to_be_bytes());
         std::fs::write(&path, bytes).unwrap();
 
-        let mut log = PartitionLog::open(volume.clone(), log_dir, config).unwrap();
+        let mut log = PartitionLog::open(volume.clone(), log_dir, config, 0).unwrap();
         let err = recover(volume.as_ref(), &mut log, 0).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }

@@ -1,14 +1,13 @@
 //! OffsetForLeaderEpoch: where a leader epoch ends, so a client can check
 //! that its position was not truncated away.
 //!
-//! Each partition has had one leader epoch so far (this broker's claim): it
-//! ends at the high watermark. Older epochs appear with leader changes
-//! (many brokers), together with the checkpoint that records where each
-//! ended.
+//! The answer comes from the partition's leader-epoch checkpoint, as
+//! Kafka's does (`kaas_core::partition::leader_epochs::epoch_end_offset`):
+//! the current epoch ends at the high watermark, an older one where the
+//! next known epoch starts.
 
 use super::{per_partition, PartitionRef};
 use crate::broker::Broker;
-use kaas_core::partition::epoch_end_offset;
 use kaas_core::protocol::messages::offset_for_leader_epoch_request::OffsetForLeaderPartition;
 use kaas_core::protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
@@ -31,7 +30,7 @@ pub async fn handle(
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let results = per_partition(broker, &t.topic, t.partitions, |p, r| {
-            let answer = epoch_end_offset(r.leader_epoch, p.leader_epoch(), p.high_watermark());
+            let answer = p.epoch_end_offset(r.leader_epoch);
             std::future::ready(Ok(answer))
         })
         .await;

@@ -126,6 +126,12 @@ pub(crate) fn read_trailer(
     file: &dyn SegmentFile,
     segment_len: u64,
 ) -> io::Result<Option<(IndexEntry, u64)>> {
+    Ok(read_any_trailer(file)?.filter(|(t, _)| u64::from(t.position) == segment_len))
+}
+
+/// A well-formed `.index` file's trailer and entry count (the trailer
+/// included), whatever segment length it describes.
+pub(crate) fn read_any_trailer(file: &dyn SegmentFile) -> io::Result<Option<(IndexEntry, u64)>> {
     let len = file.len();
     let entries = len / ENTRY_LEN as u64;
     // A torn index (not whole entries) is rebuilt rather than trusted.
@@ -133,14 +139,9 @@ pub(crate) fn read_trailer(
         return Ok(None);
     }
     let bytes = file.read_at(len - ENTRY_LEN as u64, ENTRY_LEN)?;
-    let trailer = match IndexEntry::decode(&bytes) {
-        Some(t) => t,
-        None => return Ok(None),
-    };
-    if u64::from(trailer.position) != segment_len || trailer.relative_offset == 0 {
-        return Ok(None);
-    }
-    Ok(Some((trailer, entries)))
+    Ok(IndexEntry::decode(&bytes)
+        .filter(|t| t.relative_offset != 0)
+        .map(|t| (t, entries)))
 }
 
 #[cfg(test)]

@@ -1,10 +1,15 @@
 //! The partition log on the volume.
 //!
 //! ```text
-//! topics/<topic>-<partition>/<base offset, 20 digits>.log    batches, as received, offsets assigned
-//! topics/<topic>-<partition>/<base offset, 20 digits>.index  sparse index, written when the segment is sealed
-//! topics/<topic>-<partition>/log-start-offset                 advanced by DeleteRecords
+//! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch>].log    batches, as received, offsets assigned
+//! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch>].index  sparse index, written when the segment is sealed
+//! topics/<topic>-<partition>/leader-epoch-checkpoint                  where each leader epoch's log starts
+//! topics/<topic>-<partition>/log-start-offset                         advanced by DeleteRecords
 //! ```
+//!
+//! A log is opened at a leader epoch and writes only files named with it;
+//! an older epoch's files are read up to where the checkpoint says the next
+//! epoch starts, and never written (see `recovery` and docs/cluster.md).
 //!
 //! Everything goes through [`Volume`](crate::volume::Volume), so the
 //! simulator's in-memory volume (with its crash semantics) runs this exact

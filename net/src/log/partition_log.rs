@@ -1,6 +1,8 @@
 //! The partition log: appends, reads, offset lookups, durability tracking.
 
 use bytes::{Bytes, BytesMut};
+use kaas_core::layout::SegmentId;
+use kaas_core::partition::leader_epochs::{trim_before_log_start, EpochEntry};
 use kaas_core::partition::txn_index::encode_entry;
 use kaas_core::partition::{
     aborted_search_is_complete, aborted_transactions_in_range, txn_index_entry_is_trusted,
@@ -37,20 +39,37 @@ pub struct PartitionLog {
     pub(super) active: Segment,
     pub(super) log_start_offset: i64,
     end_offset: i64,
-    /// Written into every appended batch's partitionLeaderEpoch.
+    /// The epoch this log was opened at: written into every appended
+    /// batch's partitionLeaderEpoch and into the names of the files it
+    /// creates. Fixed for the life of the handle: a new epoch is a new
+    /// open (a takeover), never a change in place.
     leader_epoch: i32,
+    /// Where each leader epoch's log starts, as the checkpoint on the
+    /// volume says (empty: one epoch only), trimmed in memory as the log
+    /// start moves.
+    leader_epochs: Vec<EpochEntry>,
 }
 
 impl PartitionLog {
-    /// Opens (creating if needed) the log in `dir`, recovering from a crash:
-    /// a torn tail is cut off, indexes are checked or rebuilt, and
-    /// everything left is durable.
-    pub fn open(volume: Arc<dyn Volume>, dir: String, config: LogConfig) -> io::Result<Self> {
+    /// Opens (creating if needed) the log in `dir` as leader epoch
+    /// `leader_epoch`, recovering from a crash: a torn tail of this epoch's
+    /// files is cut off, indexes are checked or rebuilt, and everything left
+    /// is durable. If an older epoch wrote the directory last, this is a
+    /// takeover: that epoch's files are only read, up to their last valid
+    /// batch, where this epoch's log starts (recorded durably in the
+    /// leader-epoch checkpoint before anything is appended). If a newer
+    /// epoch did, the open fails: this leader was deposed.
+    pub fn open(
+        volume: Arc<dyn Volume>,
+        dir: String,
+        config: LogConfig,
+        leader_epoch: i32,
+    ) -> io::Result<Self> {
         let config = LogConfig {
             segment_bytes: config.segment_bytes.min(u64::from(u32::MAX)),
             ..config
         };
-        let recovered = recovery::recover(volume.as_ref(), &dir, &config)?;
+        let recovered = recovery::recover(volume.as_ref(), &dir, &config, leader_epoch)?;
         let end_offset = recovered.active.next_offset;
         Ok(PartitionLog {
             volume,
@@ -60,7 +79,8 @@ impl PartitionLog {
             active: recovered.active,
             log_start_offset: recovered.log_start_offset,
             end_offset,
-            leader_epoch: 0,
+            leader_epoch,
+            leader_epochs: recovered.leader_epochs,
         })
     }
 
@@ -88,10 +108,15 @@ impl PartitionLog {
         self.leader_epoch
     }
 
-    /// Sets the leader epoch for later appends (the partition's ownership
-    /// epoch; 0 while one broker owns everything).
-    pub fn set_leader_epoch(&mut self, epoch: i32) {
-        self.leader_epoch = epoch;
+    /// Where each leader epoch's log starts (the leader-epoch checkpoint;
+    /// empty while the partition has had one epoch only).
+    pub fn leader_epochs(&self) -> &[EpochEntry] {
+        &self.leader_epochs
+    }
+
+    /// The segments' names on the volume, oldest first.
+    pub fn segment_ids(&self) -> Vec<SegmentId> {
+        self.segments().map(Segment::id).collect()
     }
 
     /// All segments, oldest first; the last is the active one.
@@ -241,16 +266,17 @@ impl PartitionLog {
     /// new file is the only volume call here; no fsync of data.
     fn roll(&mut self) -> io::Result<()> {
         let new_base = self.end_offset;
+        let epoch = self.leader_epoch;
         let file = self
             .volume
-            .open_segment(&layout::segment_path(&self.dir, new_base), true)?;
+            .open_segment(&layout::segment_path(&self.dir, new_base, epoch), true)?;
         if !file.is_empty() {
             // Only possible if an earlier life left a file here; its bytes
             // are not part of this log.
             tracing::warn!(dir = self.dir, new_base, "discarding stale segment file");
             file.truncate(0)?;
         }
-        let sealed = std::mem::replace(&mut self.active, Segment::empty(new_base, file));
+        let sealed = std::mem::replace(&mut self.active, Segment::empty(new_base, epoch, file));
         self.sealed.push(sealed);
         Ok(())
     }
@@ -279,7 +305,7 @@ impl PartitionLog {
             let (bytes, entries) = segment.encode_index()?;
             indexes.push(PendingIndex {
                 base_offset: segment.base_offset,
-                path: layout::index_path(&self.dir, segment.base_offset),
+                path: layout::index_path(&self.dir, segment.base_offset, segment.epoch),
                 bytes,
                 entries,
             });
@@ -312,7 +338,7 @@ impl PartitionLog {
         let file = match &active.txn_index {
             Some(file) => file.clone(),
             None => {
-                let path = layout::txn_index_path(&self.dir, active.base_offset);
+                let path = layout::txn_index_path(&self.dir, active.base_offset, active.epoch);
                 let file = self.volume.open_segment(&path, true)?;
                 if !file.is_empty() {
                     // Left by an earlier life at this base (recovery removes
@@ -377,6 +403,7 @@ impl PartitionLog {
     pub fn rebuild_aborted(&mut self, replay_from: i64, rebuilt: &[AbortedTxn]) -> io::Result<()> {
         let volume = self.volume.clone();
         let dir = self.dir.clone();
+        let epoch = self.leader_epoch;
         let segments = self
             .sealed
             .iter_mut()
@@ -409,7 +436,13 @@ impl PartitionLog {
                 }
                 continue;
             }
-            let path = layout::txn_index_path(&dir, base);
+            // This epoch's own file, or, for an older epoch's segment, a file
+            // named with this epoch that supersedes the older one (recovery
+            // reads the newest): the older epoch's files are never written,
+            // as their leader may still be appending to them. Written even
+            // if empty then, so the older file's entries stop counting.
+            let frozen = segment.frozen_len.is_some();
+            let path = layout::txn_index_path(&dir, base, epoch);
             tracing::info!(
                 dir,
                 base,
@@ -417,7 +450,7 @@ impl PartitionLog {
                 has = want.len(),
                 "aborted index rebuilt from the log"
             );
-            if want.is_empty() {
+            if want.is_empty() && !frozen {
                 segment.txn_index = None;
                 volume.remove(&path)?;
             } else {
@@ -661,17 +694,27 @@ impl PartitionLog {
     }
 
     /// Takes the oldest segment (never the active one) out of the log and
-    /// returns its base offset; the caller removes its files outside the
-    /// lane ([`remove_segments`]). The log start moves to the next
-    /// segment's base if it was below it.
-    pub(super) fn detach_oldest_segment(&mut self) -> Option<i64> {
+    /// returns its name; the caller removes its files outside the lane
+    /// ([`remove_segments`]). The log start moves to the next segment's
+    /// base if it was below it.
+    pub(super) fn detach_oldest_segment(&mut self) -> Option<SegmentId> {
         if self.sealed.is_empty() {
             return None;
         }
         let oldest = self.sealed.remove(0);
         let first_base = self.sealed.first().unwrap_or(&self.active).base_offset;
-        self.log_start_offset = self.log_start_offset.max(first_base);
-        Some(oldest.base_offset)
+        self.set_log_start_offset(self.log_start_offset.max(first_base));
+        Some(oldest.id())
+    }
+
+    /// Moves the log start, and trims the leader epochs below it
+    /// (`trim_before_log_start`). The checkpoint on the volume is trimmed
+    /// the same way at the next open, not now: only a leader opening the
+    /// partition writes it, so a deposed one still running retention can
+    /// never overwrite its successor's entry.
+    pub(super) fn set_log_start_offset(&mut self, offset: i64) {
+        self.log_start_offset = offset;
+        trim_before_log_start(&mut self.leader_epochs, offset);
     }
 }
 
@@ -734,9 +777,9 @@ fn take_unsynced_txn_index(segment: &mut Segment) -> Option<Arc<dyn SegmentFile>
 }
 
 /// Removes the files of segments a deletion detached from the log.
-pub fn remove_segments(volume: &dyn Volume, dir: &str, bases: &[i64]) -> io::Result<()> {
-    for &base in bases {
-        delete_segment_files(volume, dir, base)?;
+pub fn remove_segments(volume: &dyn Volume, dir: &str, segments: &[SegmentId]) -> io::Result<()> {
+    for &id in segments {
+        delete_segment_files(volume, dir, id)?;
     }
     Ok(())
 }

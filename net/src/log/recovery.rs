@@ -7,18 +7,32 @@
 //! that fails, and its index is rebuilt from the same scan. A segment that
 //! lost its tail ends the log (the segments after it are dropped: they were
 //! never durable), so offsets stay dense.
+//!
+//! That is for the files of the leader epoch opening the log. Files of an
+//! older epoch (named with it, `kaas_core::layout::SegmentId`) are only
+//! read, never cut or indexed on the volume: their leader may still be
+//! appending to them. The leader-epoch checkpoint says up to which offset
+//! each is read (`kaas_core::partition::leader_epochs::file_reach`); what
+//! lies past it is not part of the log. Opening at a newer epoch than any
+//! in the directory is a takeover: the older epochs' log ends at its last
+//! valid batch, that end is recorded in the checkpoint durably, and a new
+//! segment of the new epoch starts there.
 
 use std::collections::BTreeSet;
 use std::io;
 use std::sync::Arc;
 
 use super::fail_stop::fail_stop;
-use super::index::read_trailer;
+use super::index::{read_any_trailer, read_trailer};
 use super::scan::{BatchReader, Step, RECOVERY_CHUNK};
 use super::segment::{BatchMeta, Segment};
-use super::LogConfig;
+use super::{invalid_data, LogConfig};
 use crate::volume::{SegmentFile, Volume};
-use kaas_core::layout::{self, Entry};
+use kaas_core::layout::{self, Entry, SegmentId};
+use kaas_core::partition::leader_epochs::{
+    assign_epoch, decode_checkpoint, encode_checkpoint, file_reach, open_as, trim_before_log_start,
+    EpochEntry, FileReach, OpenAs,
+};
 use kaas_core::partition::txn_index::decode_index;
 
 pub(crate) struct Recovered {
@@ -26,74 +40,189 @@ pub(crate) struct Recovered {
     pub sealed: Vec<Segment>,
     pub active: Segment,
     pub log_start_offset: i64,
+    /// The checkpoint as it now is on the volume (empty: none, the
+    /// partition has had one leader epoch only).
+    pub leader_epochs: Vec<EpochEntry>,
 }
 
-pub(crate) fn recover(volume: &dyn Volume, dir: &str, config: &LogConfig) -> io::Result<Recovered> {
+/// How a segment file is scanned.
+#[derive(Debug, Clone, Copy)]
+enum Scan {
+    /// This epoch's own file: an invalid tail is cut off.
+    Own,
+    /// An older epoch's file: read up to the first invalid batch or the
+    /// first at or past `end`, and frozen there; the file is not changed.
+    Older { end: Option<i64> },
+}
+
+pub(crate) fn recover(
+    volume: &dyn Volume,
+    dir: &str,
+    config: &LogConfig,
+    epoch: i32,
+) -> io::Result<Recovered> {
     volume.create_dir_all(dir)?;
-    let mut bases = BTreeSet::new();
-    let mut index_bases = Vec::new();
-    let mut txn_index_bases = Vec::new();
+    let mut ids = BTreeSet::new();
+    let mut index_ids = Vec::new();
+    let mut txn_index_ids = Vec::new();
     for name in volume.list(dir)? {
         match layout::classify(&name) {
-            Entry::Segment(base) => {
-                bases.insert(base);
+            Entry::Segment(id) => {
+                ids.insert(id);
             }
-            Entry::Index(base) => index_bases.push(base),
-            Entry::TxnIndex(base) => txn_index_bases.push(base),
+            Entry::Index(id) => index_ids.push(id),
+            Entry::TxnIndex(id) => txn_index_ids.push(id),
             Entry::Other => {}
         }
     }
+    let mut entries = read_checkpoint(volume, dir)?;
+    let newest_file = ids.iter().map(|id| id.epoch).max();
+    let previous = match open_as(&entries, newest_file, epoch) {
+        OpenAs::SameEpoch => None,
+        OpenAs::Takeover { previous } => Some(previous),
+        OpenAs::Deposed { newest } => {
+            return Err(io::Error::other(format!(
+                "{dir}: leader epoch {newest} has written here; epoch {epoch} may not open it"
+            )))
+        }
+    };
+
+    // Which files are the log, and each one up to which offset (`None`:
+    // to its end). A file wholly past its epoch's end, or of an epoch the
+    // checkpoint does not list, holds only a deposed leader's late writes:
+    // nobody reads it, so it goes.
+    let mut read: Vec<(SegmentId, Option<i64>)> = Vec::with_capacity(ids.len());
+    for id in ids {
+        match file_reach(&entries, id.epoch) {
+            FileReach::ToLogEnd => read.push((id, None)),
+            FileReach::Below(end) if id.base_offset < end => read.push((id, Some(end))),
+            FileReach::Below(_) | FileReach::Unread => {
+                tracing::info!(
+                    dir,
+                    ?id,
+                    "removing a segment outside its leader epoch's log"
+                );
+                delete_segment_files(volume, dir, id)?;
+            }
+        }
+    }
+    let is_read = |id: &SegmentId| read.iter().any(|(r, _)| r == id);
     // An index without its segment is left over from a deletion that
     // crashed half-way; it must not be mistaken for a later segment's.
-    for base in index_bases.into_iter().filter(|b| !bases.contains(b)) {
-        volume.remove(&layout::index_path(dir, base))?;
+    for id in index_ids.iter().filter(|id| !is_read(id)) {
+        volume.remove(&layout::index_path(dir, id.base_offset, id.epoch))?;
     }
-    // The listing says which segments have an aborted index, so the
-    // (many) segments without one cost no lookup on the volume below.
-    let (txn_indexed, orphans): (BTreeSet<i64>, Vec<i64>) = {
-        let (kept, orphans): (Vec<i64>, Vec<i64>) =
-            txn_index_bases.into_iter().partition(|b| bases.contains(b));
-        (kept.into_iter().collect(), orphans)
-    };
-    for base in orphans {
-        volume.remove(&layout::txn_index_path(dir, base))?;
+    // A segment's aborted index is the newest of those at its base offset
+    // written by its own epoch or a later one (a later leader rewrites an
+    // older epoch's index under its own epoch, never in the older file);
+    // every other `.txnindex` is an orphan. The listing says which segments
+    // have one, so the (many) without cost no lookup on the volume below.
+    let mut txn_indexed: Vec<(SegmentId, i32)> = Vec::new();
+    for &(id, _) in &read {
+        let newest = txn_index_ids
+            .iter()
+            .filter(|t| t.base_offset == id.base_offset && t.epoch >= id.epoch && t.epoch <= epoch)
+            .map(|t| t.epoch)
+            .max();
+        if let Some(newest) = newest {
+            txn_indexed.push((id, newest));
+        }
+    }
+    for t in &txn_index_ids {
+        let used = txn_indexed
+            .iter()
+            .any(|(id, e)| id.base_offset == t.base_offset && *e == t.epoch);
+        if !used {
+            volume.remove(&layout::txn_index_path(dir, t.base_offset, t.epoch))?;
+        }
     }
 
     let mut log_start_offset = read_log_start_offset(volume, dir)?;
-    let mut bases: Vec<i64> = bases.into_iter().collect();
     // Finish deletions DeleteRecords persisted but did not complete: a
     // segment is entirely below the log start when the next one starts at
     // or before it.
-    while bases.len() >= 2 && bases[1] <= log_start_offset {
-        delete_segment_files(volume, dir, bases[0])?;
-        bases.remove(0);
+    while read.len() >= 2 && read[1].0.base_offset <= log_start_offset {
+        delete_segment_files(volume, dir, read[0].0)?;
+        read.remove(0);
     }
 
-    let mut sealed = Vec::with_capacity(bases.len());
-    let mut active = None;
-    for (i, &base) in bases.iter().enumerate() {
-        let file = volume.open_segment(&layout::segment_path(dir, base), false)?;
-        let Some(&next_base) = bases.get(i + 1) else {
-            let segment = scan_segment(file, base, config)?;
+    let mut segments: Vec<Segment> = Vec::with_capacity(read.len());
+    for (i, &(id, limit)) in read.iter().enumerate() {
+        let next_base = read.get(i + 1).map(|(next, _)| next.base_offset);
+        let file =
+            volume.open_segment(&layout::segment_path(dir, id.base_offset, id.epoch), false)?;
+        let own = id.epoch == epoch;
+        if !own {
+            // Where this file's part of the log must end: at the next
+            // segment, or where the next epoch starts, whichever is first.
+            let end = match (limit, next_base) {
+                (Some(l), Some(n)) => Some(l.min(n)),
+                (l, n) => l.or(n),
+            };
+            let segment = match end {
+                Some(end) => load_indexed_older(volume, dir, id, file.clone(), end)?,
+                None => None,
+            };
+            let segment = match segment {
+                Some(segment) => segment,
+                None => {
+                    let segment = scan_segment(file, id, config, Scan::Older { end })?;
+                    // What the older leader wrote may not be durable; it is
+                    // part of this log now, and the checkpoint about to
+                    // name where its epoch ends must not outlive it.
+                    segment.file.sync()?;
+                    segment
+                }
+            };
+            let reached = segment.next_offset;
+            if let Some(l) = limit.filter(|&l| reached < l.min(next_base.unwrap_or(l))) {
+                // The checkpoint promises this epoch's log up to `l`, and a
+                // later epoch's offsets follow from there: a hole here is
+                // damage, and guessing would serve or merge the wrong data.
+                return Err(invalid_data(format!(
+                    "{dir}: segment {id:?} of an older leader epoch ends at {reached}, \
+                     before its epoch's end {l} in the checkpoint"
+                )));
+            }
+            segments.push(segment);
+            if next_base.is_some_and(|n| reached != n) {
+                // The older epoch's log lost its tail here (its leader
+                // crashed before those segments were durable): it ends
+                // here, and the rest never was part of it.
+                tracing::warn!(
+                    dir,
+                    ?id,
+                    end = reached,
+                    "older epoch's log ends before its next segment"
+                );
+                for &(later, _) in &read[i + 1..] {
+                    delete_segment_files(volume, dir, later)?;
+                }
+                break;
+            }
+            continue;
+        }
+        let Some(next_base) = next_base else {
+            let segment = scan_segment(file, id, config, Scan::Own)?;
             // Whatever survived is made durable now, so that the durable
             // offset can start at the end offset.
             segment.file.sync()?;
-            active = Some(segment);
+            segments.push(segment);
             break;
         };
-        if let Some(segment) = load_indexed(volume, dir, base, file.clone())? {
-            sealed.push(segment);
+        if let Some(segment) = load_indexed(volume, dir, id, file.clone())? {
+            segments.push(segment);
             continue;
         }
         // No index: the segment was rolled, but the flusher had not both
         // fsynced it and written its index when the broker stopped. Scan
         // and keep what survived.
-        tracing::warn!(dir, base, "segment without a valid index; scanning it");
-        let mut segment = scan_segment(file, base, config)?;
+        tracing::warn!(dir, ?id, "segment without a valid index; scanning it");
+        let mut segment = scan_segment(file, id, config, Scan::Own)?;
         segment.file.sync()?;
         if segment.next_offset == next_base {
-            segment.seal(volume, &layout::index_path(dir, base))?;
-            sealed.push(segment);
+            segment.seal(volume, &layout::index_path(dir, id.base_offset, id.epoch))?;
+            segments.push(segment);
             continue;
         }
         // It lost its tail, so the log ends here. The later segments hold
@@ -102,45 +231,105 @@ pub(crate) fn recover(volume: &dyn Volume, dir: &str, config: &LogConfig) -> io:
         // acknowledged goes with them.
         tracing::warn!(
             dir,
-            base,
+            ?id,
             end = segment.next_offset,
             next_base,
             "segment ends before the next one starts; dropping the segments after it"
         );
-        for &later in &bases[i + 1..] {
+        for &(later, _) in &read[i + 1..] {
             delete_segment_files(volume, dir, later)?;
         }
-        active = Some(segment);
+        segments.push(segment);
         break;
     }
 
-    let mut active = match active {
-        Some(active) if active.next_offset >= log_start_offset => active,
-        other => {
-            // No segments, or (defensively) every surviving batch is below
-            // the persisted log start: start an empty log at the log start.
-            for segment in sealed.drain(..).chain(other) {
-                delete_segment_files(volume, dir, segment.base_offset)?;
+    if segments
+        .last()
+        .is_some_and(|last| last.next_offset < log_start_offset)
+    {
+        // Defensively: every surviving batch is below the persisted log
+        // start. Start an empty log at the log start.
+        for segment in segments.drain(..) {
+            delete_segment_files(volume, dir, segment.id())?;
+        }
+    }
+    let first_base = segments.first().map(|s| s.base_offset);
+    log_start_offset = log_start_offset.max(first_base.unwrap_or(log_start_offset));
+
+    let mut changed = false;
+    let active = match segments.pop() {
+        Some(active) if active.epoch == epoch && active.frozen_len.is_none() => active,
+        last => {
+            // The log ends in an older epoch's file, or there is none:
+            // appends go to a new file of this epoch at the log end. When
+            // an older epoch wrote here, this is a takeover: the
+            // checkpoint records where this epoch starts, durably, before
+            // this epoch's first file exists.
+            let start = last.as_ref().map_or(log_start_offset, |l| l.next_offset);
+            let older_epochs = last.is_some() || !entries.is_empty() || previous.is_some();
+            if older_epochs {
+                if entries.is_empty() {
+                    // A directory from before checkpoints: one epoch wrote
+                    // all of it, from the log start.
+                    let old = previous.unwrap_or(epoch);
+                    changed |= assign_epoch(&mut entries, old, log_start_offset);
+                }
+                changed |= assign_epoch(&mut entries, epoch, start);
             }
-            let file = volume.open_segment(&layout::segment_path(dir, log_start_offset), true)?;
+            changed |= trim_before_log_start(&mut entries, log_start_offset);
+            if changed {
+                write_checkpoint(volume, dir, &entries)?;
+                changed = false;
+            }
+            segments.extend(last);
+            let file = volume.open_segment(&layout::segment_path(dir, start, epoch), true)?;
             if !file.is_empty() {
                 file.truncate(0)?;
             }
-            Segment::empty(log_start_offset, file)
+            Segment::empty(start, epoch, file)
         }
     };
-    let first_base = sealed.first().unwrap_or(&active).base_offset;
-    log_start_offset = log_start_offset.max(first_base);
+    changed |= trim_before_log_start(&mut entries, log_start_offset);
+    if changed {
+        write_checkpoint(volume, dir, &entries)?;
+    }
+    let mut sealed = segments;
+    let mut active = active;
     for segment in sealed.iter_mut().chain(std::iter::once(&mut active)) {
-        if txn_indexed.contains(&segment.base_offset) {
-            load_txn_index(volume, dir, segment)?;
+        let id = segment.id();
+        if let Some(&(_, written_by)) = txn_indexed.iter().find(|(t, _)| *t == id) {
+            load_txn_index(volume, dir, segment, written_by, written_by == epoch)?;
         }
     }
     Ok(Recovered {
         sealed,
         active,
         log_start_offset,
+        leader_epochs: entries,
     })
+}
+
+/// The checkpoint's entries; none if there is no checkpoint. An unreadable
+/// one is an error: without it, which files (and how much of each) are
+/// the log is unknown, and guessing could serve a deposed leader's writes.
+fn read_checkpoint(volume: &dyn Volume, dir: &str) -> io::Result<Vec<EpochEntry>> {
+    let path = layout::leader_epoch_checkpoint_path(dir);
+    match volume.read(&path)? {
+        None => Ok(Vec::new()),
+        Some(data) => decode_checkpoint(&data).map_err(|e| invalid_data(format!("{path}: {e}"))),
+    }
+}
+
+/// Replaces the checkpoint atomically and durably.
+pub(crate) fn write_checkpoint(
+    volume: &dyn Volume,
+    dir: &str,
+    entries: &[EpochEntry],
+) -> io::Result<()> {
+    volume.write_atomic(
+        &layout::leader_epoch_checkpoint_path(dir),
+        &encode_checkpoint(entries),
+    )
 }
 
 fn read_log_start_offset(volume: &dyn Volume, dir: &str) -> io::Result<i64> {
@@ -158,31 +347,49 @@ fn read_log_start_offset(volume: &dyn Volume, dir: &str) -> io::Result<i64> {
     }))
 }
 
-pub(crate) fn delete_segment_files(volume: &dyn Volume, dir: &str, base: i64) -> io::Result<()> {
+pub(crate) fn delete_segment_files(
+    volume: &dyn Volume,
+    dir: &str,
+    id: SegmentId,
+) -> io::Result<()> {
+    let (base, epoch) = (id.base_offset, id.epoch);
     // Segment first: a crash in between leaves an orphan index, which the
     // next startup removes; the reverse would force a needless rebuild.
-    volume.remove(&layout::segment_path(dir, base))?;
-    volume.remove(&layout::index_path(dir, base))?;
-    volume.remove(&layout::txn_index_path(dir, base))
+    // (An aborted index a later epoch wrote for this segment is such an
+    // orphan too.)
+    volume.remove(&layout::segment_path(dir, base, epoch))?;
+    volume.remove(&layout::index_path(dir, base, epoch))?;
+    volume.remove(&layout::txn_index_path(dir, base, epoch))
 }
 
-/// Reads a segment's `.txnindex`, if it has one, into the segment. A torn
-/// last entry (a crash during its append) is cut off; which entries are
-/// kept is decided once the producer replay is known
-/// (`PartitionLog::rebuild_aborted`).
-fn load_txn_index(volume: &dyn Volume, dir: &str, segment: &mut Segment) -> io::Result<()> {
-    let path = layout::txn_index_path(dir, segment.base_offset);
+/// Reads a segment's `.txnindex` (the one epoch `written_by` wrote) into
+/// the segment. A torn last entry (a crash during its append) is cut off
+/// if the file is `own`; which entries are kept is decided once the
+/// producer replay is known (`PartitionLog::rebuild_aborted`). An older
+/// epoch's file is only read: entries for markers past the segment's end
+/// there are a deposed leader's and are dropped.
+fn load_txn_index(
+    volume: &dyn Volume,
+    dir: &str,
+    segment: &mut Segment,
+    written_by: i32,
+    own: bool,
+) -> io::Result<()> {
+    let path = layout::txn_index_path(dir, segment.base_offset, written_by);
     let file = match volume.open_segment(&path, false) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    let len = usize::try_from(file.len())
-        .map_err(|_| super::invalid_data(format!("{path}: too large")))?;
+    let len =
+        usize::try_from(file.len()).map_err(|_| invalid_data(format!("{path}: too large")))?;
     let bytes = file.read_at(0, len)?;
-    let (entries, torn) =
-        decode_index(&bytes).map_err(|e| super::invalid_data(format!("{path}: {e:?}")))?;
-    if torn > 0 {
+    let (mut entries, torn) =
+        decode_index(&bytes).map_err(|e| invalid_data(format!("{path}: {e:?}")))?;
+    if !own {
+        let end = segment.next_offset;
+        entries.retain(|a| a.last_offset < end);
+    } else if torn > 0 {
         tracing::warn!(dir, path, torn, "truncating torn aborted-index entry");
         file.truncate((len - torn) as u64)?;
     }
@@ -196,30 +403,81 @@ fn load_txn_index(volume: &dyn Volume, dir: &str, segment: &mut Segment) -> io::
 fn load_indexed(
     volume: &dyn Volume,
     dir: &str,
-    base: i64,
+    id: SegmentId,
     file: Arc<dyn SegmentFile>,
 ) -> io::Result<Option<Segment>> {
-    let index_path = layout::index_path(dir, base);
+    let index_path = layout::index_path(dir, id.base_offset, id.epoch);
     match volume.open_segment(&index_path, false) {
-        Ok(index_file) => Ok(read_trailer(index_file.as_ref(), file.len())?
-            .map(|(trailer, entries)| Segment::sealed(base, file, index_file, trailer, entries))),
+        Ok(index_file) => Ok(read_trailer(index_file.as_ref(), file.len())?.map(
+            |(trailer, entries)| {
+                Segment::sealed(id.base_offset, id.epoch, file, index_file, trailer, entries)
+            },
+        )),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// Scans a segment from the start, validating every batch, truncating the
-/// file at the first invalid one, and rebuilding the in-memory index.
-pub(crate) fn scan_segment(
+/// An older epoch's sealed segment through its index, if the index ends
+/// exactly at `end` (the next segment, or its epoch's end) at a position
+/// within the file: its leader wrote the index once the bytes below were
+/// durable, and appends since (past `end`) do not change them. Frozen at
+/// that position. `None`: scan it instead.
+fn load_indexed_older(
+    volume: &dyn Volume,
+    dir: &str,
+    id: SegmentId,
     file: Arc<dyn SegmentFile>,
-    base: i64,
+    end: i64,
+) -> io::Result<Option<Segment>> {
+    let index_path = layout::index_path(dir, id.base_offset, id.epoch);
+    let index_file = match volume.open_segment(&index_path, false) {
+        Ok(index_file) => index_file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some((trailer, entries)) = read_any_trailer(index_file.as_ref())? else {
+        return Ok(None);
+    };
+    let position = u64::from(trailer.position);
+    let ends_at = id
+        .base_offset
+        .checked_add(i64::from(trailer.relative_offset));
+    if ends_at != Some(end) || position > file.len() {
+        return Ok(None);
+    }
+    let mut segment = Segment::sealed(id.base_offset, id.epoch, file, index_file, trailer, entries);
+    segment.freeze(position);
+    Ok(Some(segment))
+}
+
+/// Scans a segment from the start, validating every batch, and rebuilds
+/// its in-memory index. An own segment is truncated at the first invalid
+/// batch; an older epoch's is frozen there (or at the first batch at or
+/// past its end), untouched.
+fn scan_segment(
+    file: Arc<dyn SegmentFile>,
+    id: SegmentId,
     config: &LogConfig,
+    scan: Scan,
 ) -> io::Result<Segment> {
-    let mut segment = Segment::empty(base, file.clone());
-    let mut reader = BatchReader::new(file.as_ref(), 0, RECOVERY_CHUNK);
-    let bad_tail = loop {
+    let base = id.base_offset;
+    let mut segment = Segment::empty(base, id.epoch, file.clone());
+    // The length now: an older epoch's leader may still be appending.
+    let len = file.len();
+    let mut reader = BatchReader::new(file.as_ref(), 0, len, RECOVERY_CHUNK);
+    let end = match scan {
+        Scan::Own => None,
+        Scan::Older { end } => end,
+    };
+    let stop = loop {
         match reader.next_step()? {
             Step::Batch { position, batch } => {
+                if end.is_some_and(|end| batch.next_offset() > end) {
+                    // Past the epoch's end (or the next segment): not this
+                    // log's, whether valid or not.
+                    break Some((position, "past the end of its epoch".to_string()));
+                }
                 let problem = if let Err(e) = batch.validate() {
                     Some(e.to_string())
                 } else if batch.base_offset() < segment.next_offset {
@@ -245,15 +503,35 @@ pub(crate) fn scan_segment(
             Step::Corrupt { position, error } => break Some((position, error.to_string())),
         }
     };
-    if let Some((position, problem)) = bad_tail {
-        tracing::warn!(
-            segment = base,
-            position,
-            len = file.len(),
-            problem,
-            "truncating invalid segment tail"
-        );
-        file.truncate(position)?;
+    match scan {
+        Scan::Own => {
+            if let Some((position, problem)) = stop {
+                tracing::warn!(
+                    segment = base,
+                    position,
+                    len = file.len(),
+                    problem,
+                    "truncating invalid segment tail"
+                );
+                file.truncate(position)?;
+            }
+        }
+        Scan::Older { .. } => {
+            let position = match stop {
+                Some((position, problem)) => {
+                    tracing::info!(
+                        segment = ?id,
+                        position,
+                        len = file.len(),
+                        problem,
+                        "an older epoch's segment is read up to here"
+                    );
+                    position
+                }
+                None => len,
+            };
+            segment.freeze(position);
+        }
     }
     Ok(segment)
 }

@@ -5,14 +5,14 @@ use std::io;
 use super::partition_log::PartitionLog;
 use super::ReadError;
 use crate::volume::Volume;
-use kaas_core::layout;
+use kaas_core::layout::{self, SegmentId};
 
 /// What a retention pass did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetentionOutcome {
     /// Base offsets of the segments taken out; their files are the
     /// caller's to remove.
-    pub deleted_segments: Vec<i64>,
+    pub deleted_segments: Vec<SegmentId>,
     pub log_start_offset: i64,
 }
 
@@ -30,19 +30,23 @@ impl PartitionLog {
     /// persists the new start first ([`persist_log_start_offset`], so a
     /// crash cannot resurrect records) and removes the detached segments'
     /// files afterwards, both outside the lane. Returns the new log start
-    /// (the low watermark) and the detached segments' base offsets.
+    /// (the low watermark) and the detached segments' names. The leader
+    /// epochs below the new start are trimmed (`set_log_start_offset`).
     ///
     /// Offsets at or below the current start change nothing. Above the log
     /// end is out of range; the partition's rules check the stricter
     /// high-watermark bound before.
-    pub fn delete_records_before(&mut self, offset: i64) -> Result<(i64, Vec<i64>), ReadError> {
+    pub fn delete_records_before(
+        &mut self,
+        offset: i64,
+    ) -> Result<(i64, Vec<SegmentId>), ReadError> {
         if offset > self.end_offset() {
             return Err(ReadError::OutOfRange);
         }
         if offset <= self.log_start_offset {
             return Ok((self.log_start_offset, Vec::new()));
         }
-        self.log_start_offset = offset;
+        self.set_log_start_offset(offset);
         // A segment is entirely below the start when its successor begins
         // at or before it; the active segment always stays.
         let mut detached = Vec::new();

@@ -38,13 +38,15 @@ pub(crate) struct BatchReader<'a> {
 }
 
 impl<'a> BatchReader<'a> {
-    /// Reads batches from `start` up to the file's current length, refilling
-    /// `chunk_len` bytes at a time (at least one batch header).
-    pub fn new(file: &'a dyn SegmentFile, start: u64, chunk_len: usize) -> Self {
+    /// Reads batches from `start` up to `end` (at most the file's current
+    /// length: an older epoch's file is read only up to where its epoch
+    /// ended), refilling `chunk_len` bytes at a time (at least one batch
+    /// header).
+    pub fn new(file: &'a dyn SegmentFile, start: u64, end: u64, chunk_len: usize) -> Self {
         BatchReader {
             file,
             position: start,
-            end: file.len(),
+            end: end.min(file.len()),
             chunk: Bytes::new(),
             chunk_start: start,
             chunk_len: chunk_len.max(BATCH_HEADER_LEN),

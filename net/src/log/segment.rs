@@ -1,5 +1,6 @@
 //! One segment: a `.log` file of batches plus its sparse index.
 
+use kaas_core::layout::SegmentId;
 use kaas_core::partition::AbortedTxn;
 use kaas_core::record::RecordBatch;
 use std::io;
@@ -16,7 +17,14 @@ pub(crate) const NO_MAX_TIMESTAMP: i64 = i64::MIN;
 
 pub(crate) struct Segment {
     pub base_offset: i64,
+    /// The leader epoch that created the file (part of its name).
+    pub epoch: i32,
     pub file: Arc<dyn SegmentFile>,
+    /// Set for a file of an older leader epoch: the bytes of it that belong
+    /// to the log. The file may be longer (its deposed leader can still be
+    /// appending) but nothing past this is read, and this leader never
+    /// writes the file or its index: it keeps the index in memory.
+    pub frozen_len: Option<u64>,
     pub index: SegmentIndex,
     /// The offset after the last batch (`base_offset` while empty).
     pub next_offset: i64,
@@ -60,10 +68,12 @@ impl BatchMeta {
 impl Segment {
     /// A segment with no batches indexed yet (new, or about to be scanned).
     /// Its file fails every sync after one failed (see `fail_stop`).
-    pub fn empty(base_offset: i64, file: Arc<dyn SegmentFile>) -> Self {
+    pub fn empty(base_offset: i64, epoch: i32, file: Arc<dyn SegmentFile>) -> Self {
         Segment {
             base_offset,
+            epoch,
             file: fail_stop(file),
+            frozen_len: None,
             index: SegmentIndex::Memory(Vec::new()),
             next_offset: base_offset,
             max_timestamp: NO_MAX_TIMESTAMP,
@@ -77,6 +87,7 @@ impl Segment {
     /// A sealed segment described by its index trailer.
     pub fn sealed(
         base_offset: i64,
+        epoch: i32,
         file: Arc<dyn SegmentFile>,
         index_file: Arc<dyn SegmentFile>,
         trailer: IndexEntry,
@@ -84,7 +95,9 @@ impl Segment {
     ) -> Self {
         Segment {
             base_offset,
+            epoch,
             file: fail_stop(file),
+            frozen_len: None,
             index: SegmentIndex::Sealed {
                 file: index_file,
                 entries,
@@ -98,8 +111,21 @@ impl Segment {
         }
     }
 
+    /// The segment's name on the volume.
+    pub fn id(&self) -> SegmentId {
+        SegmentId::new(self.base_offset, self.epoch)
+    }
+
+    /// Bytes of the segment that belong to the log.
     pub fn size(&self) -> u64 {
-        self.file.len()
+        let len = self.file.len();
+        self.frozen_len.map_or(len, |frozen| frozen.min(len))
+    }
+
+    /// Freezes the segment at its current end: from now on it is an older
+    /// epoch's file, read up to here and never written.
+    pub fn freeze(&mut self, len: u64) {
+        self.frozen_len = Some(len);
     }
 
     /// Offset relative to the segment base, if it fits an index entry.
@@ -132,9 +158,11 @@ impl Segment {
         Ok(())
     }
 
-    /// Whether the index is on the volume (the segment was sealed durably).
+    /// Whether the segment needs no index written: it is on the volume
+    /// (the segment was sealed durably), or the segment is an older
+    /// epoch's, whose files this leader never writes.
     pub fn is_indexed(&self) -> bool {
-        matches!(self.index, SegmentIndex::Sealed { .. })
+        self.frozen_len.is_some() || matches!(self.index, SegmentIndex::Sealed { .. })
     }
 
     /// The `.index` file's bytes (entries plus trailer) and entry count.
@@ -195,7 +223,7 @@ impl Segment {
                 from = None;
                 continue;
             }
-            let mut reader = BatchReader::new(self.file.as_ref(), position, chunk);
+            let mut reader = BatchReader::new(self.file.as_ref(), position, self.size(), chunk);
             let mut first = true;
             let mut restart = false;
             loop {

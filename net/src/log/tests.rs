@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::{LogConfig, PartitionLog, ReadError};
 use crate::volume::{LocalVolume, Volume};
 use kaas_core::layout;
+use kaas_core::partition::leader_epochs::{decode_checkpoint, EpochEntry};
 
 const DIR: &str = "topics/t-0";
 
@@ -31,7 +32,7 @@ impl Fixture {
     }
 
     fn open(&self, config: LogConfig) -> PartitionLog {
-        PartitionLog::open(self.volume.clone(), DIR.to_string(), config).unwrap()
+        PartitionLog::open(self.volume.clone(), DIR.to_string(), config, 0).unwrap()
     }
 
     fn file(&self, name: &str) -> PathBuf {
@@ -39,11 +40,11 @@ impl Fixture {
     }
 
     fn segment_file(&self, base: i64) -> PathBuf {
-        self.root.join(layout::segment_path(DIR, base))
+        self.root.join(layout::segment_path(DIR, base, 0))
     }
 
     fn index_file(&self, base: i64) -> PathBuf {
-        self.root.join(layout::index_path(DIR, base))
+        self.root.join(layout::index_path(DIR, base, 0))
     }
 }
 
@@ -147,8 +148,8 @@ fn appended_batches_read_back_with_assigned_offsets() {
 #[test]
 fn leader_epoch_is_stamped_on_appended_batches() {
     let fx = Fixture::new();
-    let mut log = fx.open(LogConfig::default());
-    log.set_leader_epoch(4);
+    let mut log =
+        PartitionLog::open(fx.volume.clone(), DIR.to_string(), LogConfig::default(), 4).unwrap();
     log.append_batch(&batch(1, 0, 1)).unwrap();
     assert_eq!(read_all(&log, 0)[0].partition_leader_epoch(), 4);
 }
@@ -769,7 +770,7 @@ fn a_segment_whose_fsync_failed_is_never_sealed_by_a_later_roll() {
     let tmp = tempfile::tempdir().unwrap();
     let fail_next_sync = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let volume = flaky_sync_volume(tmp.path(), fail_next_sync.clone());
-    let mut log = PartitionLog::open(volume.clone(), DIR.to_string(), small_segments()).unwrap();
+    let mut log = PartitionLog::open(volume.clone(), DIR.to_string(), small_segments(), 0).unwrap();
     log.append_batch(&batch(2, 0, 600)).unwrap();
     // The flusher's fsync, outside the log's lane, fails.
     fail_next_sync.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -779,7 +780,7 @@ fn a_segment_whose_fsync_failed_is_never_sealed_by_a_later_roll() {
     // ... and the next plan's fsync of that segment fails too: it is never
     // indexed, so never trusted without a scan.
     assert!(log.sync().is_err());
-    assert!(!tmp.path().join(layout::index_path(DIR, 0)).exists());
+    assert!(!tmp.path().join(layout::index_path(DIR, 0, 0)).exists());
 }
 
 /// The other order, also found by the simulation (without the fail-stop,
@@ -793,7 +794,7 @@ fn a_flusher_fsync_after_a_failed_roll_does_not_make_the_segment_durable() {
     let tmp = tempfile::tempdir().unwrap();
     let fail_next_sync = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let volume = flaky_sync_volume(tmp.path(), fail_next_sync.clone());
-    let mut log = PartitionLog::open(volume.clone(), DIR.to_string(), small_segments()).unwrap();
+    let mut log = PartitionLog::open(volume.clone(), DIR.to_string(), small_segments(), 0).unwrap();
     log.append_batch(&batch(2, 0, 600)).unwrap();
     let early = log.sync_plan().unwrap();
     assert!(log.append_batch(&batch(2, 0, 600)).unwrap().rolled);
@@ -835,4 +836,311 @@ fn a_rolled_segment_that_lost_its_tail_ends_the_log() {
     let all = read_all(&log, 0);
     assert_contiguous(&all, 0);
     assert_eq!(all.last().unwrap().last_offset(), bases[1] + 1);
+}
+
+// ------------------------------------------------------------ leader epochs
+
+fn open_at(fx: &Fixture, config: LogConfig, epoch: i32) -> PartitionLog {
+    PartitionLog::open(fx.volume.clone(), DIR.to_string(), config, epoch).unwrap()
+}
+
+fn checkpoint(fx: &Fixture) -> Vec<EpochEntry> {
+    let bytes = fx
+        .volume
+        .read(&layout::leader_epoch_checkpoint_path(DIR))
+        .unwrap()
+        .expect("a checkpoint");
+    decode_checkpoint(&bytes).unwrap()
+}
+
+/// Values of every record in the log, in offset order.
+fn values(log: &PartitionLog) -> Vec<(i64, i32)> {
+    read_all(log, log.log_start_offset())
+        .iter()
+        .map(|b| (b.base_offset(), b.partition_leader_epoch()))
+        .collect()
+}
+
+/// The takeover: epoch 1 opens a second handle on the same directory while
+/// epoch 0 (the zombie) still has its own open. Whatever the zombie appends
+/// afterwards, to its active file or to files it rolls, is never part of
+/// epoch 1's log, now or after a reopen, and epoch 1 appends only to
+/// epoch-1 files.
+#[test]
+fn a_zombies_appends_after_a_takeover_are_never_read() {
+    let fx = Fixture::new();
+    let mut zombie = open_at(&fx, small_segments(), 0);
+    for i in 0..6 {
+        zombie.append_batch(&batch(2, i * 10, 100)).unwrap();
+    }
+    zombie.sync().unwrap();
+    let handed_over = zombie.end_offset();
+    assert!(zombie.segment_count() > 1, "the old epoch rolled");
+
+    let mut leader = open_at(&fx, small_segments(), 1);
+    assert_eq!(leader.end_offset(), handed_over);
+    assert_eq!(
+        checkpoint(&fx),
+        vec![EpochEntry::new(0, 0), EpochEntry::new(1, handed_over)]
+    );
+    assert_eq!(leader.leader_epochs(), &checkpoint(&fx)[..]);
+
+    // The zombie goes on: appends to its open file and rolls new epoch-0
+    // files, flushing and indexing them as it always did.
+    for i in 0..8 {
+        zombie.append_batch(&batch(2, 1_000 + i, 100)).unwrap();
+    }
+    zombie.sync().unwrap();
+    // The new leader appends too, at the same offsets the zombie used.
+    for i in 0..8 {
+        leader.append_batch(&batch(2, 2_000 + i, 100)).unwrap();
+    }
+    leader.sync().unwrap();
+
+    let expect = |log: &PartitionLog| {
+        let seen = values(log);
+        let (old, new): (Vec<_>, Vec<_>) = seen.iter().partition(|(o, _)| *o < handed_over);
+        assert_eq!(old.len(), 6);
+        assert!(old.iter().all(|(_, e)| *e == 0));
+        assert_eq!(new.len(), 8);
+        assert!(new.iter().all(|(_, e)| *e == 1), "{new:?}");
+        assert_contiguous(&read_all(log, 0), 0);
+        // Timestamps say whose records they are.
+        let ts: Vec<i64> = read_all(log, handed_over)
+            .iter()
+            .map(|b| b.max_timestamp())
+            .collect();
+        assert!(ts.iter().all(|t| (2_000..3_000).contains(t)), "{ts:?}");
+    };
+    expect(&leader);
+    // Epoch 1 wrote only epoch-1 files.
+    let ids = leader.segment_ids();
+    assert!(ids
+        .iter()
+        .filter(|id| id.base_offset >= handed_over)
+        .all(|id| id.epoch == 1));
+    assert!(ids
+        .iter()
+        .filter(|id| id.base_offset < handed_over)
+        .all(|id| id.epoch == 0));
+
+    // A third open at epoch 1 (a restart of the new leader) sees the same
+    // log, though the zombie's files are longer than their epoch's end and
+    // it even wrote an index for a segment reaching past it.
+    drop(leader);
+    let reopened = open_at(&fx, small_segments(), 1);
+    expect(&reopened);
+    assert_eq!(reopened.end_offset(), handed_over + 16);
+    // The zombie's files wholly past its epoch's end are gone; the one it
+    // had open when the takeover came is still there, unchanged by anyone
+    // but the zombie.
+    let names = fx.volume.list(DIR).unwrap();
+    for name in &names {
+        if let layout::Entry::Segment(id) = layout::classify(name) {
+            assert!(id.epoch == 1 || id.base_offset < handed_over, "{name}");
+        }
+    }
+    // Offset lookups stay within the log.
+    assert_eq!(
+        reopened
+            .offset_for_timestamp(1_000)
+            .unwrap()
+            .map(|(o, _)| o),
+        Some(handed_over),
+        "the zombie's timestamps 1000.. are not found, epoch 1's 2000.. are"
+    );
+    assert_eq!(
+        reopened.max_timestamp().unwrap().map(|(_, ts)| ts),
+        Some(2_007 + 1)
+    );
+    // The zombie cannot open again at its epoch.
+    assert!(PartitionLog::open(fx.volume.clone(), DIR.to_string(), small_segments(), 0).is_err());
+}
+
+/// A torn tail left by the old epoch ends its log where the last whole
+/// batch ends; the file is read, never cut (its leader may still be
+/// writing), and the torn bytes are not part of anything.
+#[test]
+fn a_torn_tail_of_an_older_epoch_is_excluded_without_truncating_it() {
+    let fx = Fixture::new();
+    let mut old = open_at(&fx, LogConfig::default(), 0);
+    old.append_batch(&batch(3, 0, 10)).unwrap();
+    old.append_batch(&batch(3, 10, 10)).unwrap();
+    old.sync().unwrap();
+    drop(old);
+    let path = fx.segment_file(0);
+    let whole = fs::metadata(&path).unwrap().len();
+    let torn_batch = batch(3, 20, 10);
+    let torn = &torn_batch.as_bytes()[..torn_batch.size() - 5];
+    let mut data = fs::read(&path).unwrap();
+    data.extend_from_slice(torn);
+    fs::write(&path, &data).unwrap();
+
+    let mut leader = open_at(&fx, LogConfig::default(), 1);
+    assert_eq!(leader.end_offset(), 6);
+    assert_eq!(
+        fs::metadata(&path).unwrap().len(),
+        whole + torn.len() as u64,
+        "the old file is not truncated"
+    );
+    assert_eq!(
+        checkpoint(&fx),
+        vec![EpochEntry::new(0, 0), EpochEntry::new(1, 6)]
+    );
+    leader.append_batch(&batch(1, 30, 10)).unwrap();
+    leader.sync().unwrap();
+    assert!(fx.root.join(layout::segment_path(DIR, 6, 1)).exists());
+    assert_eq!(values(&leader), vec![(0, 0), (3, 0), (6, 1)]);
+    drop(leader);
+    // Reopened, the old file is still read up to the checkpoint only.
+    let leader = open_at(&fx, LogConfig::default(), 1);
+    assert_eq!(values(&leader), vec![(0, 0), (3, 0), (6, 1)]);
+    assert_eq!(
+        fs::metadata(&path).unwrap().len(),
+        whole + torn.len() as u64
+    );
+}
+
+/// Reopening at the epoch that wrote last is a restart: its own torn tail
+/// is cut, appends go on in its own file, no checkpoint is written.
+#[test]
+fn reopening_at_the_same_epoch_recovers_and_appends_as_before() {
+    let fx = Fixture::new();
+    let mut log = open_at(&fx, LogConfig::default(), 0);
+    log.append_batch(&batch(2, 0, 10)).unwrap();
+    log.sync().unwrap();
+    drop(log);
+    let path = fx.segment_file(0);
+    let whole = fs::metadata(&path).unwrap().len();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .map(|mut f| std::io::Write::write_all(&mut f, &[0, 0, 0]).unwrap())
+        .unwrap();
+    let mut log = open_at(&fx, LogConfig::default(), 0);
+    assert_eq!(fs::metadata(&path).unwrap().len(), whole, "own tail cut");
+    log.append_batch(&batch(1, 5, 10)).unwrap();
+    assert_eq!(log.segment_ids(), vec![layout::SegmentId::new(0, 0)]);
+    assert!(log.leader_epochs().is_empty());
+    assert!(fx
+        .volume
+        .read(&layout::leader_epoch_checkpoint_path(DIR))
+        .unwrap()
+        .is_none());
+}
+
+/// Retention (and DeleteRecords) trims the leader epochs below the new log
+/// start; the next open writes the trimmed checkpoint.
+#[test]
+fn retention_trims_the_leader_epochs_below_the_log_start() {
+    let fx = Fixture::new();
+    let mut log = open_at(&fx, small_segments(), 0);
+    for i in 0..4 {
+        log.append_batch(&batch(2, i, 100)).unwrap();
+    }
+    log.sync().unwrap();
+    drop(log);
+    let mut log = open_at(&fx, small_segments(), 2);
+    let start_2 = log.end_offset();
+    for i in 0..9 {
+        log.append_batch(&batch(2, 100 + i, 100)).unwrap();
+    }
+    log.sync().unwrap();
+    assert_eq!(
+        log.leader_epochs(),
+        &[EpochEntry::new(0, 0), EpochEntry::new(2, start_2)]
+    );
+    // Keep about two segments: every epoch-0 segment goes, and some of
+    // epoch 2's.
+    let outcome = retain(&fx, &mut log, 0, 1_500, -1);
+    assert!(outcome.log_start_offset > start_2);
+    assert_eq!(
+        log.leader_epochs(),
+        &[EpochEntry::new(2, outcome.log_start_offset)]
+    );
+    assert_eq!(
+        checkpoint(&fx),
+        vec![EpochEntry::new(0, 0), EpochEntry::new(2, start_2)],
+        "not rewritten while running"
+    );
+    drop(log);
+    let log = open_at(&fx, small_segments(), 2);
+    assert_eq!(
+        checkpoint(&fx),
+        vec![EpochEntry::new(2, outcome.log_start_offset)]
+    );
+    assert_eq!(log.leader_epochs(), &checkpoint(&fx)[..]);
+
+    // DeleteRecords into the middle of an epoch trims the same way.
+    let fx = Fixture::new();
+    let mut log = open_at(&fx, LogConfig::default(), 0);
+    log.append_batch(&batch(4, 0, 10)).unwrap();
+    log.sync().unwrap();
+    drop(log);
+    let mut log = open_at(&fx, LogConfig::default(), 1);
+    log.append_batch(&batch(4, 0, 10)).unwrap();
+    log.sync().unwrap();
+    delete_before(&fx, &mut log, 2).unwrap();
+    assert_eq!(
+        log.leader_epochs(),
+        &[EpochEntry::new(0, 2), EpochEntry::new(1, 4)]
+    );
+    delete_before(&fx, &mut log, 6).unwrap();
+    assert_eq!(log.leader_epochs(), &[EpochEntry::new(1, 6)]);
+}
+
+/// A checkpoint that cannot be read stops the open: which files belong to
+/// the log would be a guess.
+#[test]
+fn an_unreadable_checkpoint_fails_the_open() {
+    let fx = Fixture::new();
+    let mut log = open_at(&fx, LogConfig::default(), 0);
+    log.append_batch(&batch(1, 0, 10)).unwrap();
+    log.sync().unwrap();
+    drop(log);
+    drop(open_at(&fx, LogConfig::default(), 1));
+    fx.volume
+        .write_atomic(&layout::leader_epoch_checkpoint_path(DIR), b"0\n2\n0 0\n")
+        .unwrap();
+    let err = PartitionLog::open(fx.volume.clone(), DIR.to_string(), LogConfig::default(), 1)
+        .err()
+        .expect("refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+}
+
+/// An aborted-index entry the old epoch wrote for a marker past its end is
+/// the zombie's and is not served; the old epoch's own `.txnindex` is never
+/// written by the new leader.
+#[test]
+fn an_older_epochs_aborted_index_is_read_only_below_its_end() {
+    use kaas_core::partition::AbortedTxn;
+    let fx = Fixture::new();
+    let mut zombie = open_at(&fx, LogConfig::default(), 0);
+    zombie.append_batch(&batch(2, 0, 10)).unwrap();
+    zombie.append_batch(&batch(1, 1, 10)).unwrap();
+    let before = AbortedTxn {
+        producer_id: 7,
+        first_offset: 0,
+        last_offset: 2,
+        last_stable_offset: 3,
+    };
+    zombie.append_aborted(before).unwrap();
+    zombie.sync().unwrap();
+    let leader = open_at(&fx, LogConfig::default(), 1);
+    assert_eq!(leader.end_offset(), 3);
+    zombie.append_batch(&batch(1, 2, 10)).unwrap();
+    let late = AbortedTxn {
+        producer_id: 8,
+        first_offset: 3,
+        last_offset: 3,
+        last_stable_offset: 4,
+    };
+    zombie.append_aborted(late).unwrap();
+    zombie.sync().unwrap();
+    let txn_index = fx.root.join(layout::txn_index_path(DIR, 0, 0));
+    let zombie_len = fs::metadata(&txn_index).unwrap().len();
+    drop(leader);
+    let leader = open_at(&fx, LogConfig::default(), 1);
+    assert_eq!(leader.aborted_index(), vec![before]);
+    assert_eq!(fs::metadata(&txn_index).unwrap().len(), zombie_len);
 }
