@@ -215,25 +215,33 @@ async fn produce(addr: SocketAddr, topic: &str, partition: i32, value: &str) -> 
     }
 }
 
-/// Every record value of a partition, read from its leader at `addr`.
+/// Every record value of a partition, read from its leader at `addr`. A
+/// fetch answers from one segment, and each leader epoch writes its own,
+/// so it fetches on from where each answer ends, up to the high watermark.
 async fn values(addr: SocketAddr, topic: &str, partition: i32) -> Vec<String> {
     let mut conn = Connection::connect(addr).await.unwrap();
-    let req = single_partition_fetch(topic, partition, 0, -1, 0);
-    match conn.send(fetch_request::API_KEY, 12, &req).await.unwrap() {
-        ResponseBody::Fetch(r) => {
-            let part = &r.responses[0].partitions[0];
-            assert_eq!(part.error_code, 0, "fetch of {topic}-{partition} at {addr}");
-            let mut out = Vec::new();
-            for batch in split_batches(part.records.clone().unwrap_or_default()) {
-                for record in batch.records() {
-                    let record = record.unwrap();
-                    out.push(String::from_utf8(record.value.unwrap().to_vec()).unwrap());
-                }
+    let mut out = Vec::new();
+    let mut next = 0;
+    for _ in 0..100 {
+        let req = single_partition_fetch(topic, partition, next, -1, 0);
+        let ResponseBody::Fetch(r) = conn.send(fetch_request::API_KEY, 12, &req).await.unwrap()
+        else {
+            panic!("not a fetch response");
+        };
+        let part = &r.responses[0].partitions[0];
+        assert_eq!(part.error_code, 0, "fetch of {topic}-{partition} at {addr}");
+        for batch in split_batches(part.records.clone().unwrap_or_default()) {
+            for record in batch.records() {
+                let record = record.unwrap();
+                out.push(String::from_utf8(record.value.unwrap().to_vec()).unwrap());
             }
-            out
+            next = batch.next_offset();
         }
-        other => panic!("unexpected {other:?}"),
+        if next >= part.high_watermark {
+            return out;
+        }
     }
+    panic!("{topic}-{partition} at {addr}: never reached the high watermark");
 }
 
 #[tokio::test]
@@ -322,9 +330,7 @@ async fn partitions_spread_over_the_brokers_and_move_with_a_stopped_one_and_back
         let p = p as i32;
         assert_eq!(now, before, "partition {p} is back where placement puts it");
         assert!(*epoch_now >= moved[p as usize].1);
-        assert_eq!(
-            values(addr(&brokers, *now), "t", p).await,
-            vec![format!("a{p}"), format!("b{p}")]
-        );
+        let got = values(addr(&brokers, *now), "t", p).await;
+        assert_eq!(got, vec![format!("a{p}"), format!("b{p}")]);
     }
 }

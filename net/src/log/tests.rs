@@ -1144,3 +1144,24 @@ fn an_older_epochs_aborted_index_is_read_only_below_its_end() {
     assert_eq!(leader.aborted_index(), vec![before]);
     assert_eq!(fs::metadata(&txn_index).unwrap().len(), zombie_len);
 }
+
+/// Ownership moving twice, with an epoch between that nobody wrote (a
+/// release): the third leader reads what both earlier epochs wrote.
+#[test]
+fn a_second_takeover_past_an_unwritten_epoch_keeps_both_earlier_epochs() {
+    let fx = Fixture::new();
+    let mut first = open_at(&fx, LogConfig::default(), 0);
+    first.append_batch(&batch(1, 10, 10)).unwrap();
+    first.sync().unwrap();
+    drop(first);
+    let mut second = open_at(&fx, LogConfig::default(), 1);
+    second.append_batch(&batch(1, 20, 10)).unwrap();
+    second.sync().unwrap();
+    drop(second);
+    let third = open_at(&fx, LogConfig::default(), 3);
+    assert_eq!(values(&third), vec![(0, 0), (1, 1)]);
+    assert_eq!(third.end_offset(), 2);
+    drop(third);
+    let again = open_at(&fx, LogConfig::default(), 3);
+    assert_eq!(values(&again), vec![(0, 0), (1, 1)]);
+}
