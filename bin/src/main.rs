@@ -265,7 +265,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     tokio::spawn(broker.clone().run_retention());
     tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), cluster_id = %broker.cluster_id, "kaas is serving");
     kaas_net::server::serve(broker.clone(), listener, shutdown_signal()).await;
-    tracing::info!("shutting down: flushing partitions");
+    tracing::info!("shutting down: handing over to the other brokers, then flushing");
+    broker.hand_over().await;
     broker.flush_all().await;
     Ok(())
 }

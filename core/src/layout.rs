@@ -49,6 +49,8 @@ const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
 /// after the `.` that ends an epoch-0 name, so at one base offset the names
 /// sort in epoch order too.
 const EPOCH_SEPARATOR: char = '_';
+const PRODUCER_SNAPSHOT_STEM: &str = "producer-state";
+const PRODUCER_SNAPSHOT_SUFFIX: &str = ".snapshot";
 const PRODUCER_SNAPSHOT_FILE: &str = "producer-state.snapshot";
 
 /// Digits of the zero-padded epoch in ownership-epoch file names, so that
@@ -133,9 +135,31 @@ pub fn log_start_offset_path(dir: &str) -> String {
     format!("{dir}/{LOG_START_OFFSET_FILE}")
 }
 
-/// The producer-state snapshot of a partition.
-pub fn producer_snapshot_path(dir: &str) -> String {
-    format!("{dir}/{PRODUCER_SNAPSHOT_FILE}")
+/// The producer-state snapshot a partition's leader at `epoch` writes:
+/// each epoch its own file, as with segments, so a deposed leader's late
+/// snapshot never replaces its successor's. Epoch 0 keeps the name it had
+/// before epochs were named.
+pub fn producer_snapshot_path(dir: &str, epoch: i32) -> String {
+    match epoch {
+        0 => format!("{dir}/{PRODUCER_SNAPSHOT_FILE}"),
+        epoch => format!(
+            "{dir}/{PRODUCER_SNAPSHOT_STEM}{EPOCH_SEPARATOR}{epoch:0EPOCH_DIGITS$}{PRODUCER_SNAPSHOT_SUFFIX}"
+        ),
+    }
+}
+
+/// The leader epoch whose producer snapshot is named `name` (an entry of a
+/// partition directory), `None` for any other name. One spelling per
+/// epoch, as [`producer_snapshot_path`] writes it.
+pub fn producer_snapshot_epoch(name: &str) -> Option<i32> {
+    if name == PRODUCER_SNAPSHOT_FILE {
+        return Some(0);
+    }
+    let epoch = name
+        .strip_prefix(PRODUCER_SNAPSHOT_STEM)?
+        .strip_prefix(EPOCH_SEPARATOR)?
+        .strip_suffix(PRODUCER_SNAPSHOT_SUFFIX)?;
+    parse_epoch_file(epoch).filter(|&e| e > 0)
 }
 
 /// What an entry of a partition directory is, judged by its name.
@@ -488,6 +512,29 @@ mod tests {
     }
 
     #[test]
+    fn producer_snapshot_names_carry_their_epoch_and_parse_back() {
+        assert_eq!(producer_snapshot_path("d", 0), "d/producer-state.snapshot");
+        assert_eq!(
+            producer_snapshot_path("d", 3),
+            "d/producer-state_0000000003.snapshot"
+        );
+        for epoch in [0, 1, 3, i32::MAX] {
+            let path = producer_snapshot_path("d", epoch);
+            let name = path.rsplit('/').next().unwrap();
+            assert_eq!(producer_snapshot_epoch(name), Some(epoch), "{name}");
+            assert_eq!(classify(name), Entry::Other);
+        }
+        for stray in [
+            "producer-state_0000000000.snapshot",
+            "producer-state_3.snapshot",
+            "producer-state.snapshot.tmp",
+            "producer-state_00000000x3.snapshot",
+        ] {
+            assert_eq!(producer_snapshot_epoch(stray), None, "{stray}");
+        }
+    }
+
+    #[test]
     fn log_start_offset_round_trips_and_rejects_garbage() {
         assert_eq!(
             decode_log_start_offset(&encode_log_start_offset(42)),
@@ -513,7 +560,7 @@ mod tests {
             "topics/orders-3/leader-epoch-checkpoint"
         );
         assert_eq!(
-            producer_snapshot_path(&dir),
+            producer_snapshot_path(&dir, 0),
             "topics/orders-3/producer-state.snapshot"
         );
         assert_eq!(CLUSTER_FILE, format!("{CLUSTER_DIR}/cluster.json"));

@@ -334,3 +334,50 @@ async fn partitions_spread_over_the_brokers_and_move_with_a_stopped_one_and_back
         assert_eq!(got, vec![format!("a{p}"), format!("b{p}")]);
     }
 }
+
+#[tokio::test]
+async fn a_graceful_hand_over_moves_partitions_without_waiting_for_the_lease() {
+    const PARTITIONS: i32 = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let mut brokers = BTreeMap::new();
+    for id in 0..3 {
+        brokers.insert(id, start(dir.path(), id, "r").await);
+    }
+    for b in brokers.values() {
+        until_listed(b.addr, &[0, 1, 2]).await;
+    }
+    brokers[&0]
+        .broker
+        .create_topic("h", PARTITIONS, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let first = until_led(&all, "h", &[0, 1, 2]).await;
+    let leaving = first[0].0;
+    for (p, (leader, _)) in first.iter().enumerate() {
+        let p = p as i32;
+        assert_eq!(
+            produce(brokers[leader].addr, "h", p, &format!("a{p}")).await,
+            0
+        );
+    }
+
+    // The leaving broker hands over and keeps running (and heartbeating):
+    // it stays live, so the others can only have taken its partitions
+    // because it released them, not because its lease ran out.
+    brokers[&leaving].broker.hand_over().await;
+    let rest: Vec<i32> = (0..3).filter(|b| *b != leaving).collect();
+    let moved = until_led(&all, "h", &rest).await;
+    assert_eq!(
+        metadata_brokers(brokers[&leaving].addr).await.1.len(),
+        3,
+        "the leaving broker is still live"
+    );
+    for (p, (now, _)) in moved.iter().enumerate() {
+        let p = p as i32;
+        assert_eq!(
+            values(brokers[now].addr, "h", p).await,
+            vec![format!("a{p}")]
+        );
+    }
+}

@@ -94,3 +94,67 @@ def test_idempotent_acks_all_across_three_brokers_survives_kill9_of_one_twice(cl
             "offset %s holds another record than seq %d; %s" % ((p, off), seq, info)
     # idempotence: nothing but the acknowledged records, so none twice
     assert len(at) == len(d.ok), "%d records for %d acknowledged; %s" % (len(at), len(d.ok), info)
+
+
+@pytest.mark.slow
+def test_rolling_restart_of_all_three_brokers_under_an_idempotent_producer(cluster, topic_name):
+    """Each broker in turn is stopped with SIGTERM (it hands its partitions over
+    at once) and started again, while an idempotent acks=all producer streams:
+    no delivery fails, and every acknowledged record is there exactly once."""
+    import time
+
+    from helpers import Delivery, ck_producer
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    ck_create_topic(bootstrap, topic_name, PARTITIONS)
+    msgs = make_messages(12_000, PARTITIONS, seed=12, max_value=200)
+    p = ck_producer(bootstrap, **{"acks": "all", "enable.idempotence": True, "linger.ms": 2,
+                                   "message.timeout.ms": 120000, "retry.backoff.ms": 100,
+                                   "retry.backoff.max.ms": 500, "reconnect.backoff.ms": 50,
+                                   "reconnect.backoff.max.ms": 500})
+    d = Delivery()
+
+    def cb_for(seq):
+        def cb(err, m):
+            if err is not None:
+                d.failed[seq] = str(err)
+            else:
+                d.ok[seq] = (m.partition(), m.offset())
+        return cb
+
+    per_step = len(msgs) // (len(cluster) + 1)
+    i = 0
+    for step in range(len(cluster) + 1):
+        for m in msgs[i:i + per_step] if step < len(cluster) else msgs[i:]:
+            for _ in range(200):
+                kwargs = dict(value=m.value, key=m.key, on_delivery=cb_for(m.seq))
+                if m.partition is not None:
+                    kwargs["partition"] = m.partition
+                try:
+                    p.produce(topic_name, **kwargs)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            p.poll(0)
+        i += per_step
+        deadline = time.monotonic() + 60
+        while len(d.ok) + len(d.failed) < min(i, len(msgs)) and time.monotonic() < deadline:
+            p.poll(0.05)
+        if step < len(cluster):
+            cluster[step].restart()  # SIGTERM, hand-over, start again on the same port
+    assert p.flush(120) == 0
+    info = "acked=%d failed=%d (first failures: %s)" % (len(d.ok), len(d.failed), list(d.failed.items())[:3])
+    assert not d.failed, info
+    assert len(d.ok) == len(msgs), info
+    handed = "".join(b.log_tail(max_lines=100000, max_bytes=1 << 24) for b in cluster)
+    assert "released the partition to its new place" in handed, info
+
+    ends = {q: ck_watermarks(bootstrap, topic_name, q)[1] for q in range(PARTITIONS)}
+    got = ck_consume(bootstrap, topic_name, ends, timeout=120)
+    by_seq = {m.seq: m for m in msgs}
+    at = {(q, r.offset): r for q, recs in got.items() for r in recs}
+    for seq, (q, off) in d.ok.items():
+        r = at.get((q, off))
+        assert r is not None and (r.key, r.value) == (by_seq[seq].key, by_seq[seq].value), \
+            "seq %d acknowledged at %s: %s; %s" % (seq, (q, off), r, info)
+    assert len(at) == len(d.ok), "%d records for %d acknowledged; %s" % (len(at), len(d.ok), info)

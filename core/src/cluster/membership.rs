@@ -60,6 +60,12 @@ pub struct BrokerRecord {
     pub heartbeat: u64,
     /// The lease this broker promises to respect, on its own clock.
     pub lease_ms: i64,
+    /// The broker is shutting down or draining: it is still alive, but
+    /// nothing is placed on it any more ([`placement_candidates`]), so what
+    /// it releases is taken by the others at once. Absent in records of
+    /// brokers that never left (the field came after version 1).
+    #[serde(default)]
+    pub leaving: bool,
 }
 
 /// Why a broker record could not be read.
@@ -286,6 +292,17 @@ pub fn may_claim(owner: &Observed, bounds: &LeaseBounds) -> bool {
     !is_live(owner, owner.read_at, bounds)
 }
 
+/// The brokers items may be placed on: the live ones that are not leaving.
+/// A leaving broker stays live (it still serves until it has handed over),
+/// but placing nothing on it lets the others claim what it releases
+/// without waiting out its lease.
+pub fn placement_candidates<'a>(live: impl IntoIterator<Item = (i32, bool)> + 'a) -> Vec<i32> {
+    live.into_iter()
+        .filter(|(_, leaving)| !leaving)
+        .map(|(id, _)| id)
+        .collect()
+}
+
 /// The controller Metadata and DescribeCluster name: the lowest live broker
 /// id, a choice every broker makes alike from the same live set.
 pub fn controller_id(live: &[i32]) -> Option<i32> {
@@ -307,7 +324,20 @@ mod tests {
             incarnation: 0xdead_beef_0000_0001,
             heartbeat,
             lease_ms: 10_000,
+            leaving: false,
         }
+    }
+
+    #[test]
+    fn a_leaving_broker_is_live_but_no_placement_candidate() {
+        assert_eq!(
+            placement_candidates([(1, false), (2, true), (3, false)]),
+            vec![1, 3]
+        );
+        assert!(placement_candidates([(2, true)]).is_empty());
+        // Records written before the field existed are not leaving.
+        let old = br#"{"version":1,"broker_id":2,"host":"h","port":1,"rack":null,"incarnation":1,"heartbeat":1,"lease_ms":10}"#;
+        assert!(!BrokerRecord::decode(old, 2).unwrap().leaving);
     }
 
     #[test]

@@ -113,8 +113,9 @@ pub enum Step {
     /// Try to win this claim (an epoch file by exclusive create, or its
     /// own newest claim kept over a restart), then serve the item.
     Claim(Claim),
-    /// It holds an item placed on another live broker: stop serving it,
-    /// then write a release, so the other may take it over at once.
+    /// The newest claim is its own but the item is placed on another live
+    /// broker: stop serving it (if it does), then write a release, so the
+    /// other may take it over at once.
     Release,
     /// Another broker won a newer epoch: stop serving at once.
     Depose,
@@ -157,7 +158,13 @@ pub fn next_step(me: i32, h: &Holding) -> Step {
         };
     }
     if h.placed != Some(me) {
-        return Step::Follow;
+        // Its own newest claim, not served (a lapse closed it, or it
+        // restarted): nobody may take it while this broker is live, so it
+        // must be handed on, or the item would wait for ever.
+        return match h.newest {
+            Some(c) if c.broker_id == me => Step::Release,
+            _ => Step::Follow,
+        };
     }
     match h.newest {
         None => Step::Claim(next_claim(None, me)),
@@ -355,6 +362,16 @@ mod tests {
             next_step(1, &holding(2, Some((1, 3)), Some((1, 3)))),
             Step::Release
         );
+    }
+
+    #[test]
+    fn a_claim_of_its_own_that_it_does_not_serve_is_released_where_placed_elsewhere() {
+        assert_eq!(next_step(1, &holding(2, Some((1, 3)), None)), Step::Release);
+        let restarted = Holding {
+            just_started: true,
+            ..holding(2, Some((1, 3)), None)
+        };
+        assert_eq!(next_step(1, &restarted), Step::Release);
     }
 
     #[test]

@@ -542,6 +542,25 @@ pub fn snapshot_is_trusted(snapshot_offset: i64, log_end: i64) -> bool {
     snapshot_offset <= log_end
 }
 
+/// A producer snapshot written by the leader of `snapshot_epoch` speaks
+/// only for that epoch's log: it is trusted up to where the next epoch
+/// starts (`leader_epochs::file_reach`), never past it, since anything a
+/// deposed leader saw beyond that point is not in the log. A snapshot of
+/// an epoch the checkpoint does not list is not trusted at all.
+pub fn epoch_snapshot_is_trusted(
+    entries: &[leader_epochs::EpochEntry],
+    snapshot_epoch: i32,
+    snapshot_offset: i64,
+    log_end: i64,
+) -> bool {
+    let reach = match leader_epochs::file_reach(entries, snapshot_epoch) {
+        leader_epochs::FileReach::ToLogEnd => log_end,
+        leader_epochs::FileReach::Below(next_start) => next_start.min(log_end),
+        leader_epochs::FileReach::Unread => return false,
+    };
+    snapshot_is_trusted(snapshot_offset, reach)
+}
+
 /// DeleteRecords and retention may move the log start up to the high
 /// watermark, never past it: consumers must be able to read what they were
 /// told exists, and offsets above it are not durable.

@@ -650,3 +650,22 @@ fn the_aborted_entry_of_the_replay_is_the_one_the_marker_wrote() {
         live.aborted
     );
 }
+
+#[test]
+fn a_snapshot_is_trusted_only_within_its_epochs_log() {
+    use super::leader_epochs::EpochEntry;
+    let entries = [EpochEntry::new(0, 0), EpochEntry::new(2, 10)];
+    // Epoch 0's log ends where epoch 2 starts.
+    assert!(epoch_snapshot_is_trusted(&entries, 0, 10, 50));
+    assert!(
+        !epoch_snapshot_is_trusted(&entries, 0, 11, 50),
+        "a deposed leader's late snapshot"
+    );
+    // The newest epoch reaches the log end.
+    assert!(epoch_snapshot_is_trusted(&entries, 2, 50, 50));
+    assert!(!epoch_snapshot_is_trusted(&entries, 2, 51, 50));
+    // An epoch that never wrote (a release) speaks for nothing.
+    assert!(!epoch_snapshot_is_trusted(&entries, 1, 5, 50));
+    // No checkpoint: one epoch only, up to the log end.
+    assert!(epoch_snapshot_is_trusted(&[], 0, 7, 7));
+}

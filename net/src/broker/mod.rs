@@ -134,9 +134,11 @@ impl Broker {
         // below rests on, and the others' records for Metadata.
         volume.create_dir_all(layout::BROKERS_DIR)?;
         crate::cluster::heartbeat::round(volume.as_ref(), env.clock.as_ref(), &membership)?;
+        let mut renewer =
+            crate::cluster::heartbeat::Renewer::new(env.clock.as_ref(), config.lease.lease_ms);
         let producer_ids = ProducerIdManager::new(volume.clone(), env.clone(), config.broker_id);
         let now = env.clock.monotonic_ms();
-        let live = membership.live_ids(now);
+        let live = membership.placement_ids(now);
         let decider = ownership::Decider {
             membership: &membership,
             live: &live,
@@ -149,6 +151,9 @@ impl Broker {
         let mut group_claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         let mut txn_claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
         for slot in 0..COORDINATOR_SLOTS {
+            // Failed renewals are logged; a lapse they cause is handled by
+            // the ownership round (everything is won again).
+            let _ = renewer.tick(volume.as_ref(), env.clock.as_ref(), &membership);
             let taken = ownership::take(
                 volume.as_ref(),
                 &layout::group_slot_epochs_dir(slot),
@@ -209,6 +214,11 @@ impl Broker {
             let take = taker(&broker, &file.configs, true);
             let mut partitions = Vec::new();
             for index in 0..file.partitions {
+                let _ = renewer.tick(
+                    broker.volume.as_ref(),
+                    broker.env.clock.as_ref(),
+                    &broker.membership,
+                );
                 known_dirs.insert(partition_dir(&file.name, index));
                 let taken = take(&file.name, index)?;
                 partitions.push(Arc::new(Seat::new(index, broker.start_taken(taken))));
@@ -684,7 +694,7 @@ impl Broker {
                     &|epoch| layout::partition_epoch_file(&name, index, epoch),
                 )?;
                 let now = clock.monotonic_ms();
-                let live = membership.live_ids(now);
+                let live = membership.placement_ids(now);
                 let decider = ownership::Decider {
                     membership: &membership,
                     live: &live,
@@ -727,7 +737,9 @@ impl Broker {
                     .await?;
                 tracing::info!(topic = %topic.name, partition = seat.index, epoch = held.epoch, "released the partition to its new place");
             }
-            (Step::Claim(_), None) => {
+            (Step::Release | Step::Claim(_), None) => {
+                // Claimed, or its own claim (not served) handed on: the
+                // taker applies the same rule and does either.
                 let take = taker(self, &topic.configs, false);
                 let name = topic.name.clone();
                 let taken = self
@@ -867,6 +879,36 @@ impl Broker {
         }
     }
 
+    /// Graceful hand-over before a shutdown (or a drain): announces that
+    /// this broker is leaving, in a heartbeat made durable at once, then
+    /// runs the ownership round, which releases everything another live
+    /// broker can take (placement leaves a leaving broker out), flushed
+    /// first. The others claim what was released at their next round,
+    /// without waiting out this broker's lease. Alone, it keeps everything
+    /// (nobody could take it) and [`flush_all`](Self::flush_all) does the
+    /// rest.
+    pub async fn hand_over(&self) {
+        self.membership.set_leaving();
+        let (volume, clock, membership) = (
+            self.volume.clone(),
+            self.env.clock.clone(),
+            self.membership.clone(),
+        );
+        let announced = self
+            .env
+            .blocking(IoKind::Fsync, move || {
+                crate::cluster::heartbeat::round(volume.as_ref(), clock.as_ref(), &membership)
+            })
+            .await;
+        if let Err(e) = announced {
+            // Without the announcement the others would not place what is
+            // released elsewhere; they take it after the lease instead.
+            tracing::warn!(error = %e, "cannot announce the hand-over; the lease will run out instead");
+            return;
+        }
+        self.reconcile().await;
+    }
+
     /// Clean shutdown: fsyncs every partition and writes its producer
     /// snapshot, so the next start replays nothing.
     pub async fn flush_all(&self) {
@@ -901,7 +943,7 @@ fn taker(
     let membership = broker.membership.clone();
     move |topic: &str, index: i32| {
         let now = env.clock.monotonic_ms();
-        let live = membership.live_ids(now);
+        let live = membership.placement_ids(now);
         let decider = ownership::Decider {
             membership: &membership,
             live: &live,

@@ -84,6 +84,7 @@ pub fn claim(
 /// live set it computed, and the time (its monotonic clock).
 pub struct Decider<'a> {
     pub membership: &'a Membership,
+    /// The brokers items may be placed on (`Membership::placement_ids`).
     pub live: &'a [i32],
     pub now: i64,
 }
@@ -128,7 +129,8 @@ pub struct Taken {
     pub after: Option<Claim>,
 }
 
-/// Takes `item` if the ownership rule says so (it is not served here yet).
+/// Takes `item` if the ownership rule says so (it is not served here yet),
+/// or hands on its own claim on it if the item is placed elsewhere.
 /// Blocks on the volume.
 pub fn take(
     volume: &dyn Volume,
@@ -143,6 +145,14 @@ pub fn take(
         Step::Claim(wanted) => match win(volume, dir, file, wanted, before)? {
             Ok(won) => Some(won),
             Err(newer) => newer,
+        },
+        Step::Release => match before {
+            // Its own claim, not served, placed elsewhere: handed on.
+            Some(held) => {
+                release(volume, dir, file, held)?;
+                newest(volume, dir, file)?
+            }
+            None => None,
         },
         _ => before,
     };

@@ -603,10 +603,11 @@ impl Partition {
         for snapshot in effects.snapshots {
             let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
             let offset = snapshot.offset;
+            let epoch = self.leader.epoch;
             let written = self
                 .env
                 .blocking(IoKind::Fsync, move || {
-                    producer_state::write(volume.as_ref(), &dir, &snapshot.bytes)
+                    producer_state::write(volume.as_ref(), &dir, epoch, &snapshot.bytes)
                 })
                 .await;
             match written {
@@ -855,6 +856,36 @@ mod tests {
         let again = append(&third, idempotent(42, 6, 1)).await.unwrap();
         assert!(is_duplicate(&again), "epoch 2's batch is in the log");
         assert_eq!(again.base_offset(), 6);
+    }
+
+    /// A deposed leader's snapshot taken after the takeover covers batches
+    /// that are not in the log. Even once the successor's log has grown
+    /// past that snapshot's offset, a reopen must not trust it: a retry of
+    /// those batches would be answered as a duplicate of records that were
+    /// never kept.
+    #[tokio::test]
+    async fn a_deposed_leaders_late_snapshot_is_never_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
+        let zombie = open_at(&volume, 1 << 20, 0);
+        append(&zombie, idempotent(42, 0, 3)).await.unwrap();
+        let leader = open_at(&volume, 1 << 20, 1);
+        // The zombie goes on, then snapshots what it believes (offset 6).
+        append(&zombie, idempotent(42, 3, 3)).await.unwrap();
+        zombie.shut_down().await.unwrap();
+        zombie.close();
+        // The successor's log grows past 6 with another producer's records.
+        append(&leader, idempotent(7, 0, 5)).await.unwrap();
+        leader.close();
+        drop((zombie, leader));
+
+        let reopened = open_at(&volume, 1 << 20, 1);
+        let retried = append(&reopened, idempotent(42, 3, 3)).await.unwrap();
+        assert!(
+            !is_duplicate(&retried),
+            "the zombie's batch was never in the log"
+        );
+        assert_eq!(retried.base_offset(), 8);
     }
 
     #[tokio::test]

@@ -1,10 +1,11 @@
-//! Producer state on the volume: `<partition dir>/producer-state.snapshot`
-//! plus a replay of the log after the snapshot's offset.
+//! Producer state on the volume: a snapshot per leader epoch
+//! (`kaas_core::layout::producer_snapshot_path`) plus a replay of the log
+//! after the snapshot's offset.
 
 use crate::log::PartitionLog;
 use crate::volume::Volume;
-use kaas_core::layout::producer_snapshot_path;
-use kaas_core::partition::{aborted_index_entry, snapshot_is_trusted};
+use kaas_core::layout::{producer_snapshot_epoch, producer_snapshot_path};
+use kaas_core::partition::{aborted_index_entry, epoch_snapshot_is_trusted};
 use kaas_core::producer::{decode_snapshot, encode_snapshot, ProducerTable};
 use kaas_core::record::split_batches;
 use std::io;
@@ -12,9 +13,74 @@ use std::io;
 /// Reads at most this much log per step of the recovery replay.
 const REPLAY_CHUNK: usize = 1 << 20;
 
-/// Writes a snapshot the partition's rules released (atomically, durably).
-pub fn write(volume: &dyn Volume, dir: &str, bytes: &[u8]) -> io::Result<()> {
-    volume.write_atomic(&producer_snapshot_path(dir), bytes)
+/// Writes a snapshot the partition's rules released (atomically, durably),
+/// under the name of the leader epoch writing it.
+pub fn write(volume: &dyn Volume, dir: &str, epoch: i32, bytes: &[u8]) -> io::Result<()> {
+    volume.write_atomic(&producer_snapshot_path(dir, epoch), bytes)
+}
+
+/// What the partition directory holds of producer snapshots: the trusted
+/// one of highest offset (its table and offset), or why none is.
+enum Found {
+    Used(ProducerTable, i64),
+    Absent,
+    /// A snapshot of the current epoch exists but cannot be used (ahead of
+    /// the log, or unreadable): it must be replaced before any append.
+    Replace,
+}
+
+/// Picks the snapshot to start from. Each epoch's snapshot speaks only for
+/// its epoch's log (`epoch_snapshot_is_trusted`); of those trusted, the one
+/// furthest along wins. Another epoch's unusable snapshot is left alone:
+/// it is not this leader's file, and is never trusted again.
+fn find_snapshot(volume: &dyn Volume, log: &PartitionLog) -> io::Result<Found> {
+    let current = log.leader_epoch();
+    let mut best: Option<(ProducerTable, i64)> = None;
+    let mut replace = false;
+    for name in volume.list(log.dir())? {
+        let Some(epoch) = producer_snapshot_epoch(&name) else {
+            continue;
+        };
+        let Some(bytes) = volume.read(&producer_snapshot_path(log.dir(), epoch))? else {
+            continue;
+        };
+        match decode_snapshot(&bytes) {
+            Ok((table, offset))
+                if epoch_snapshot_is_trusted(
+                    log.leader_epochs(),
+                    epoch,
+                    offset,
+                    log.end_offset(),
+                ) =>
+            {
+                if best.as_ref().is_none_or(|(_, o)| offset > *o) {
+                    best = Some((table, offset));
+                }
+            }
+            Ok((_, offset)) => {
+                tracing::warn!(
+                    dir = log.dir(),
+                    epoch,
+                    offset,
+                    end = log.end_offset(),
+                    "producer snapshot is beyond its epoch's log; not using it"
+                );
+                replace |= epoch == current;
+            }
+            Err(e) => {
+                tracing::warn!(dir = log.dir(), epoch, error = %e, "producer snapshot unreadable; not using it");
+                replace |= epoch == current;
+            }
+        }
+    }
+    Ok(match best {
+        // A newer usable one of this epoch is written at the next flush;
+        // an unusable one of this epoch must go now (see `recover`).
+        Some((table, offset)) if !replace => Found::Used(table, offset),
+        Some(_) => Found::Replace,
+        None if replace => Found::Replace,
+        None => Found::Absent,
+    })
 }
 
 /// Rebuilds the producer table of a just-opened log: the snapshot, if it is
@@ -40,35 +106,12 @@ pub fn recover(
     log: &mut PartitionLog,
     now_ms: i64,
 ) -> io::Result<(ProducerTable, Option<i64>)> {
-    // What is on the volume: a snapshot we use, none, or one to replace.
-    enum Found {
-        Used(i64),
-        Absent,
-        Replace,
-    }
-    let (mut table, from, found) = match volume.read(&producer_snapshot_path(log.dir()))? {
-        Some(bytes) => match decode_snapshot(&bytes) {
-            Ok((table, offset)) if snapshot_is_trusted(offset, log.end_offset()) => (
-                table,
-                offset.max(log.log_start_offset()),
-                Found::Used(offset),
-            ),
-            Ok((_, offset)) => {
-                tracing::warn!(
-                    dir = log.dir(),
-                    offset,
-                    end = log.end_offset(),
-                    "producer snapshot is ahead of the log; rebuilding from the log"
-                );
-                (ProducerTable::new(), log.log_start_offset(), Found::Replace)
-            }
-            Err(e) => {
-                tracing::warn!(dir = log.dir(), error = %e, "producer snapshot unreadable; rebuilding from the log");
-                (ProducerTable::new(), log.log_start_offset(), Found::Replace)
-            }
-        },
-        None => (ProducerTable::new(), log.log_start_offset(), Found::Absent),
+    let (mut table, used, replace) = match find_snapshot(volume, log)? {
+        Found::Used(table, offset) => (table, Some(offset), false),
+        Found::Absent => (ProducerTable::new(), None, false),
+        Found::Replace => (ProducerTable::new(), None, true),
     };
+    let from = used.map_or(log.log_start_offset(), |o| o.max(log.log_start_offset()));
     let end = log.end_offset();
     let mut offset = from;
     let mut rebuilt = Vec::new();
@@ -103,14 +146,13 @@ pub fn recover(
         offset = read.next_offset;
     }
     log.rebuild_aborted(from, &rebuilt)?;
-    let written = match found {
-        Found::Used(offset) => Some(offset),
-        Found::Absent => None,
-        Found::Replace => {
-            // The recovered log is durable, so this snapshot is exact.
-            write(volume, log.dir(), &encode_snapshot(&table, end))?;
-            Some(end)
-        }
+    let written = if replace {
+        // The recovered log is durable, so this snapshot is exact.
+        let epoch = log.leader_epoch();
+        write(volume, log.dir(), epoch, &encode_snapshot(&table, end))?;
+        Some(end)
+    } else {
+        used
     };
     Ok((table, written))
 }

@@ -19,6 +19,8 @@ pub struct LiveBroker {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// Handing over before it stops: nothing is placed on it.
+    pub leaving: bool,
 }
 
 impl LiveBroker {
@@ -28,6 +30,7 @@ impl LiveBroker {
             host: record.host.clone(),
             port: i32::from(record.port),
             rack: record.rack.clone(),
+            leaving: record.leaving,
         }
     }
 }
@@ -83,6 +86,7 @@ impl Membership {
                     incarnation,
                     heartbeat: 0,
                     lease_ms: bounds.lease_ms,
+                    leaving: false,
                 },
                 lease_from: None,
                 lapses: 0,
@@ -186,6 +190,22 @@ impl Membership {
         self.live(now).iter().map(|b| b.id).collect()
     }
 
+    /// The live brokers items may be placed on: all but the leaving ones.
+    pub fn placement_ids(&self, now: i64) -> Vec<i32> {
+        rules::placement_candidates(self.live(now).iter().map(|b| (b.id, b.leaving)))
+    }
+
+    /// Announces that this broker is leaving: every heartbeat from now on
+    /// says so, and its own placement leaves it out, so its next ownership
+    /// round releases what others can take (graceful shutdown, drain).
+    pub fn set_leaving(&self) {
+        self.own().record.leaving = true;
+    }
+
+    pub fn is_leaving(&self) -> bool {
+        self.own().record.leaving
+    }
+
     /// The controller Metadata and DescribeCluster name.
     pub fn controller_id(&self, now: i64) -> i32 {
         let live = self.live_ids(now);
@@ -239,6 +259,7 @@ mod tests {
             incarnation: 1,
             heartbeat,
             lease_ms: BOUNDS.lease_ms,
+            leaving: false,
         }
     }
 
