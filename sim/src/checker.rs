@@ -124,6 +124,9 @@ pub struct History {
     /// Every producer id an InitProducerId answer handed out.
     pids: BTreeSet<i64>,
     pub idem: IdempotenceStats,
+    /// Brokers whose slices of the producer id space are allowed (0 and 1
+    /// both mean broker 0 alone).
+    brokers: i32,
 }
 
 /// Why a value does not map to a record we sent.
@@ -211,12 +214,21 @@ impl History {
                 "producer {producer}: InitProducerId gave a fresh producer id {pid} at epoch {epoch}, not 0"
             ));
         }
-        let slice = pid_for(0, local_pid_range().start)..pid_for(0, local_pid_range().end);
-        if !slice.contains(&pid) {
+        let slice = |broker| {
+            pid_for(broker, local_pid_range().start)..pid_for(broker, local_pid_range().end)
+        };
+        if !(0..self.brokers.max(1)).any(|b| slice(b).contains(&pid)) {
             self.violations.push(format!(
-                "producer {producer}: producer id {pid} is outside broker 0's slice {slice:?}"
+                "producer {producer}: producer id {pid} is outside the slices of brokers 0..{} (broker 0's is {:?})",
+                self.brokers.max(1),
+                slice(0)
             ));
         }
+    }
+
+    /// Several brokers hand out producer ids, each from its own slice.
+    pub fn set_brokers(&mut self, brokers: i32) {
+        self.brokers = brokers;
     }
 
     /// Every producer id handed to an idempotent producer.

@@ -7,14 +7,16 @@
 //! network, at 10.0.0.1:9092 — an address inside madsim, no real traffic.
 
 use crate::checker::{History, IdempotenceStats, PartitionLog};
+use crate::cluster_history::ClusterStats;
 use crate::env::{SimClock, SimIo};
 use crate::eos_history::EosStats;
 use crate::group_history::GroupStats;
-use crate::params::SimParams;
+use crate::params::{SimParams, CLOCK_SKEW_BOUND_MS, MAX_DRIFT_PPM, VOLUME_STALENESS_BOUND_MS};
 use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
 use crate::workload::{self, Shared};
 use crate::{eos, eos_input, eos_observer, group_member, idempotent, txn};
+use kaas_core::cluster::membership::LeaseBounds;
 use kaas_core::layout;
 use kaas_core::record::{split_batches, Tail};
 use kaas_net::config::{BrokerConfig, LogDefaults};
@@ -108,6 +110,10 @@ pub struct SeedReport {
     pub generations: usize,
     pub txns: TxnStats,
     pub eos: EosStats,
+    /// Multi-broker seeds: what clients saw of leadership, and the claims
+    /// on the volume.
+    pub cluster: ClusterStats,
+    pub claims: ClaimStats,
     pub syncs: u64,
     pub simulated: Duration,
     /// Equal between two runs of a seed iff they behaved the same.
@@ -209,6 +215,26 @@ impl fmt::Display for SeedReport {
                 e.final_records,
             )?;
         }
+        if p.multi_broker() {
+            let c = &self.cluster;
+            let moved = c.max_epoch_seen > 0 || c.leader_changes_seen > 0;
+            write!(
+                f,
+                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader) | ",
+                p.brokers,
+                p.lease_ms,
+                if moved { "" } else { "NO MOVE, " },
+                c.leader_changes_seen,
+                c.max_epoch_seen,
+                self.claims.takeovers,
+                self.claims.releases,
+                c.redirects,
+                c.metadata_answers,
+                c.leaderless_answers,
+                c.acks_checked,
+                c.duplicates_across_epochs,
+            )?;
+        }
         write!(
             f,
             "{} crashes ({} power cuts, {} fsync failures, {} torn: {} unsynced bytes dropped, {} kept, {} zeroed), {} clogs, {} fsyncs | \
@@ -261,8 +287,26 @@ async fn run_broker(config: BrokerConfig, volume: SimVolume, env: Env, errors: B
     kaas_net::server::serve(broker, listener, std::future::pending()).await;
 }
 
-fn broker_config(params: &SimParams) -> BrokerConfig {
-    let mut config = BrokerConfig::new(BROKER_ADDR);
+/// Broker `id`'s address: the single broker keeps 10.0.0.1; in a
+/// multi-broker seed broker `i` is 10.0.1.(i+1), each its own node.
+pub fn broker_addr(params: &SimParams, id: usize) -> SocketAddr {
+    if params.multi_broker() {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1 + id as u8)), 9092)
+    } else {
+        BROKER_ADDR
+    }
+}
+
+fn broker_config(params: &SimParams, id: usize) -> BrokerConfig {
+    let mut config = BrokerConfig::new(broker_addr(params, id));
+    if params.multi_broker() {
+        config.broker_id = id as i32;
+        config.lease = LeaseBounds {
+            lease_ms: params.lease_ms,
+            clock_skew_ms: CLOCK_SKEW_BOUND_MS,
+            volume_staleness_ms: VOLUME_STALENESS_BOUND_MS,
+        };
+    }
     config.default_partitions = params.partitions;
     config.log = LogDefaults {
         segment_bytes: params.segment_bytes,
@@ -441,7 +485,8 @@ async fn drive_faults(
 /// Clogs the client-broker link now and then until `fault_phase` has
 /// passed: requests and responses stall in flight, some past the client's
 /// timeout, so clients retry requests the broker may already have applied.
-async fn clog_links(client: NodeId, broker: NodeId, params: SimParams) -> u64 {
+/// With several brokers, each clog picks one broker's link.
+async fn clog_links(client: NodeId, brokers: Vec<NodeId>, params: SimParams) -> u64 {
     let net = madsim::net::NetSim::current();
     let end = Instant::now() + params.fault_phase;
     let mut clogs = 0;
@@ -450,6 +495,11 @@ async fn clog_links(client: NodeId, broker: NodeId, params: SimParams) -> u64 {
         if thread_rng().gen_range(0..100) >= params.clog_percent {
             continue;
         }
+        let broker = if brokers.len() > 1 {
+            brokers[thread_rng().gen_range(0..brokers.len())]
+        } else {
+            brokers[0]
+        };
         let (a, b) = if thread_rng().gen_bool(0.5) {
             (client, broker)
         } else {
@@ -469,6 +519,165 @@ async fn clog_links(client: NodeId, broker: NodeId, params: SimParams) -> u64 {
         net.unclog_link(a, b);
     }
     clogs
+}
+
+/// Kills and restarts the brokers of a multi-broker seed, each on its own
+/// schedule, until `fault_phase` has passed (longer, up to three times, if
+/// `crash_gates_met` says so), and now and then cuts the shared volume's
+/// power under all of them. Leaves every broker running.
+///
+/// A broker crash is its process or host dying: nothing on the volume is
+/// lost (the volume is an NFS server that acknowledged what the broker
+/// sent it; see docs/simulation.md for why unsynced data is not dropped
+/// here). Half of the outages are long enough (one to three leases and a
+/// bit) for the other brokers to count the broker gone and take its
+/// partitions over; the rest are short, and the broker comes back to its
+/// own claims. A power cut of the volume is the whole cluster's power
+/// failure: it fires at a random volume operation, every broker dies, the
+/// volume loses (or tears) every unsynced byte, and all restart.
+async fn drive_cluster_faults(
+    handle: &Handle,
+    brokers: &[NodeId],
+    volume: &SimVolume,
+    params: &SimParams,
+    shared: &Arc<Shared>,
+) -> FaultStats {
+    let stats = Arc::new(Mutex::new(FaultStats::default()));
+    // Held (shared) by a broker's kill-to-restart, (exclusively) by a
+    // power cut, so that a cut finds every broker up and leaves every
+    // broker up.
+    let gate = Arc::new(tokio::sync::RwLock::new(()));
+    let end = Instant::now() + params.fault_phase;
+    let hard_end = end + params.fault_phase * 2;
+    let long_outage = Duration::from_millis(params.lease_ms as u64);
+    let mut tasks = Vec::new();
+    for &node in brokers {
+        let (handle, gate, stats, shared) =
+            (handle.clone(), gate.clone(), stats.clone(), shared.clone());
+        let params = *params;
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < end
+                || (Instant::now() < hard_end && !crash_gates_met(&params, &shared))
+            {
+                sleep(params.max_uptime / 10 + random_up_to(params.max_uptime * 9 / 10)).await;
+                let _down = gate.read().await;
+                handle.kill(node);
+                shared.incarnation.fetch_add(1, Relaxed);
+                stats.lock().unwrap_or_else(|p| p.into_inner()).crashes += 1;
+                let downtime = if thread_rng().gen_bool(0.5) {
+                    long_outage + random_up_to(long_outage * 2)
+                } else {
+                    random_up_to(params.max_downtime)
+                };
+                sleep(downtime).await;
+                handle.restart(node);
+            }
+        }));
+    }
+    if params.power_cut_percent > 0 {
+        let (handle, gate, stats, shared, volume) = (
+            handle.clone(),
+            gate.clone(),
+            stats.clone(),
+            shared.clone(),
+            volume.clone(),
+        );
+        let (params, brokers) = (*params, brokers.to_vec());
+        tasks.push(tokio::spawn(async move {
+            let mut cuts = volume.watch_power_cuts();
+            // Rare: one cut per quarter of the fault phase at most.
+            loop {
+                sleep(params.fault_phase / 4 + random_up_to(params.fault_phase / 4)).await;
+                if Instant::now() >= end {
+                    break;
+                }
+                let _all = gate.write().await;
+                cuts.borrow_and_update();
+                volume.power_cut_after(thread_rng().gen_range(0..params.max_ops_before_cut));
+                if timeout(FAULT_WAIT, cuts.changed()).await.is_err() {
+                    volume.disarm_power_cut();
+                    continue;
+                }
+                for &node in &brokers {
+                    handle.kill(node);
+                }
+                shared.incarnation.fetch_add(1, Relaxed);
+                let torn = thread_rng().gen_range(0..100) < params.torn_percent;
+                let report = if torn {
+                    volume.crash_torn(&mut thread_rng())
+                } else {
+                    volume.crash()
+                };
+                {
+                    let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+                    s.crashes += brokers.len() as u64;
+                    s.power_cuts += 1;
+                    s.torn_crashes += u64::from(torn);
+                    s.unsynced_bytes_dropped += report.bytes_dropped;
+                    s.unsynced_bytes_kept += report.bytes_kept;
+                    s.bytes_zeroed += report.bytes_zeroed + report.bytes_poisoned;
+                }
+                sleep(random_up_to(params.max_downtime)).await;
+                for &node in &brokers {
+                    handle.restart(node);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let stats = *stats.lock().unwrap_or_else(|p| p.into_inner());
+    stats
+}
+
+/// What the claim files on the volume show at the end of a multi-broker
+/// seed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClaimStats {
+    /// Epochs above 0 won by a broker: takeovers (of a gone broker's
+    /// partition, or of a released one).
+    pub takeovers: u64,
+    /// Epochs written as released by a broker placement moved a partition
+    /// away from.
+    pub releases: u64,
+}
+
+/// Every partition's claim files: (partition, epoch) -> the broker that
+/// holds it, and how many takeovers and releases they record.
+fn read_claims(volume: &SimVolume, partitions: i32) -> (BTreeMap<(i32, i32), i32>, ClaimStats) {
+    let mut holders = BTreeMap::new();
+    let mut stats = ClaimStats::default();
+    for p in 0..partitions {
+        let dir = layout::partition_epochs_dir(workload::TOPIC, p);
+        for name in volume.list(&dir).unwrap_or_default() {
+            let Some(epoch) = layout::parse_epoch_file(&name) else {
+                continue;
+            };
+            let Ok(Some(bytes)) =
+                volume.read(&layout::partition_epoch_file(workload::TOPIC, p, epoch))
+            else {
+                continue;
+            };
+            // {"broker_id":N}
+            let text = String::from_utf8_lossy(&bytes);
+            let Some(broker) = text
+                .split(|c: char| !(c.is_ascii_digit() || c == '-'))
+                .find_map(|t| t.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if broker == kaas_core::cluster::RELEASED {
+                stats.releases += 1;
+            } else {
+                holders.insert((p, epoch), broker);
+                if epoch > 0 {
+                    stats.takeovers += 1;
+                }
+            }
+        }
+    }
+    (holders, stats)
 }
 
 /// Why a seed failed, with what is needed to understand it.
@@ -546,36 +755,47 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let handle = Handle::current();
     let seed = handle.seed();
     let started = Instant::now();
-    let params = SimParams::draw(&mut thread_rng());
+    let params = SimParams::draw(&mut thread_rng()).with_cluster(seed);
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
 
-    let config = broker_config(&params);
     let sync_latency = params.sync_latency;
     // Up to 5 s off true wall time, up to 200 ppm drift: a broker's
     // timestamps and deadlines must not depend on its clock being right.
-    let params_clock = (5_000i64, 200i64);
-    let broker_node = {
-        let (volume, errors) = (volume.clone(), broker_errors.clone());
-        handle
-            .create_node()
-            .name("broker")
-            .ip(BROKER_IP)
-            .init(move || {
-                // Each incarnation gets its own clock (a restarted machine
-                // reads its clock afresh) and fsync latencies.
-                let mut rng = thread_rng();
-                let env = Env {
-                    clock: Arc::new(SimClock::new(
-                        rng.gen_range(-params_clock.0..=params_clock.0),
-                        rng.gen_range(-params_clock.1..=params_clock.1),
-                    )),
-                    io: Arc::new(SimIo::new(sync_latency, rng.gen())),
-                };
-                run_broker(config.clone(), volume.clone(), env, errors.clone())
-            })
-            .build()
-    };
+    // (With several brokers the lease's clock-skew bound covers the drift.)
+    let params_clock = (5_000i64, MAX_DRIFT_PPM);
+    let broker_nodes: Vec<_> = (0..params.brokers)
+        .map(|id| {
+            let config = broker_config(&params, id);
+            let (volume, errors) = (volume.clone(), broker_errors.clone());
+            let name = if params.multi_broker() {
+                format!("broker-{id}")
+            } else {
+                "broker".to_string()
+            };
+            handle
+                .create_node()
+                .name(name)
+                .ip(config.listen.ip())
+                .init(move || {
+                    // Each incarnation gets its own clock (a restarted
+                    // machine reads its clock afresh) and fsync latencies.
+                    let mut rng = thread_rng();
+                    let env = Env {
+                        clock: Arc::new(SimClock::new(
+                            rng.gen_range(-params_clock.0..=params_clock.0),
+                            rng.gen_range(-params_clock.1..=params_clock.1),
+                        )),
+                        io: Arc::new(SimIo::new(sync_latency, rng.gen())),
+                    };
+                    run_broker(config.clone(), volume.clone(), env, errors.clone())
+                })
+                .build()
+        })
+        .collect();
+    let brokers: Vec<SocketAddr> = (0..params.brokers)
+        .map(|id| broker_addr(&params, id))
+        .collect();
     let client = handle.create_node().name("client").ip(CLIENT_IP).build();
 
     let shared = Arc::new(Shared::default());
@@ -584,18 +804,24 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let producers: Vec<_> = (0..params.producers)
         .map(|id| {
             if id < plain {
-                client.spawn(workload::producer(id, params, BROKER_ADDR, shared.clone()))
+                client.spawn(workload::producer(
+                    id,
+                    params,
+                    brokers.clone(),
+                    shared.clone(),
+                ))
             } else {
                 client.spawn(idempotent::idempotent_producer(
                     id,
                     params,
-                    BROKER_ADDR,
+                    brokers.clone(),
                     shared.clone(),
                 ))
             }
         })
         .collect();
-    let consumer = client.spawn(workload::consumer(params, BROKER_ADDR, shared.clone()));
+    shared.history().set_brokers(params.brokers as i32);
+    let consumer = client.spawn(workload::consumer(params, brokers.clone(), shared.clone()));
     let txn_producers: Vec<_> = (0..params.txn_producers)
         .map(|slot| client.spawn(txn::txn_producer(slot, params, BROKER_ADDR, shared.clone())))
         .collect();
@@ -627,12 +853,17 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         })
         .collect();
 
+    let node_ids: Vec<NodeId> = broker_nodes.iter().map(|n| n.id()).collect();
     let clogger = handle.create_node().name("chaos").build().spawn(clog_links(
         client.id(),
-        broker_node.id(),
+        node_ids.clone(),
         params,
     ));
-    let mut faults = drive_faults(&handle, broker_node.id(), &volume, &params, &shared).await;
+    let mut faults = if params.multi_broker() {
+        drive_cluster_faults(&handle, &node_ids, &volume, &params, &shared).await
+    } else {
+        drive_faults(&handle, node_ids[0], &volume, &params, &shared).await
+    };
     match clogger.await {
         Ok(clogs) => faults.clogs = clogs,
         Err(_) => problems.push("the link clogger died".to_string()),
@@ -706,15 +937,27 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     } else {
         Default::default()
     };
-    let logs = match client
-        .spawn(workload::read_everything(
-            params,
-            BROKER_ADDR,
-            LIVENESS_DEADLINE,
-        ))
-        .await
-    {
-        Ok(Ok(logs)) => logs,
+    let read = if params.multi_broker() {
+        client
+            .spawn(workload::read_everything_routed(
+                params,
+                brokers.clone(),
+                shared.clone(),
+                LIVENESS_DEADLINE,
+            ))
+            .await
+    } else {
+        client
+            .spawn(workload::read_everything(
+                params,
+                BROKER_ADDR,
+                LIVENESS_DEADLINE,
+            ))
+            .await
+            .map(|r| r.map(|logs| (logs, BTreeMap::new())))
+    };
+    let (logs, final_batches) = match read {
+        Ok(Ok(read)) => read,
         Ok(Err(e)) => {
             problems.push(e);
             Default::default()
@@ -832,6 +1075,13 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                 t.zombies, t.fences_seen
             ));
         }
+    }
+    let mut cluster = shared.cluster();
+    let mut claims = ClaimStats::default();
+    if params.multi_broker() {
+        let (holders, c) = read_claims(&volume, params.partitions);
+        claims = c;
+        problems.extend(cluster.check_final(&final_batches, &holders));
     }
     let mut eos_history = shared.eos();
     if let Some(read) = &eos_read {
@@ -955,16 +1205,22 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         generations: groups.generations(),
         txns: txns.stats,
         eos: eos_history.stats,
+        cluster: cluster.stats,
+        claims,
         syncs: volume.stats().syncs,
         simulated: started.elapsed(),
-        fingerprint: history.fingerprint(
-            &logs,
-            &format!(
+        fingerprint: history.fingerprint(&logs, &{
+            let mut extra = format!(
                 "{} {} {}",
                 groups.describe(),
                 txns.fingerprint(&txn_logs),
                 eos_history.fingerprint(eos_read.as_ref().map(|r| &r.output))
-            ),
-        ),
+            );
+            if params.multi_broker() {
+                // Only then: single-broker fingerprints stay as they were.
+                extra.push_str(&format!(" {} {claims:?}", cluster.describe()));
+            }
+            extra
+        }),
     })
 }

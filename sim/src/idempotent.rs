@@ -34,6 +34,7 @@
 use crate::checker::{BatchIndex, IdempotentBatch};
 use crate::params::SimParams;
 use crate::pipeline::Pipeline;
+use crate::router::{redirects, Router};
 use crate::workload::{
     produce_outcome, retriable, Backoff, RequestError, Shared, CONNECT_TIMEOUT, PRODUCE_VERSION,
     REQUEST_TIMEOUT, TOPIC,
@@ -47,7 +48,7 @@ use kaas_core::record::{BatchBuilder, NewRecord};
 use kaas_net::client::{decode_response, encode_request, single_partition_produce};
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, sleep_until, timeout, Instant};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -74,6 +75,9 @@ struct Batch {
     /// Acknowledged while an earlier batch is not (a success behind a
     /// failed request): it stays in the window until those are.
     acked: bool,
+    /// The broker it was last sent to (while `in_flight`: awaits its
+    /// answer from there).
+    broker: i32,
 }
 
 /// One partition's batches.
@@ -100,6 +104,16 @@ impl Lane {
     fn in_flight(&self) -> usize {
         self.window.iter().filter(|b| b.in_flight).count()
     }
+
+    /// Whether a batch of this lane awaits an answer from a broker other
+    /// than `broker`: its leader moved while requests were in flight, and
+    /// nothing more is sent until they are answered (or their connection
+    /// is lost), so that sequences reach the new leader in order.
+    fn in_flight_elsewhere(&self, broker: i32) -> bool {
+        self.window
+            .iter()
+            .any(|b| b.in_flight && b.broker != broker)
+    }
 }
 
 /// What the producer saw of the broker since its last connection.
@@ -121,12 +135,20 @@ enum Reset {
 struct Producer {
     id: usize,
     params: SimParams,
-    addr: SocketAddr,
+    /// Where each partition's batches go (one broker, or each partition's
+    /// leader).
+    router: Router,
     shared: Arc<Shared>,
-    conn: Option<Pipeline>,
-    /// (partition, correlation id) of every request on `conn` whose answer
-    /// has not been read, in the order sent.
-    outstanding: VecDeque<(i32, i32)>,
+    /// One connection per broker (only broker 0's with one broker).
+    conns: BTreeMap<i32, Pipeline>,
+    /// (partition, correlation id, broker) of every request sent whose
+    /// answer has not been read, in the order sent. Each connection answers
+    /// in order, so the oldest request is always the next answer on its
+    /// connection.
+    outstanding: VecDeque<(i32, i32, i32)>,
+    /// A partition had batches to send but no live leader known: back off
+    /// before looking again.
+    unroutable: bool,
     lanes: Vec<Lane>,
     /// Producer id and epoch, once InitProducerId answered.
     session: Option<(i64, i16)>,
@@ -150,16 +172,17 @@ struct Producer {
 pub async fn idempotent_producer(
     id: usize,
     params: SimParams,
-    addr: SocketAddr,
+    brokers: Vec<SocketAddr>,
     shared: Arc<Shared>,
 ) {
     let mut p = Producer {
         id,
         params,
-        addr,
+        router: Router::new(format!("idempotent-{id}"), &brokers),
         shared,
-        conn: None,
+        conns: BTreeMap::new(),
         outstanding: VecDeque::new(),
+        unroutable: false,
         lanes: (0..params.partitions).map(|_| Lane::default()).collect(),
         session: None,
         next_correlation_id: 0,
@@ -222,7 +245,7 @@ impl Producer {
                     self.reset(kind);
                 }
             }
-            if self.conn.is_none() && !self.connect().await {
+            if self.conns.is_empty() && !self.connect(self.router.any_broker()).await {
                 continue;
             }
             if self.session.is_none() {
@@ -234,6 +257,12 @@ impl Producer {
                 continue;
             }
             if self.outstanding.is_empty() {
+                if std::mem::take(&mut self.unroutable) {
+                    // A partition with batches has no live leader known
+                    // (several brokers only): ask again after a while.
+                    self.backoff.wait().await;
+                    continue;
+                }
                 // Nothing in flight, so nothing unacknowledged either (an
                 // unblocked lane always has something to send).
                 if self.stopping() || self.pending_reset.is_some() {
@@ -246,34 +275,57 @@ impl Producer {
         }
     }
 
-    /// Opens the connection; after an outage, maybe resets.
-    async fn connect(&mut self) -> bool {
-        match timeout(CONNECT_TIMEOUT, Pipeline::connect(self.addr)).await {
+    /// Opens the connection to `broker`; after an outage, maybe resets.
+    async fn connect(&mut self, broker: i32) -> bool {
+        let Some(addr) = self.router.addr_of(broker) else {
+            return false;
+        };
+        match timeout(CONNECT_TIMEOUT, Pipeline::connect(addr)).await {
             Ok(Ok(c)) => {
                 // Nothing is in flight on a new connection.
-                self.drop_connection();
+                self.drop_connection(broker);
                 let outage = std::mem::replace(&mut self.outage, Outage::None);
                 if outage != Outage::None {
                     self.after_outage(outage);
                 }
-                self.conn = Some(c);
+                self.conns.insert(broker, c);
                 true
             }
             _ => {
                 self.outage = Outage::Down;
+                self.router.invalidate();
                 self.backoff.wait().await;
                 false
             }
         }
     }
 
-    /// Drops the connection: every in-flight request's fate is unknown and
-    /// it will be resent, in order, on the next one.
-    fn drop_connection(&mut self) {
-        if self.conn.is_some() {
-            tracing::debug!(producer = self.id, "connection dropped");
+    /// Drops the connection to `broker`: every request in flight there has
+    /// an unknown fate and will be resent, in order.
+    fn drop_connection(&mut self, broker: i32) {
+        if self.conns.remove(&broker).is_some() {
+            tracing::debug!(producer = self.id, broker, "connection dropped");
         }
-        self.conn = None;
+        self.outstanding.retain(|&(_, _, b)| b != broker);
+        for lane in &mut self.lanes {
+            for b in &mut lane.window {
+                if b.broker == broker {
+                    b.in_flight = false;
+                }
+            }
+            if lane.in_flight() == 0 {
+                lane.blocked = false;
+            }
+        }
+    }
+
+    /// Drops every connection.
+    fn drop_connections(&mut self) {
+        let brokers: Vec<i32> = self.conns.keys().copied().collect();
+        for broker in brokers {
+            self.drop_connection(broker);
+        }
+        // Requests on no connection cannot be answered any more.
         self.outstanding.clear();
         for lane in &mut self.lanes {
             lane.blocked = false;
@@ -284,10 +336,11 @@ impl Producer {
     }
 
     /// The broker dropped the connection (crash, timeout, clog).
-    async fn connection_lost(&mut self) {
-        self.drop_connection();
+    async fn connection_lost(&mut self, broker: i32) {
+        self.drop_connection(broker);
         self.outage = self.outage.max(Outage::Lost);
         self.shared.history().stats.produce_errors += 1;
+        self.router.invalidate();
         self.backoff.wait().await;
     }
 
@@ -326,7 +379,7 @@ impl Producer {
             lane.window.clear();
         }
         // Answers still on their way belong to the old identity.
-        self.drop_connection();
+        self.drop_connections();
     }
 
     /// A new identity, sequences from 0. Every batch is acknowledged or
@@ -376,7 +429,7 @@ impl Producer {
                 return sleep(Duration::from_secs(1)).await;
             }
         };
-        let Some(conn) = self.conn.as_mut() else {
+        let Some((&broker, conn)) = self.conns.iter_mut().next() else {
             return;
         };
         let answer = match conn.send(&frame).await {
@@ -387,9 +440,9 @@ impl Producer {
             Ok(Ok(f)) => f,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
                 self.violation(format!("malformed InitProducerId answer: {e}"));
-                return self.connection_lost().await;
+                return self.connection_lost(broker).await;
             }
-            _ => return self.connection_lost().await,
+            _ => return self.connection_lost(broker).await,
         };
         let decoded = decode_response(
             init_producer_id_request::API_KEY,
@@ -425,11 +478,11 @@ impl Producer {
             }
             Ok(other) => {
                 self.violation(format!("unexpected InitProducerId answer: {other:?}"));
-                self.connection_lost().await;
+                self.connection_lost(broker).await;
             }
             Err(e) => {
                 self.violation(format!("malformed InitProducerId answer: {e}"));
-                self.connection_lost().await;
+                self.connection_lost(broker).await;
             }
         }
     }
@@ -500,20 +553,35 @@ impl Producer {
                 sends: 0,
                 floor_at_resend: None,
                 acked: false,
+                broker: -1,
             });
             self.next_batch_at = Instant::now() + think;
         }
     }
 
-    /// Sends every batch that may go now. `false` if the connection failed.
+    /// Sends every batch that may go now, each to its partition's leader.
+    /// `false` if a connection failed.
     async fn send_ready(&mut self) -> bool {
-        // (partition, correlation id) in sending order.
+        // (partition, correlation id, broker) in sending order.
         let mut to_send = Vec::new();
-        for (p, lane) in self.lanes.iter_mut().enumerate() {
+        for p in 0..self.lanes.len() {
+            let Some(lane) = self.lanes.get_mut(p) else {
+                continue;
+            };
             if lane.blocked && lane.in_flight() == 0 {
                 lane.blocked = false;
             }
-            if lane.blocked {
+            if lane.blocked || !lane.window.iter().any(|b| !b.in_flight && !b.acked) {
+                continue;
+            }
+            let Some(leader) = self.router.leader(p as i32, &self.shared).await else {
+                self.unroutable = true;
+                continue;
+            };
+            let Some(lane) = self.lanes.get_mut(p) else {
+                continue;
+            };
+            if lane.in_flight_elsewhere(leader.broker) {
                 continue;
             }
             let room = self.params.max_in_flight.saturating_sub(lane.in_flight());
@@ -522,10 +590,14 @@ impl Producer {
                     .iter()
                     .filter(|b| !b.in_flight && !b.acked)
                     .take(room)
-                    .map(|b| (p as i32, b.correlation_id)),
+                    .map(|b| (p as i32, b.correlation_id, leader.broker)),
             );
         }
-        for (partition, correlation_id) in to_send {
+        for (partition, correlation_id, broker) in to_send {
+            if !self.conns.contains_key(&broker) && !self.connect(broker).await {
+                // Unreachable: its batches wait for the next round.
+                continue;
+            }
             let floor = self.shared.history().fetch_floor(partition);
             let Some(batch) = self.lanes.get_mut(partition as usize).and_then(|l| {
                 l.window
@@ -534,45 +606,57 @@ impl Producer {
             }) else {
                 continue;
             };
-            let Some(conn) = self.conn.as_mut() else {
+            if batch.in_flight {
+                // Sent already (a reconnect in this round re-sent nothing,
+                // but be sure).
+                continue;
+            }
+            let Some(conn) = self.conns.get_mut(&broker) else {
                 return false;
             };
             tracing::debug!(
                 producer = self.id,
                 partition,
                 correlation_id,
+                broker,
                 sends = batch.sends,
                 "produce sent"
             );
             if conn.send(&batch.frame).await.is_err() {
-                self.connection_lost().await;
+                self.connection_lost(broker).await;
                 return false;
             }
             batch.in_flight = true;
+            batch.broker = broker;
             batch.sends += 1;
             if batch.sends > 1 {
                 batch.floor_at_resend = Some(floor);
                 self.shared.history().idem.resends += 1;
             }
-            self.outstanding.push_back((partition, correlation_id));
+            self.outstanding
+                .push_back((partition, correlation_id, broker));
         }
         true
     }
 
     /// Reads and handles the answer to the oldest outstanding request.
     async fn read_answer(&mut self) {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(&(_, _, broker)) = self.outstanding.front() else {
+            return;
+        };
+        let Some(conn) = self.conns.get_mut(&broker) else {
+            self.outstanding.pop_front();
             return;
         };
         let frame = match timeout(REQUEST_TIMEOUT, conn.recv()).await {
             Ok(Ok(f)) => f,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
                 self.violation(format!("malformed produce answer: {e}"));
-                return self.connection_lost().await;
+                return self.connection_lost(broker).await;
             }
-            _ => return self.connection_lost().await,
+            _ => return self.connection_lost(broker).await,
         };
-        let Some((partition, correlation_id)) = self.outstanding.pop_front() else {
+        let Some((partition, correlation_id, _)) = self.outstanding.pop_front() else {
             return;
         };
         let outcome = decode_response(
@@ -587,7 +671,7 @@ impl Producer {
             Ok(o) => o,
             Err(RequestError::Malformed(e)) | Err(RequestError::Network(e)) => {
                 self.violation(format!("malformed produce answer: {e}"));
-                return self.connection_lost().await;
+                return self.connection_lost(broker).await;
             }
         };
         let Some(lane) = self.lanes.get_mut(partition as usize) else {
@@ -605,7 +689,13 @@ impl Producer {
         lane.window[position].in_flight = false;
         tracing::debug!(producer = self.id, partition, correlation_id, position, code, base_offset, session = ?self.session, "produce answered");
         if code == 0 {
-            return self.on_success(partition, position, base_offset).await;
+            return self
+                .on_success(partition, position, base_offset, broker)
+                .await;
+        }
+        if self.router.multi() && redirects(code) {
+            self.shared.cluster().redirected();
+            self.router.invalidate();
         }
         let sequence_error = code == ErrorCode::OutOfOrderSequenceNumber.code()
             || code == ErrorCode::UnknownProducerId.code();
@@ -635,7 +725,7 @@ impl Producer {
         }
     }
 
-    async fn on_success(&mut self, partition: i32, position: usize, base_offset: i64) {
+    async fn on_success(&mut self, partition: i32, position: usize, base_offset: i64, broker: i32) {
         let Some(lane) = self.lanes.get_mut(partition as usize) else {
             return;
         };
@@ -645,14 +735,20 @@ impl Producer {
         };
         let index = batch.index;
         let floor = batch.floor_at_resend;
+        let resend = batch.sends > 1;
         let duplicate_of_lost = self
             .shared
             .history()
             .idempotent_answered(index, base_offset, lose);
+        if self.router.multi() {
+            self.shared
+                .cluster()
+                .acked(partition, base_offset, broker, resend);
+        }
         if lose {
             // The connection "dies" with the answer on it: the batch, and
-            // everything in flight behind it, will be resent.
-            self.drop_connection();
+            // everything in flight behind it there, will be resent.
+            self.drop_connection(broker);
             return;
         }
         if duplicate_of_lost || floor.is_some_and(|f| base_offset < f) {

@@ -28,6 +28,7 @@
 //! normal `cargo test`.
 
 pub mod checker;
+pub mod cluster_history;
 #[cfg(madsim)]
 pub mod env;
 pub mod eos_history;
@@ -50,6 +51,8 @@ pub mod harness;
 pub mod idempotent;
 #[cfg(madsim)]
 pub mod pipeline;
+#[cfg(madsim)]
+pub mod router;
 #[cfg(madsim)]
 pub mod runner;
 #[cfg(madsim)]

@@ -2,7 +2,8 @@
 //! workload and faults, so a run of many seeds covers many combinations
 //! instead of one configuration many times.
 
-use rand::Rng;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +102,26 @@ pub struct SimParams {
     /// Chance (percent) that a stopped instance is only paused: it comes
     /// back as a zombie and tries to finish its transaction.
     pub eos_zombie_percent: u32,
+    /// Brokers sharing the one volume (1 in most seeds; 2 or 3 in a third
+    /// of them, see `docs/simulation.md`). With more than one, the group,
+    /// transactional and exactly-once workloads are off (coordinator slots
+    /// do not move between brokers yet).
+    pub brokers: usize,
+    /// The brokers' lease (`--lease-ms`) in a multi-broker seed: short, so
+    /// partitions move several times within the fault phase.
+    pub lease_ms: i64,
 }
+
+/// The clock-skew bound of a multi-broker seed: brokers' clocks drift up to
+/// `MAX_DRIFT_PPM` each, so two differ by at most 400 ppm, well under 1 ms
+/// over a lease of 2 s; 50 ms leaves a wide margin.
+pub const CLOCK_SKEW_BOUND_MS: i64 = 50;
+/// The volume-staleness bound: `SimVolume` is never stale (every read sees
+/// every completed write), so any bound holds; a few hundred milliseconds,
+/// as an NFS mount with a short attribute cache would need.
+pub const VOLUME_STALENESS_BOUND_MS: i64 = 300;
+/// Largest clock drift of a simulated broker, parts per million.
+pub const MAX_DRIFT_PPM: i64 = 200;
 
 impl SimParams {
     pub fn draw(rng: &mut impl Rng) -> SimParams {
@@ -172,21 +192,58 @@ impl SimParams {
             eos_abort_percent: [5, 20][rng.gen_range(0..2)],
             eos_stall_percent: [3, 6, 12][rng.gen_range(0..3)],
             eos_zombie_percent: [0, 50, 100][rng.gen_range(0..3)],
+            brokers: 1,
+            lease_ms: 0,
         }
+    }
+
+    /// Draws the cluster shape of seed `seed`: how many brokers share the
+    /// volume, and their lease. Drawn last, and from an rng of its own
+    /// seeded by the seed rather than from `draw`'s, so that a seed that
+    /// stays single-broker consumes nothing more from the simulation's rng
+    /// and runs exactly as it did before multi-broker seeds existed. A
+    /// multi-broker seed runs the producers and their consumers only: the
+    /// group, the transactional producers and the exactly-once loop need
+    /// coordinators that move with their brokers, which they do not yet.
+    pub fn with_cluster(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_636c_7573);
+        let brokers = [1, 1, 1, 1, 2, 3][rng.gen_range(0..6)];
+        if brokers > 1 {
+            self.brokers = brokers;
+            self.lease_ms = [1_000, 1_500, 2_000][rng.gen_range(0..3)];
+            // A broker must stay up for a few leases: a partition moves
+            // only once another broker has been up long enough to count
+            // the holder silent for lease + skew + staleness. Short outages
+            // (the holder is back before anyone counts it gone) are at most
+            // half a lease; the fault driver adds long ones.
+            let lease = Duration::from_millis(self.lease_ms as u64);
+            self.max_uptime = lease * [3, 5][rng.gen_range(0..2)];
+            self.max_downtime = lease / 2;
+            self.group_members = 0;
+            self.txn_producers = 0;
+            self.eos = false;
+        }
+        self
+    }
+
+    /// Whether several brokers share the volume this seed.
+    pub fn multi_broker(&self) -> bool {
+        self.brokers > 1
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::rngs::SmallRng;
-    use rand::SeedableRng;
 
     #[test]
     fn draws_are_reproducible_and_within_bounds() {
         for seed in 0..100 {
-            let a = SimParams::draw(&mut SmallRng::seed_from_u64(seed));
-            assert_eq!(a, SimParams::draw(&mut SmallRng::seed_from_u64(seed)));
+            let a = SimParams::draw(&mut SmallRng::seed_from_u64(seed)).with_cluster(seed);
+            assert_eq!(
+                a,
+                SimParams::draw(&mut SmallRng::seed_from_u64(seed)).with_cluster(seed)
+            );
             assert!((1..=3).contains(&a.partitions));
             assert!(a.producers >= 1 && a.max_records_per_batch >= 1);
             assert!(a.fault_phase >= Duration::from_secs(20));
@@ -197,6 +254,22 @@ mod tests {
             assert!(a.txn_producers <= 2 && a.txn_abort_percent > 0);
             assert!(a.txn_timeout_ms >= 2_000);
             assert!(a.eos_stall_percent > 0 && a.eos_zombie_percent <= 100);
+            assert!((1..=3).contains(&a.brokers));
+            if a.multi_broker() {
+                assert!(a.group_members == 0 && a.txn_producers == 0 && !a.eos);
+                assert!((1_000..=2_000).contains(&a.lease_ms));
+            }
         }
+        let multi = (0..300)
+            .filter(|&s| {
+                SimParams::draw(&mut SmallRng::seed_from_u64(s))
+                    .with_cluster(s)
+                    .multi_broker()
+            })
+            .count();
+        assert!(
+            (60..=140).contains(&multi),
+            "{multi} of 300 seeds multi-broker"
+        );
     }
 }

@@ -255,6 +255,10 @@ pub fn run_isolated(seed: u64, child_test: &str) -> Outcome {
 pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
     let queue = std::sync::Mutex::new(selection.seeds.iter().copied());
     let failures = std::sync::Mutex::new(Vec::new());
+    // Multi-broker seeds that passed, and those of them in which no
+    // partition moved (the vacuity gate of `cluster_history`).
+    let multi = std::sync::atomic::AtomicU64::new(0);
+    let unmoved = std::sync::Mutex::new(Vec::new());
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..selection.jobs.min(selection.seeds.len()) {
@@ -265,6 +269,12 @@ pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
                 let failure = match run_isolated(seed, child_test) {
                     Outcome::Passed(line) => {
                         println!("{line} | {:.1}s real", t.elapsed().as_secs_f64());
+                        if line.contains("| cluster: ") {
+                            multi.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if line.contains("NO MOVE") {
+                                unmoved.lock().unwrap_or_else(|p| p.into_inner()).push(seed);
+                            }
+                        }
                         if selection.check_determinism {
                             check_determinism(seed, child_test, &line).err()
                         } else {
@@ -285,12 +295,21 @@ pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
         }
     });
     let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut unmoved = unmoved.into_inner().unwrap_or_else(|p| p.into_inner());
+    unmoved.sort_unstable();
     println!(
-        "{} seeds in {:.1}s ({} jobs), {} failed",
+        "{} seeds in {:.1}s ({} jobs), {} failed; {} multi-broker seeds passed, {} of them saw no partition move{}",
         selection.seeds.len(),
         started.elapsed().as_secs_f64(),
         selection.jobs,
-        failures.len()
+        failures.len(),
+        multi.into_inner(),
+        unmoved.len(),
+        if unmoved.is_empty() {
+            String::new()
+        } else {
+            format!(" (seeds {unmoved:?})")
+        }
     );
     failures
 }

@@ -7,9 +7,12 @@
 //! so a dead broker costs time, never a hung run.
 
 use crate::checker::{History, PartitionLog};
+use crate::cluster_history::ClusterHistory;
+use crate::cluster_history::FetchedBatch;
 use crate::eos_history::EosHistory;
 use crate::group_history::GroupHistory;
 use crate::params::SimParams;
+use crate::router::{redirects, Router};
 use crate::txn_history::TxnHistory;
 use bytes::Bytes;
 use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest};
@@ -49,6 +52,7 @@ pub struct Shared {
     groups: Mutex<GroupHistory>,
     txns: Mutex<TxnHistory>,
     eos: Mutex<EosHistory>,
+    cluster: Mutex<ClusterHistory>,
     /// Faults are over: producers finish their current batch and stop.
     pub stop_producing: AtomicBool,
     /// Producers are done: the consumer stops.
@@ -90,6 +94,12 @@ impl Shared {
     /// The exactly-once loop's history; same rule.
     pub fn eos(&self) -> MutexGuard<'_, EosHistory> {
         self.eos.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What clients saw of partition leadership (multi-broker seeds); same
+    /// rule.
+    pub fn cluster(&self) -> MutexGuard<'_, ClusterHistory> {
+        self.cluster.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn incarnation(&self) -> u64 {
@@ -247,9 +257,10 @@ pub(crate) fn retriable(code: i16) -> bool {
 pub async fn producer(
     id: usize,
     params: SimParams,
-    addr: SocketAddr,
+    brokers: Vec<SocketAddr>,
     shared: std::sync::Arc<Shared>,
 ) {
+    let mut router = Router::new(format!("producer-{id}"), &brokers);
     let mut conn: Option<Connection> = None;
     let mut backoff = Backoff::new();
     let mut batch_no: u32 = 0;
@@ -287,6 +298,20 @@ pub async fn producer(
         let mut attempts = 0;
         loop {
             attempts += 1;
+            let Some(leader) = router.leader(partition, &shared).await else {
+                // No live leader known (multi-broker only): ask again.
+                shared.history().stats.produce_errors += 1;
+                if attempts >= MAX_PRODUCE_ATTEMPTS {
+                    shared.history().stats.batches_abandoned += 1;
+                    break;
+                }
+                backoff.wait().await;
+                continue;
+            };
+            if conn.as_ref().is_some_and(|c| c.peer() != leader.addr) {
+                conn = None;
+            }
+            let addr = leader.addr;
             let outcome = match round_trip(&mut conn, addr, &frame).await {
                 Ok(response) => match decode_response(
                     produce_request::API_KEY,
@@ -308,17 +333,31 @@ pub async fn producer(
             match outcome {
                 Ok((0, base_offset)) => {
                     shared.history().acked(partition, base_offset, &values);
+                    if router.multi() {
+                        shared
+                            .cluster()
+                            .acked(partition, base_offset, leader.broker, false);
+                    }
                     backoff.reset();
                     break;
                 }
-                Ok((code, _)) if retriable(code) => shared.history().stats.produce_errors += 1,
+                Ok((code, _)) if retriable(code) => {
+                    shared.history().stats.produce_errors += 1;
+                    if router.multi() && redirects(code) {
+                        shared.cluster().redirected();
+                        router.invalidate();
+                    }
+                }
                 Ok((code, _)) => {
                     shared.history().violation(format!(
                         "producer {id}: produce of batch {correlation_id} failed with non-retriable error {code}"
                     ));
                     break;
                 }
-                Err(_) => shared.history().stats.produce_errors += 1,
+                Err(_) => {
+                    shared.history().stats.produce_errors += 1;
+                    router.invalidate();
+                }
             }
             if attempts >= MAX_PRODUCE_ATTEMPTS {
                 shared.history().stats.batches_abandoned += 1;
@@ -366,6 +405,8 @@ pub(crate) struct FetchedPartition {
     pub(crate) records: Vec<(i64, Bytes)>,
     /// Offset after the last returned batch (the requested one if none).
     pub(crate) next_offset: i64,
+    /// Every whole batch returned, with its leader epoch.
+    pub(crate) batches: Vec<FetchedBatch>,
 }
 
 /// Decodes the records of one partition, checking every batch's CRC: a
@@ -380,6 +421,7 @@ fn decode_fetched(
         high_watermark: data.high_watermark,
         records: Vec::new(),
         next_offset: requested,
+        batches: Vec::new(),
     };
     let Some(bytes) = data.records.clone() else {
         return Ok(out);
@@ -410,6 +452,11 @@ fn decode_fetched(
             }
         }
         out.next_offset = out.next_offset.max(batch.next_offset());
+        out.batches.push(FetchedBatch {
+            base_offset: batch.base_offset(),
+            last_offset: batch.last_offset(),
+            leader_epoch: batch.partition_leader_epoch(),
+        });
     }
     Ok(out)
 }
@@ -421,13 +468,41 @@ pub(crate) async fn fetch_once(
     positions: &BTreeMap<i32, i64>,
     max_wait_ms: i32,
 ) -> Result<Vec<FetchedPartition>, RequestError> {
+    let body = fetch_request(positions, max_wait_ms);
+    fetch_with(conn, addr, &body, positions).await
+}
+
+/// Sends one fetch for `positions` that names each partition's leader
+/// epoch (KIP-320: a broker at another epoch answers FENCED_LEADER_EPOCH
+/// or UNKNOWN_LEADER_EPOCH instead of serving).
+async fn fetch_at_epochs(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    positions: &BTreeMap<i32, i64>,
+    epochs: &BTreeMap<i32, i32>,
+    max_wait_ms: i32,
+) -> Result<Vec<FetchedPartition>, RequestError> {
+    let mut body = fetch_request(positions, max_wait_ms);
+    if let RequestBody::Fetch(f) = &mut body {
+        for p in f.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+            p.current_leader_epoch = epochs.get(&p.partition).copied().unwrap_or(-1);
+        }
+    }
+    fetch_with(conn, addr, &body, positions).await
+}
+
+async fn fetch_with(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    body: &RequestBody,
+    positions: &BTreeMap<i32, i64>,
+) -> Result<Vec<FetchedPartition>, RequestError> {
     let c = ensure_connected(conn, addr)
         .await
         .map_err(RequestError::Network)?;
-    let body = fetch_request(positions, max_wait_ms);
     let result = match timeout(
         REQUEST_TIMEOUT,
-        c.send(fetch_request::API_KEY, FETCH_VERSION, &body),
+        c.send(fetch_request::API_KEY, FETCH_VERSION, body),
     )
     .await
     {
@@ -457,9 +532,63 @@ pub(crate) async fn fetch_once(
     Ok(out)
 }
 
+/// One fetch round of a multi-broker client: every partition of
+/// `positions` asked of its leader (one request per leader), at the epoch
+/// the router knows. Partitions whose leader is unknown, or whose request
+/// failed, are missing from the answer; `errors` counts them (the router
+/// is invalidated for them).
+async fn fetch_routed(
+    router: &mut Router,
+    conns: &mut BTreeMap<i32, Option<Connection>>,
+    positions: &BTreeMap<i32, i64>,
+    max_wait_ms: i32,
+    shared: &Shared,
+    errors: &mut Vec<String>,
+) -> Result<Vec<FetchedPartition>, String> {
+    type Asked = (SocketAddr, BTreeMap<i32, i64>, BTreeMap<i32, i32>);
+    let mut by_leader: BTreeMap<i32, Asked> = BTreeMap::new();
+    for (&p, &offset) in positions {
+        match router.leader(p, shared).await {
+            Some(l) => {
+                let asked = by_leader
+                    .entry(l.broker)
+                    .or_insert_with(|| (l.addr, BTreeMap::new(), BTreeMap::new()));
+                asked.1.insert(p, offset);
+                asked.2.insert(p, l.epoch);
+            }
+            None => errors.push(format!("partition {p}: no live leader known")),
+        }
+    }
+    let mut out = Vec::new();
+    for (broker, (addr, asked, epochs)) in by_leader {
+        let conn = conns.entry(broker).or_default();
+        match fetch_at_epochs(conn, addr, &asked, &epochs, max_wait_ms).await {
+            Ok(parts) => {
+                for part in parts {
+                    if redirects(part.error_code) {
+                        shared.cluster().redirected();
+                        router.invalidate();
+                    }
+                    out.push(part);
+                }
+            }
+            Err(RequestError::Malformed(e)) => return Err(e),
+            Err(RequestError::Network(e)) => {
+                router.invalidate();
+                errors.push(format!("broker {broker}: {e}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Tails every partition while faults run, recording what it reads so the
 /// checker can hold the broker to it later.
-pub async fn consumer(params: SimParams, addr: SocketAddr, shared: std::sync::Arc<Shared>) {
+pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::sync::Arc<Shared>) {
+    if brokers.len() > 1 {
+        return consumer_routed(params, brokers, shared).await;
+    }
+    let addr = brokers[0];
     let mut conn = None;
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
@@ -503,6 +632,75 @@ pub async fn consumer(params: SimParams, addr: SocketAddr, shared: std::sync::Ar
             shared
                 .history()
                 .fetched(part.partition, floor, part.high_watermark, &part.records);
+            *position = (*position).max(part.next_offset);
+        }
+        if any_error {
+            shared.history().stats.fetch_errors += 1;
+            backoff.wait().await;
+        } else {
+            backoff.reset();
+        }
+    }
+}
+
+/// [`consumer`] with several brokers: each partition fetched from its
+/// leader, and the epoch of every batch reported.
+async fn consumer_routed(
+    params: SimParams,
+    brokers: Vec<SocketAddr>,
+    shared: std::sync::Arc<Shared>,
+) {
+    let mut router = Router::new("consumer", &brokers);
+    let mut conns = BTreeMap::new();
+    let mut backoff = Backoff::new();
+    let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    while !shared.stop_fetching.load(Ordering::Relaxed) {
+        let floors: BTreeMap<i32, i64> = {
+            let history = shared.history();
+            positions
+                .keys()
+                .map(|&p| (p, history.fetch_floor(p)))
+                .collect()
+        };
+        let mut errors = Vec::new();
+        let fetched = match fetch_routed(
+            &mut router,
+            &mut conns,
+            &positions,
+            FETCH_MAX_WAIT_MS,
+            &shared,
+            &mut errors,
+        )
+        .await
+        {
+            Ok(f) => f,
+            Err(e) => {
+                shared.history().violation(e);
+                Vec::new()
+            }
+        };
+        let mut any_error = !errors.is_empty();
+        for part in fetched {
+            let Some(position) = positions.get_mut(&part.partition) else {
+                continue;
+            };
+            if part.error_code == ErrorCode::OffsetOutOfRange.code() {
+                shared.history().violation(format!(
+                    "partition {}: OFFSET_OUT_OF_RANGE at {}, an offset the broker had already served up to",
+                    part.partition, position
+                ));
+            }
+            if part.error_code != 0 {
+                any_error = true;
+                continue;
+            }
+            let floor = floors.get(&part.partition).copied().unwrap_or(0);
+            shared
+                .history()
+                .fetched(part.partition, floor, part.high_watermark, &part.records);
+            shared
+                .cluster()
+                .fetched("consumer", part.partition, &part.batches);
             *position = (*position).max(part.next_offset);
         }
         if any_error {
@@ -573,4 +771,86 @@ pub async fn read_everything(
         }
     }
     Ok(logs)
+}
+
+/// [`read_everything`] with several brokers: each partition read from its
+/// leader. Also returns every partition's batches with their leader epochs,
+/// in offset order (reported to the cluster history as the client
+/// `final`).
+pub async fn read_everything_routed(
+    params: SimParams,
+    brokers: Vec<SocketAddr>,
+    shared: std::sync::Arc<Shared>,
+    deadline: Duration,
+) -> Result<
+    (
+        BTreeMap<i32, PartitionLog>,
+        BTreeMap<i32, Vec<FetchedBatch>>,
+    ),
+    String,
+> {
+    let give_up = Instant::now() + deadline;
+    let mut router = Router::new("final", &brokers);
+    let mut conns = BTreeMap::new();
+    let mut backoff = Backoff::new();
+    let mut logs: BTreeMap<i32, PartitionLog> = BTreeMap::new();
+    let mut batches: BTreeMap<i32, Vec<FetchedBatch>> = BTreeMap::new();
+    let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    let mut last_error = String::new();
+    while !positions.is_empty() {
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "liveness: could not read every partition back within {deadline:?} (still reading {positions:?}; last error: {last_error})"
+            ));
+        }
+        let mut errors = Vec::new();
+        let fetched = fetch_routed(&mut router, &mut conns, &positions, 0, &shared, &mut errors)
+            .await
+            .map_err(|e| format!("final read: {e}"))?;
+        if let Some(e) = errors.pop() {
+            last_error = e;
+        }
+        let mut progressed = false;
+        for part in fetched {
+            let Some(&position) = positions.get(&part.partition) else {
+                continue;
+            };
+            if part.error_code != 0 {
+                last_error = format!("partition {} error {}", part.partition, part.error_code);
+                continue;
+            }
+            shared
+                .cluster()
+                .fetched("final", part.partition, &part.batches);
+            let seen = batches.entry(part.partition).or_default();
+            for b in &part.batches {
+                if seen
+                    .last()
+                    .is_none_or(|last| b.base_offset > last.last_offset)
+                {
+                    seen.push(*b);
+                }
+            }
+            let log = logs.entry(part.partition).or_default();
+            log.extend(part.records.iter().cloned());
+            if part.next_offset > position {
+                progressed = true;
+                positions.insert(part.partition, part.next_offset);
+            } else if position >= part.high_watermark {
+                positions.remove(&part.partition);
+                progressed = true;
+            } else {
+                last_error = format!(
+                    "partition {}: empty read at {position} below the high watermark {}",
+                    part.partition, part.high_watermark
+                );
+            }
+        }
+        if progressed {
+            backoff.reset();
+        } else {
+            backoff.wait().await;
+        }
+    }
+    Ok((logs, batches))
 }
