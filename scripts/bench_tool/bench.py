@@ -38,6 +38,7 @@ def parse_args(argv):
     ap.add_argument("--linger-ms", type=int, default=5, help="producer linger.ms (default 5)")
     ap.add_argument("--batch-size", type=int, default=1_000_000, help="producer batch.size bytes (default 1000000)")
     ap.add_argument("--compression", default="none", help="producer compression.type (default none)")
+    ap.add_argument("--idempotence", action="store_true", help="producer enable.idempotence=true (default false)")
     ap.add_argument("--segment-bytes", type=int, help="topic segment.bytes (small: frequent segment rolls)")
     ap.add_argument("--rate", type=int,
                     help="pace the producer at this many msgs/s (ack latency without client queueing)")
@@ -63,7 +64,7 @@ def produce_phase(bootstrap, topic, args, payloads):
     conf = {
         "bootstrap.servers": bootstrap,
         "acks": args.acks,
-        "enable.idempotence": False,
+        "enable.idempotence": bool(getattr(args, "idempotence", False)),
         "linger.ms": args.linger_ms,
         "batch.size": args.batch_size,
         "batch.num.messages": 100_000,

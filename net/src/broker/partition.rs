@@ -24,7 +24,7 @@ use crate::log::{persist_log_start_offset, remove_segments, LogConfig, Partition
 use crate::volume::Volume;
 use bytes::Bytes;
 use kaas_core::cluster::Claim;
-use kaas_core::layout::SegmentId;
+use kaas_core::layout::{self, SegmentId};
 use kaas_core::partition::{
     AppendDecision, Effects, IncomingBatch, IncomingMarker, PartitionState, Recovered,
 };
@@ -573,12 +573,32 @@ impl Partition {
         let mut durable = plan.end_offset;
         if plan.covers_more_than(self.state().high_watermark()) {
             let volume = self.volume.clone();
+            let successor = layout::partition_epoch_file(
+                &self.topic,
+                self.index,
+                self.leader.epoch.saturating_add(1),
+            );
             let synced = self
                 .env
-                .blocking(IoKind::Fsync, move || plan.run(volume.as_ref()))
+                .blocking(IoKind::Fsync, move || {
+                    let done = plan.run(volume.as_ref())?;
+                    let deposed = volume.read(&successor)?.is_some();
+                    Ok((done, deposed))
+                })
                 .await;
             match synced {
-                Ok(done) => {
+                Ok((_, true)) => {
+                    // The last word before acknowledging: a successor's
+                    // claim exists, so what this flush made durable lands
+                    // in files it does not read. Answering it would lose
+                    // acknowledged records; refusing sends the producer to
+                    // the new leader (docs/cluster.md, "No acknowledged
+                    // write in an old epoch").
+                    tracing::warn!(topic = %self.topic, partition = self.index, epoch = self.leader.epoch, "a newer epoch exists: this leader was deposed; not acknowledging");
+                    self.close_moved();
+                    return Err(ErrorCode::NotLeaderOrFollower);
+                }
+                Ok((done, false)) => {
                     durable = done.end_offset;
                     self.log.lock().await.finish_sync(done);
                 }
@@ -856,6 +876,40 @@ mod tests {
         let again = append(&third, idempotent(42, 6, 1)).await.unwrap();
         assert!(is_duplicate(&again), "epoch 2's batch is in the log");
         assert_eq!(again.base_offset(), 6);
+    }
+
+    /// Bounds violated (a leader still acting after its successor claimed):
+    /// the flush that would acknowledge finds the successor's epoch file
+    /// and refuses, so nothing is acknowledged into files nobody reads.
+    #[tokio::test]
+    async fn a_leader_whose_successor_claimed_acknowledges_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
+        let p = open_at(&volume, 1 << 20, 0);
+        append(&p, idempotent(42, 0, 1)).await.unwrap();
+        volume
+            .create_dir_all(&layout::partition_epochs_dir("t", 0))
+            .unwrap();
+        volume
+            .create_exclusive(
+                &layout::partition_epoch_file("t", 0, 1),
+                br#"{"broker_id":9}"#,
+            )
+            .unwrap();
+        let d = p.append(idempotent(42, 1, 1)).await.unwrap();
+        assert_eq!(
+            p.wait_durable(d.end_offset()).await,
+            Err(ErrorCode::NotLeaderOrFollower)
+        );
+        assert_eq!(
+            p.high_watermark(),
+            1,
+            "the second batch was never acknowledged"
+        );
+        assert_eq!(
+            p.append(idempotent(42, 1, 1)).await.err(),
+            Some(ErrorCode::NotLeaderOrFollower)
+        );
     }
 
     /// A deposed leader's snapshot taken after the takeover covers batches
