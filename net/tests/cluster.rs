@@ -381,3 +381,85 @@ async fn a_graceful_hand_over_moves_partitions_without_waiting_for_the_lease() {
         );
     }
 }
+
+/// Sends one idempotent batch of `pid` at `epoch`, sequence `seq`.
+async fn produce_as(addr: SocketAddr, partition: i32, pid: i64, epoch: i16, seq: i32) -> i16 {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let mut b = BatchBuilder::idempotent(pid, epoch, seq);
+    b.push(NewRecord::new(0, None, Some(b"v")));
+    let req = single_partition_produce("f", partition, b.build().as_bytes().clone(), -1, 5_000);
+    match conn.send(produce_request::API_KEY, 9, &req).await.unwrap() {
+        ResponseBody::Produce(r) => r.responses[0].partition_responses[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn init_producer_id(addr: SocketAddr, transactional_id: &str) -> (i16, i64, i16) {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::InitProducerId(InitProducerIdRequest {
+        transactional_id: Some(transactional_id.into()),
+        transaction_timeout_ms: 60_000,
+        producer_id: -1,
+        producer_epoch: -1,
+        ..Default::default()
+    });
+    match conn
+        .send(init_producer_id_request::API_KEY, 4, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::InitProducerId(r) => (r.error_code, r.producer_id, r.producer_epoch),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// An epoch bump at one broker's transaction coordinator fences the old
+/// epoch on a partition another broker leads, through the fence log.
+#[tokio::test]
+async fn an_epoch_bump_fences_the_old_epoch_on_another_brokers_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut brokers = BTreeMap::new();
+    // Broker 0 starts alone, so it holds every coordinator slot.
+    brokers.insert(0, start(dir.path(), 0, "r").await);
+    for id in 1..3 {
+        brokers.insert(id, start(dir.path(), id, "r").await);
+    }
+    for b in brokers.values() {
+        until_listed(b.addr, &[0, 1, 2]).await;
+    }
+    brokers[&0]
+        .broker
+        .create_topic("f", 6, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let led = until_led(&all, "f", &[0, 1, 2]).await;
+    let (partition, (leader, _)) = led
+        .iter()
+        .enumerate()
+        .find(|(_, (l, _))| *l != 0)
+        .expect("placement puts a partition off broker 0");
+    let (partition, leader_addr) = (partition as i32, brokers[leader].addr);
+
+    let (code, pid, epoch) = init_producer_id(brokers[&0].addr, "fenced-app").await;
+    assert_eq!(code, 0);
+    assert_eq!(produce_as(leader_addr, partition, pid, epoch, 0).await, 0);
+    // A new instance of the app: its coordinator (broker 0) bumps the epoch.
+    let (code, same_pid, bumped) = init_producer_id(brokers[&0].addr, "fenced-app").await;
+    assert_eq!((code, same_pid), (0, pid));
+    assert!(bumped > epoch);
+    // The old instance, a zombie, writes on: the partition's broker learns
+    // the bump from broker 0's fence log within a round or two.
+    let mut answer = 0;
+    for seq in 1..200 {
+        answer = produce_as(leader_addr, partition, pid, epoch, seq).await;
+        if answer != 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        answer == ErrorCode::InvalidProducerEpoch.code() || answer == ErrorCode::ProducerFenced.code(),
+        "the zombie's epoch is fenced on broker {leader}: got {answer}"
+    );
+}

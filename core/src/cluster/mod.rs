@@ -10,6 +10,7 @@
 //! [`membership`] (broker records, leases, liveness) and [`placement`]
 //! (which live broker an item belongs on).
 
+pub mod fences;
 pub mod membership;
 pub mod placement;
 

@@ -85,6 +85,9 @@ pub struct Broker {
     view: ClusterView,
     /// Its heartbeat and lease, and the other brokers it has read.
     pub membership: Arc<Membership>,
+    /// The epoch bumps its coordinator made, and those others made, so a
+    /// zombie is fenced on every broker (`net::cluster::fences`).
+    fences: Arc<crate::cluster::fences::FenceExchange>,
     pub cluster_id: String,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Serializes topic administration (create, delete, add partitions) so
@@ -190,6 +193,7 @@ impl Broker {
         let broker = Arc::new(Broker {
             view: ClusterView::single(config.broker_id),
             membership,
+            fences: Arc::new(crate::cluster::fences::FenceExchange::new(config.broker_id)),
             producer_ids,
             groups,
             transactions,
@@ -202,6 +206,12 @@ impl Broker {
             progress: Arc::new(watch::Sender::new(0)),
             lapses_seen: std::sync::atomic::AtomicU64::new(0),
         });
+        // Fences issued in an earlier life, and those of the others: a
+        // partition opened below is fenced against all of them.
+        broker.fences.load_own(broker.volume.as_ref())?;
+        let _ = broker
+            .fences
+            .exchange(broker.volume.as_ref(), broker.fence_horizon_ms());
         // Listed before the topic files are read: a topic's file is created
         // before any of its directories, so a directory listed here whose
         // file is missing below is a deletion's leftover, not a topic
@@ -292,6 +302,10 @@ impl Broker {
         match taken {
             TakenPartition::Opened(partition) => {
                 let partition: Arc<Partition> = Arc::from(partition);
+                // Bumps made anywhere while another broker led it.
+                for f in self.fences.known() {
+                    partition.fence_producer(f.producer_id, f.epoch);
+                }
                 tokio::spawn(partition.clone().run_flusher());
                 Leadership::Here(partition)
             }
@@ -420,6 +434,42 @@ impl Broker {
     pub fn fence_producer(&self, producer_id: i64, epoch: i16) {
         for (_, partition) in self.led_partitions() {
             partition.fence_producer(producer_id, epoch);
+        }
+        // The partitions other brokers lead learn it from this broker's
+        // fence log, written at its next ownership round.
+        self.fences.issued(producer_id, epoch, self.env.now_ms());
+    }
+
+    /// Fences older than this (wall ms) are dropped from the fence log: a
+    /// producer idle for `producer.id.expiration.ms` is forgotten by every
+    /// partition anyway, so its fence could fence nothing.
+    fn fence_horizon_ms(&self) -> i64 {
+        self.env
+            .now_ms()
+            .saturating_sub(self.config.producer_id_expiration_ms)
+    }
+
+    /// Writes this broker's fence log if it changed and applies the other
+    /// brokers' new fences to the partitions it leads (after every
+    /// heartbeat).
+    pub async fn exchange_fences(&self) {
+        let (volume, fences) = (self.volume.clone(), self.fences.clone());
+        let horizon = self.fence_horizon_ms();
+        let exchanged = self
+            .env
+            .blocking(IoKind::Fsync, move || {
+                fences.exchange(volume.as_ref(), horizon)
+            })
+            .await;
+        match exchanged {
+            Ok(fresh) => {
+                for f in fresh {
+                    for (_, partition) in self.led_partitions() {
+                        partition.fence_producer(f.producer_id, f.epoch);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "fence log exchange failed"),
         }
     }
 

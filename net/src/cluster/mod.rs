@@ -3,6 +3,7 @@
 //! live brokers it has read. The rules are `kaas_core::cluster`'s; this is
 //! their driver.
 
+pub mod fences;
 pub mod heartbeat;
 pub mod membership;
 
@@ -40,5 +41,6 @@ pub async fn run_heartbeats(broker: Weak<Broker>) {
             })
             .await;
         b.reconcile().await;
+        b.exchange_fences().await;
     }
 }
