@@ -305,6 +305,26 @@ pub fn marker_file(broker: i32, producer_id: i64, epoch: i16) -> String {
     format!("{}/{producer_id}-{epoch}.json", marker_queue_dir(broker))
 }
 
+/// Acknowledgements of queued markers, addressed to coordinator `broker`.
+pub fn marker_ack_dir(broker: i32) -> String {
+    format!("{MARKER_QUEUE_DIR}/acks/to-{broker}")
+}
+
+/// Broker `by`'s acknowledgement of the markers coordinator `broker`
+/// queued for it to end the transaction of `producer_id` at `epoch`.
+pub fn marker_ack_file(broker: i32, producer_id: i64, epoch: i16, by: i32) -> String {
+    format!(
+        "{}/{producer_id}-{epoch}-from-{by}.json",
+        marker_ack_dir(broker)
+    )
+}
+
+/// The (producer id, epoch) a queued marker file is named for.
+pub fn marker_of_file(name: &str) -> Option<(i64, i16)> {
+    let (pid, epoch) = name.strip_suffix(".json")?.rsplit_once('-')?;
+    Some((pid.parse().ok()?, epoch.parse().ok()?))
+}
+
 /// Broker registrations.
 pub const BROKERS_DIR: &str = "__cluster/brokers";
 

@@ -459,7 +459,86 @@ async fn an_epoch_bump_fences_the_old_epoch_on_another_brokers_partitions() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        answer == ErrorCode::InvalidProducerEpoch.code() || answer == ErrorCode::ProducerFenced.code(),
+        answer == ErrorCode::InvalidProducerEpoch.code()
+            || answer == ErrorCode::ProducerFenced.code(),
         "the zombie's epoch is fenced on broker {leader}: got {answer}"
     );
+}
+
+/// A transaction whose coordinator (broker 0) is not the leader of its
+/// partition: EndTxn queues the marker for the leader, which writes it
+/// durably and acknowledges it, and only then is the transaction complete.
+#[tokio::test]
+async fn markers_for_a_partition_another_broker_leads_go_through_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut brokers = BTreeMap::new();
+    brokers.insert(0, start(dir.path(), 0, "r").await);
+    for id in 1..3 {
+        brokers.insert(id, start(dir.path(), id, "r").await);
+    }
+    for b in brokers.values() {
+        until_listed(b.addr, &[0, 1, 2]).await;
+    }
+    brokers[&0]
+        .broker
+        .create_topic("m", 6, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let led = until_led(&all, "m", &[0, 1, 2]).await;
+    let (partition, (leader, _)) = led
+        .iter()
+        .enumerate()
+        .find(|(_, (l, _))| *l != 0)
+        .expect("placement puts a partition off broker 0");
+    let partition = partition as i32;
+
+    let coordinator = brokers[&0].addr;
+    let (code, pid, epoch) = init_producer_id(coordinator, "queued").await;
+    assert_eq!(code, 0);
+    let mut conn = Connection::connect(coordinator).await.unwrap();
+    let add = RequestBody::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+        v3_and_below_transactional_id: "queued".into(),
+        v3_and_below_producer_id: pid,
+        v3_and_below_producer_epoch: epoch,
+        v3_and_below_topics: vec![add_partitions_to_txn_request::AddPartitionsToTxnTopic {
+            name: "m".into(),
+            partitions: vec![partition],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match conn
+        .send(add_partitions_to_txn_request::API_KEY, 3, &add)
+        .await
+        .unwrap()
+    {
+        ResponseBody::AddPartitionsToTxn(r) => assert_eq!(
+            r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+            0
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+    let end = RequestBody::EndTxn(EndTxnRequest {
+        transactional_id: "queued".into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        committed: true,
+        ..Default::default()
+    });
+    match conn.send(end_txn_request::API_KEY, 3, &end).await.unwrap() {
+        ResponseBody::EndTxn(r) => assert_eq!(r.error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+    // The leader wrote the COMMIT marker: a control batch at offset 0, durable.
+    let p = brokers[leader]
+        .broker
+        .partition("m", partition, -1)
+        .unwrap();
+    assert_eq!(p.high_watermark(), 1, "the marker is in the leader's log");
+    // Nothing is left queued once the coordinator saw the ack.
+    let queue = dir
+        .path()
+        .join(format!("__cluster/marker_queue/to-{leader}"));
+    assert_eq!(std::fs::read_dir(&queue).unwrap().count(), 0);
 }

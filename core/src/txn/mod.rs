@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod entry;
+pub mod marker_queue;
 pub mod rules;
 pub mod slot;
 pub mod state;

@@ -255,6 +255,9 @@ impl Broker {
         // the transactions a crash left prepared.
         tokio::spawn(crate::transactions::run_timers(Arc::downgrade(&broker)));
         tokio::spawn(crate::cluster::run_heartbeats(Arc::downgrade(&broker)));
+        tokio::spawn(crate::cluster::markers::run_watcher(Arc::downgrade(
+            &broker,
+        )));
         Ok(broker)
     }
 

@@ -5,6 +5,7 @@
 
 pub mod fences;
 pub mod heartbeat;
+pub mod markers;
 pub mod membership;
 
 pub use membership::{LiveBroker, Membership};

@@ -65,9 +65,17 @@ async fn one_transaction(
         .iter()
         .flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), *p)))
         .collect();
+    // Whether the partition exists, wherever it is led: the coordinator
+    // adds partitions other brokers lead too (their markers go through the
+    // marker queue).
     let unknown: Vec<bool> = partitions
         .iter()
-        .map(|(t, p)| broker.partition(t, *p, -1).is_err())
+        .map(|(t, p)| {
+            broker
+                .topic(t)
+                .and_then(|t| t.partition(*p).cloned())
+                .is_none()
+        })
         .collect();
     let codes: Vec<ErrorCode> = if unknown.iter().any(|u| *u) {
         unknown

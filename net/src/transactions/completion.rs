@@ -3,7 +3,9 @@
 //!
 //! 1. A COMMIT or ABORT marker goes to every partition of the transaction,
 //!    all at once, and each is waited for until it is durable (the last
-//!    stable offset moves past the transaction only then).
+//!    stable offset moves past the transaction only then). Partitions
+//!    other brokers lead get theirs through the marker queue
+//!    (`crate::cluster::markers`), acknowledged back once durable.
 //! 2. The offsets the transaction staged in each group are committed or
 //!    dropped, durably: offsets become visible only after the markers.
 //! 3. Complete* is persisted; nothing is owed any more.
@@ -17,7 +19,9 @@
 use crate::broker::Broker;
 use kaas_core::partition::IncomingMarker;
 use kaas_core::protocol::ErrorCode;
+use kaas_core::txn::marker_queue::{MarkerRequest, MARKER_QUEUE_VERSION};
 use kaas_core::txn::{TxnEntry, TxnState};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Completes `prepared` (a PrepareCommit or PrepareAbort entry that is
@@ -58,21 +62,128 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
         // be accepted. KIP-1228's stricter check is for markers others send.
         transaction_version: 0,
     };
-    write_markers(broker, &prepared.partitions, marker).await?;
+    // Markers first, everywhere (this broker's own partitions before the
+    // queue), and only then the staged offsets: offsets become visible
+    // only once every marker backing them is durable.
+    let (local, remote) = split_partitions(broker, &prepared.partitions)?;
+    write_markers(broker, &local, marker).await?;
+    crate::cluster::markers::dispatch(broker, requests(broker, prepared, marker, remote)).await?;
+    let mut remote_groups: BTreeMap<i32, BTreeSet<String>> = BTreeMap::new();
     for group in &prepared.groups {
-        broker
-            .groups
-            .complete_txn(group, prepared.producer_id, commit)
-            .await?;
+        match broker.group_coordinator(group) {
+            Ok(groups) => {
+                groups
+                    .complete_txn(group, prepared.producer_id, commit)
+                    .await?
+            }
+            Err(_) => {
+                let owner = group_owner(broker, group).ok_or(ErrorCode::CoordinatorNotAvailable)?;
+                remote_groups
+                    .entry(owner)
+                    .or_default()
+                    .insert(group.clone());
+            }
+        }
     }
+    let group_requests = remote_groups
+        .into_iter()
+        .map(|(target, groups)| {
+            let mut r = request(broker, prepared, marker);
+            r.groups = groups;
+            (target, r)
+        })
+        .collect();
+    crate::cluster::markers::dispatch(broker, group_requests).await?;
     broker.transactions.finish_prepared(prepared).await
+}
+
+/// The partitions this broker leads (or whose topic is gone), and those
+/// other live brokers lead, by leader. A partition with no live leader
+/// now fails the completion, which is retried.
+#[allow(clippy::type_complexity)]
+fn split_partitions(
+    broker: &Broker,
+    partitions: &BTreeSet<(String, i32)>,
+) -> Result<
+    (
+        BTreeSet<(String, i32)>,
+        BTreeMap<i32, BTreeSet<(String, i32)>>,
+    ),
+    ErrorCode,
+> {
+    let me = broker.config.broker_id;
+    let live = broker.membership.live_ids(broker.env.clock.monotonic_ms());
+    let mut local = BTreeSet::new();
+    let mut remote: BTreeMap<i32, BTreeSet<(String, i32)>> = BTreeMap::new();
+    for (topic, index) in partitions {
+        let leader = broker
+            .topic(topic)
+            .and_then(|t| t.partition(*index).map(|seat| seat.leader()));
+        match leader {
+            // Gone (deleted topic or partition): write_markers skips it.
+            None => {
+                local.insert((topic.clone(), *index));
+            }
+            Some(Some(c)) if c.broker_id != me && live.contains(&c.broker_id) => {
+                remote
+                    .entry(c.broker_id)
+                    .or_default()
+                    .insert((topic.clone(), *index));
+            }
+            Some(Some(c)) if c.broker_id == me => {
+                local.insert((topic.clone(), *index));
+            }
+            Some(_) => return Err(ErrorCode::NotLeaderOrFollower),
+        }
+    }
+    Ok((local, remote))
+}
+
+/// The live broker holding a group's coordinator slot, if another one does.
+fn group_owner(broker: &Broker, group: &str) -> Option<i32> {
+    let slot = kaas_core::cluster::coordinator_slot(group);
+    let claim = broker.groups.slot_claim(slot)?;
+    let live = broker.membership.live_ids(broker.env.clock.monotonic_ms());
+    (claim.broker_id != broker.config.broker_id && live.contains(&claim.broker_id))
+        .then_some(claim.broker_id)
+}
+
+/// An empty queue request for `prepared`'s markers.
+fn request(broker: &Broker, prepared: &TxnEntry, marker: IncomingMarker) -> MarkerRequest {
+    MarkerRequest {
+        version: MARKER_QUEUE_VERSION,
+        from: broker.config.broker_id,
+        producer_id: prepared.producer_id,
+        producer_epoch: prepared.producer_epoch,
+        coordinator_epoch: marker.coordinator_epoch,
+        commit: marker.commit,
+        partitions: BTreeSet::new(),
+        groups: BTreeSet::new(),
+    }
+}
+
+/// The queue requests for partitions other brokers lead.
+fn requests(
+    broker: &Broker,
+    prepared: &TxnEntry,
+    marker: IncomingMarker,
+    remote: BTreeMap<i32, BTreeSet<(String, i32)>>,
+) -> BTreeMap<i32, MarkerRequest> {
+    remote
+        .into_iter()
+        .map(|(target, partitions)| {
+            let mut r = request(broker, prepared, marker);
+            r.partitions = partitions;
+            (target, r)
+        })
+        .collect()
 }
 
 /// Writes `marker` to every partition and waits until all are durable.
 /// A partition whose topic was deleted owes nothing.
 async fn write_markers(
     broker: &Arc<Broker>,
-    partitions: &std::collections::BTreeSet<(String, i32)>,
+    partitions: &BTreeSet<(String, i32)>,
     marker: IncomingMarker,
 ) -> Result<(), ErrorCode> {
     // Spawned, so the writes to different partitions run at once (a

@@ -1,0 +1,283 @@
+//! The marker queue on the volume (`kaas_core::txn::marker_queue`): the
+//! coordinator's side ([`dispatch`]: queue requests for the brokers that
+//! lead part of a transaction and wait for their acks) and the target's
+//! side ([`run_watcher`]: apply what is queued for this broker and
+//! acknowledge it durably).
+
+use crate::broker::Broker;
+use crate::env::IoKind;
+use kaas_core::layout::{
+    marker_ack_dir, marker_ack_file, marker_file, marker_of_file, marker_queue_dir,
+};
+use kaas_core::partition::IncomingMarker;
+use kaas_core::protocol::ErrorCode;
+use kaas_core::txn::marker_queue::{outstanding, MarkerAck, MarkerRequest, MARKER_QUEUE_VERSION};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often a broker looks for markers queued for it: a transaction
+/// spanning brokers waits about this long per phase for each target.
+pub const WATCH_INTERVAL_MS: u64 = 100;
+
+/// How long a coordinator waits for acks before leaving the transaction
+/// prepared for a retry (EndTxn answers a retriable error; the reconcile
+/// completes it later).
+const ACK_WAIT_MS: i64 = 5_000;
+
+fn storage(e: io::Error) -> ErrorCode {
+    tracing::warn!(error = %e, "marker queue volume error");
+    ErrorCode::KafkaStorageError
+}
+
+/// Queues `requests` (target broker -> what it must apply) and waits until
+/// every item is acknowledged durable. Then the request files are removed.
+/// `Err(COORDINATOR_NOT_AVAILABLE)` when some target did not answer in
+/// time: the transaction stays prepared and a retry queues the same files.
+pub async fn dispatch(
+    broker: &Arc<Broker>,
+    requests: BTreeMap<i32, MarkerRequest>,
+) -> Result<(), ErrorCode> {
+    if requests.is_empty() {
+        return Ok(());
+    }
+    let me = broker.config.broker_id;
+    let volume = broker.volume.clone();
+    let queued = requests.clone();
+    broker
+        .env
+        .blocking(IoKind::Fsync, move || {
+            for (target, request) in &queued {
+                volume.create_dir_all(&marker_queue_dir(*target))?;
+                let bytes = request.encode().map_err(io::Error::other)?;
+                volume.write_atomic(
+                    &marker_file(*target, request.producer_id, request.producer_epoch),
+                    &bytes,
+                )?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(storage)?;
+    let deadline = broker.env.clock.monotonic_ms() + ACK_WAIT_MS;
+    loop {
+        let volume = broker.volume.clone();
+        let waiting = requests.clone();
+        let left = broker
+            .env
+            .blocking(IoKind::Buffered, move || {
+                let mut left = 0;
+                for (target, request) in &waiting {
+                    let path =
+                        marker_ack_file(me, request.producer_id, request.producer_epoch, *target);
+                    let ack = match volume.read(&path)? {
+                        Some(bytes) => MarkerAck::decode(&bytes).ok(),
+                        None => None,
+                    };
+                    if !outstanding(request, ack.as_ref()).is_empty() {
+                        left += 1;
+                    }
+                }
+                Ok(left)
+            })
+            .await
+            .map_err(storage)?;
+        if left == 0 {
+            break;
+        }
+        if broker.env.clock.monotonic_ms() >= deadline {
+            tracing::warn!(
+                targets = left,
+                "queued markers not acknowledged in time; the transaction stays prepared"
+            );
+            return Err(ErrorCode::CoordinatorNotAvailable);
+        }
+        tokio::time::sleep(Duration::from_millis(WATCH_INTERVAL_MS)).await;
+    }
+    let volume = broker.volume.clone();
+    broker
+        .env
+        .blocking(IoKind::Buffered, move || {
+            for (target, request) in &requests {
+                volume.remove(&marker_file(
+                    *target,
+                    request.producer_id,
+                    request.producer_epoch,
+                ))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(storage)
+}
+
+/// Applies queued markers for this broker until it is dropped.
+pub async fn run_watcher(broker: Weak<Broker>) {
+    let mut rounds: u64 = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(WATCH_INTERVAL_MS)).await;
+        let Some(b) = broker.upgrade() else { return };
+        if !b.may_act() {
+            continue;
+        }
+        if let Err(e) = watch_once(&b).await {
+            tracing::warn!(error = %e, "marker queue round failed");
+        }
+        rounds += 1;
+        // Acks whose request is gone are garbage; looked for now and then.
+        if rounds.is_multiple_of(100) {
+            if let Err(e) = collect_acks(&b).await {
+                tracing::warn!(error = %e, "marker ack clean-up failed");
+            }
+        }
+    }
+}
+
+/// One look at this broker's queue: every request is applied as far as
+/// this broker leads its items, and acknowledged. A request already fully
+/// acknowledged is skipped (its ack is read back), so nothing is written
+/// twice in the steady state.
+async fn watch_once(broker: &Arc<Broker>) -> io::Result<()> {
+    let me = broker.config.broker_id;
+    let volume = broker.volume.clone();
+    let pending = broker
+        .env
+        .blocking(IoKind::Buffered, move || {
+            let mut pending = Vec::new();
+            for name in volume.list(&marker_queue_dir(me))? {
+                let Some((pid, epoch)) = marker_of_file(&name) else {
+                    continue;
+                };
+                let Some(bytes) = volume.read(&marker_file(me, pid, epoch))? else {
+                    continue;
+                };
+                let request = match MarkerRequest::decode(&bytes) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(file = %name, error = %e, "ignoring a queued marker");
+                        continue;
+                    }
+                };
+                let ack = match volume.read(&marker_ack_file(request.from, pid, epoch, me))? {
+                    Some(bytes) => MarkerAck::decode(&bytes).ok(),
+                    None => None,
+                };
+                let left = outstanding(&request, ack.as_ref());
+                if !left.is_empty() {
+                    pending.push((left, ack));
+                }
+            }
+            Ok(pending)
+        })
+        .await?;
+    for (left, ack) in pending {
+        apply(broker, left, ack).await?;
+    }
+    Ok(())
+}
+
+/// Applies what this broker leads of `left`, durably, then records it in
+/// the ack (on top of what `ack` already acknowledged).
+async fn apply(
+    broker: &Arc<Broker>,
+    left: MarkerRequest,
+    ack: Option<MarkerAck>,
+) -> io::Result<()> {
+    let me = broker.config.broker_id;
+    let marker = IncomingMarker {
+        producer_id: left.producer_id,
+        producer_epoch: left.producer_epoch,
+        coordinator_epoch: left.coordinator_epoch,
+        commit: left.commit,
+        // As the coordinator's own completion writes them (a retry may
+        // write a marker again at the same epoch).
+        transaction_version: 0,
+    };
+    let mut done = ack.filter(|a| a.answers(&left)).unwrap_or(MarkerAck {
+        version: MARKER_QUEUE_VERSION,
+        by: me,
+        producer_id: left.producer_id,
+        producer_epoch: left.producer_epoch,
+        partitions: BTreeSet::new(),
+        groups: BTreeSet::new(),
+    });
+    let before = (done.partitions.len(), done.groups.len());
+    for (topic, index) in &left.partitions {
+        let partition = match broker.partition(topic, *index, -1) {
+            Ok(p) => p,
+            // A deleted topic owes nothing.
+            Err(ErrorCode::UnknownTopicOrPartition) => {
+                done.partitions.insert((topic.clone(), *index));
+                continue;
+            }
+            // Led elsewhere now: the coordinator queues it to the new leader.
+            Err(_) => continue,
+        };
+        let written = match partition.write_marker(marker).await {
+            Ok(offset) => partition.wait_durable(offset + 1).await,
+            Err(code) => Err(code),
+        };
+        if written.is_ok() {
+            done.partitions.insert((topic.clone(), *index));
+        }
+    }
+    for group in &left.groups {
+        if let Ok(groups) = broker.group_coordinator(group) {
+            if groups
+                .complete_txn(group, left.producer_id, left.commit)
+                .await
+                .is_ok()
+            {
+                done.groups.insert(group.clone());
+            }
+        }
+    }
+    if (done.partitions.len(), done.groups.len()) == before {
+        return Ok(());
+    }
+    let volume = broker.volume.clone();
+    let from = left.from;
+    broker
+        .env
+        .blocking(IoKind::Fsync, move || {
+            volume.create_dir_all(&marker_ack_dir(from))?;
+            let bytes = done.encode().map_err(io::Error::other)?;
+            volume.write_atomic(
+                &marker_ack_file(from, done.producer_id, done.producer_epoch, me),
+                &bytes,
+            )
+        })
+        .await
+}
+
+/// Removes this broker's acks whose request its coordinator has removed.
+async fn collect_acks(broker: &Arc<Broker>) -> io::Result<()> {
+    let me = broker.config.broker_id;
+    let volume = broker.volume.clone();
+    broker
+        .env
+        .blocking(IoKind::Buffered, move || {
+            let acks_root = format!("{}/acks", kaas_core::layout::MARKER_QUEUE_DIR);
+            for dir in volume.list(&acks_root)? {
+                let Some(coordinator) = dir.strip_prefix("to-").and_then(|c| c.parse::<i32>().ok())
+                else {
+                    continue;
+                };
+                let suffix = format!("-from-{me}.json");
+                for name in volume.list(&marker_ack_dir(coordinator))? {
+                    let Some((pid, epoch)) = name
+                        .strip_suffix(&suffix)
+                        .and_then(|stem| marker_of_file(&format!("{stem}.json")))
+                    else {
+                        continue;
+                    };
+                    if volume.read(&marker_file(me, pid, epoch))?.is_none() {
+                        volume.remove(&marker_ack_file(coordinator, pid, epoch, me))?;
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await
+}
