@@ -4,16 +4,18 @@
 //! Each owned item has a directory of epoch files (`kaas_core::layout`);
 //! the newest names the owner. Taking an item means creating the file of
 //! the next epoch with `Volume::create_exclusive`, which only one broker can
-//! win. The rule for which epoch to claim is `kaas_core::cluster::next_claim`:
-//! an owner that restarts keeps its epoch; anyone else takes the next one.
-//! With one broker that means: epoch 0 at creation, kept for ever. The many
-//! brokers of DESIGN.md §6 add leases and take-overs on top of this same
-//! primitive.
+//! win. Whether and at which epoch to claim is the ownership rule,
+//! `kaas_core::cluster::next_step` (applied by [`Decider`]): a broker takes
+//! an item only where placement puts it, from nobody, from itself over a
+//! restart (keeping its epoch), or from a holder that released it or is
+//! gone (at the next epoch); and it hands its own claim on ([`release`])
+//! where placement moved the item. With one broker that means: epoch 0 at
+//! creation, kept for ever.
 
 use crate::cluster::Membership;
 use crate::volume::Volume;
 use kaas_core::cluster::placement::{owner_of, Item};
-use kaas_core::cluster::{next_claim, next_step, Claim, Holding, Step, RELEASED};
+use kaas_core::cluster::{next_step, Claim, Holding, Step, RELEASED};
 use kaas_core::layout::latest_epoch;
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -22,10 +24,6 @@ use std::io;
 struct EpochFile {
     broker_id: i32,
 }
-
-/// A claim lost twice in a row to other brokers means the item is
-/// contended; the newest owner is reported instead of trying for ever.
-const CLAIM_ATTEMPTS: usize = 3;
 
 /// The newest claim on the item whose epoch files live in `dir`.
 pub fn newest(
@@ -48,36 +46,6 @@ pub fn newest(
         broker_id: parsed.broker_id,
         epoch,
     }))
-}
-
-/// Claims the item for `broker_id`: keeps its own newest claim, or wins the
-/// next epoch by exclusive create. Returns the claim now in force, which is
-/// another broker's if that broker won the race (the ownership gate then
-/// answers NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR). Blocks on the volume.
-pub fn claim(
-    volume: &dyn Volume,
-    dir: &str,
-    file: &dyn Fn(i32) -> String,
-    broker_id: i32,
-) -> io::Result<Claim> {
-    let mut current = newest(volume, dir, file)?;
-    for _ in 0..CLAIM_ATTEMPTS {
-        let wanted = next_claim(current, broker_id);
-        if Some(wanted) == current {
-            return Ok(wanted);
-        }
-        volume.create_dir_all(dir)?;
-        let json = serde_json::to_vec(&EpochFile { broker_id }).map_err(io::Error::other)?;
-        match volume.create_exclusive(&file(wanted.epoch), &json) {
-            Ok(()) => return Ok(wanted),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                current = newest(volume, dir, file)?;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    current
-        .ok_or_else(|| io::Error::other(format!("{dir}: no claim after {CLAIM_ATTEMPTS} attempts")))
 }
 
 /// What one ownership decision rests on: this broker's membership, the
@@ -218,10 +186,21 @@ pub fn all_slots_held_by(broker_id: i32) -> Vec<Option<Claim>> {
 mod tests {
     use super::*;
     use crate::volume::LocalVolume;
+    use kaas_core::cluster::next_claim;
     use kaas_core::layout::{partition_epoch_file, partition_epochs_dir};
 
     fn file(epoch: i32) -> String {
         partition_epoch_file("t", 0, epoch)
+    }
+
+    /// One attempt to claim the item as `next_claim` says, from the newest
+    /// claim read: the claim in force afterwards.
+    fn claim(v: &LocalVolume, d: &str, broker: i32) -> Claim {
+        let current = newest(v, d, &file).unwrap();
+        match win(v, d, &file, next_claim(current, broker), current).unwrap() {
+            Ok(won) => won,
+            Err(newer) => newer.unwrap(),
+        }
     }
 
     #[test]
@@ -229,7 +208,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let v = LocalVolume::new(dir.path()).unwrap();
         let d = partition_epochs_dir("t", 0);
-        let first = claim(&v, &d, &file, 4).unwrap();
+        let first = claim(&v, &d, 4);
         assert_eq!(
             first,
             Claim {
@@ -237,7 +216,7 @@ mod tests {
                 epoch: 0
             }
         );
-        assert_eq!(claim(&v, &d, &file, 4).unwrap(), first);
+        assert_eq!(claim(&v, &d, 4), first);
         assert_eq!(v.list(&d).unwrap().len(), 1);
     }
 
@@ -246,9 +225,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let v = LocalVolume::new(dir.path()).unwrap();
         let d = partition_epochs_dir("t", 0);
-        claim(&v, &d, &file, 1).unwrap();
+        claim(&v, &d, 1);
         assert_eq!(
-            claim(&v, &d, &file, 2).unwrap(),
+            claim(&v, &d, 2),
             Claim {
                 broker_id: 2,
                 epoch: 1
@@ -306,7 +285,7 @@ mod tests {
             let handles: Vec<_> = (0..4)
                 .map(|b| {
                     let (v, d) = (v.clone(), d.clone());
-                    s.spawn(move || claim(v.as_ref(), &d, &file, b).unwrap())
+                    s.spawn(move || claim(v.as_ref(), &d, b))
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
