@@ -319,6 +319,35 @@ pub fn marker_ack_file(broker: i32, producer_id: i64, epoch: i16, by: i32) -> St
     )
 }
 
+/// Questions to the transaction coordinator on another broker
+/// (`kaas_core::txn::coordinator_queue`).
+pub const TXN_ASKS_DIR: &str = "__cluster/txn_asks";
+
+/// Asks addressed to coordinator `broker`.
+pub fn txn_ask_dir(broker: i32) -> String {
+    format!("{TXN_ASKS_DIR}/to-{broker}")
+}
+
+/// The ask `nonce` to coordinator `broker`.
+pub fn txn_ask_file(broker: i32, nonce: u64) -> String {
+    format!("{}/{nonce}.json", txn_ask_dir(broker))
+}
+
+/// Answers addressed to asking broker `broker`.
+pub fn txn_answer_dir(broker: i32) -> String {
+    format!("{TXN_ASKS_DIR}/answers/to-{broker}")
+}
+
+/// The answer to ask `nonce` of broker `broker`.
+pub fn txn_answer_file(broker: i32, nonce: u64) -> String {
+    format!("{}/{nonce}.json", txn_answer_dir(broker))
+}
+
+/// The nonce an ask or answer file is named for.
+pub fn txn_ask_of_file(name: &str) -> Option<u64> {
+    name.strip_suffix(".json")?.parse().ok()
+}
+
 /// The (producer id, epoch) a queued marker file is named for.
 pub fn marker_of_file(name: &str) -> Option<(i64, i16)> {
     let (pid, epoch) = name.strip_suffix(".json")?.rsplit_once('-')?;

@@ -542,3 +542,142 @@ async fn markers_for_a_partition_another_broker_leads_go_through_the_queue() {
         .join(format!("__cluster/marker_queue/to-{leader}"));
     assert_eq!(std::fs::read_dir(&queue).unwrap().count(), 0);
 }
+
+/// Sends a transactional batch of `pid`/`epoch` for `transactional_id` to
+/// partition `partition` of "x" at `addr`, with Produce `version` (12: the
+/// partition joins the transaction by itself).
+async fn produce_txn(
+    addr: SocketAddr,
+    transactional_id: &str,
+    partition: i32,
+    (pid, epoch, seq): (i64, i16, i32),
+    version: i16,
+) -> i16 {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let mut b = BatchBuilder::transactional(pid, epoch, seq);
+    b.push(NewRecord::new(0, None, Some(b"in-txn")));
+    let mut req = single_partition_produce("x", partition, b.build().as_bytes().clone(), -1, 5_000);
+    if let RequestBody::Produce(p) = &mut req {
+        p.transactional_id = Some(transactional_id.into());
+    }
+    match conn
+        .send(produce_request::API_KEY, version, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::Produce(r) => r.responses[0].partition_responses[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn end_txn(
+    addr: SocketAddr,
+    transactional_id: &str,
+    pid: i64,
+    epoch: i16,
+    version: i16,
+) -> i16 {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let end = RequestBody::EndTxn(EndTxnRequest {
+        transactional_id: transactional_id.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        committed: true,
+        ..Default::default()
+    });
+    match conn
+        .send(end_txn_request::API_KEY, version, &end)
+        .await
+        .unwrap()
+    {
+        ResponseBody::EndTxn(r) => r.error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A transaction whose coordinator (broker 0) does not lead its partition:
+/// the leader asks the coordinator through the volume whether the
+/// transaction added the partition (version 1) or has it added (version 2),
+/// and the commit marker comes back through the marker queue.
+#[tokio::test]
+async fn a_transaction_spans_brokers_through_the_coordinator_and_marker_queues() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut brokers = BTreeMap::new();
+    brokers.insert(0, start(dir.path(), 0, "r").await);
+    for id in 1..3 {
+        brokers.insert(id, start(dir.path(), id, "r").await);
+    }
+    for b in brokers.values() {
+        until_listed(b.addr, &[0, 1, 2]).await;
+    }
+    brokers[&0]
+        .broker
+        .create_topic("x", 6, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let led = until_led(&all, "x", &[0, 1, 2]).await;
+    let remote: Vec<(i32, i32)> = led
+        .iter()
+        .enumerate()
+        .filter(|(_, (l, _))| *l != 0)
+        .map(|(p, (l, _))| (p as i32, *l))
+        .collect();
+    assert!(
+        remote.len() >= 2,
+        "placement puts partitions off broker 0: {led:?}"
+    );
+    let (p1, l1) = remote[0];
+    let (p2, l2) = remote[1];
+    let coordinator = brokers[&0].addr;
+
+    // Version 1: AddPartitionsToTxn at the coordinator, then the batch at
+    // the leader, verified through the volume.
+    let (code, pid, epoch) = init_producer_id(coordinator, "spanning").await;
+    assert_eq!(code, 0);
+    let mut conn = Connection::connect(coordinator).await.unwrap();
+    let add = RequestBody::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+        v3_and_below_transactional_id: "spanning".into(),
+        v3_and_below_producer_id: pid,
+        v3_and_below_producer_epoch: epoch,
+        v3_and_below_topics: vec![add_partitions_to_txn_request::AddPartitionsToTxnTopic {
+            name: "x".into(),
+            partitions: vec![p1],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    conn.send(add_partitions_to_txn_request::API_KEY, 3, &add)
+        .await
+        .unwrap();
+    let leader1 = brokers[&l1].addr;
+    assert_eq!(
+        produce_txn(leader1, "spanning", p1, (pid, epoch, 0), 9).await,
+        0
+    );
+    // A partition the transaction never added is refused at its leader.
+    let leader2 = brokers[&l2].addr;
+    assert_ne!(
+        produce_txn(leader2, "spanning", p2, (pid, epoch, 0), 9).await,
+        0
+    );
+    assert_eq!(end_txn(coordinator, "spanning", pid, epoch, 3).await, 0);
+    let p = brokers[&l1].broker.partition("x", p1, -1).unwrap();
+    assert_eq!(
+        (p.high_watermark(), p.last_stable_offset()),
+        (2, 2),
+        "the batch and its COMMIT marker, the transaction closed"
+    );
+
+    // Version 2: Produce v12 has the leader add the partition itself.
+    let (code, pid, epoch) = init_producer_id(coordinator, "spanning-v2").await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        produce_txn(leader2, "spanning-v2", p2, (pid, epoch, 0), 12).await,
+        0
+    );
+    assert_eq!(end_txn(coordinator, "spanning-v2", pid, epoch, 5).await, 0);
+    let p = brokers[&l2].broker.partition("x", p2, -1).unwrap();
+    assert_eq!(p.last_stable_offset(), p.high_watermark());
+    assert!(p.high_watermark() >= 2, "a batch and its marker");
+}

@@ -16,6 +16,7 @@
 //! nothing here reads a clock or touches a file.
 
 pub mod config;
+pub mod coordinator_queue;
 pub mod entry;
 pub mod marker_queue;
 pub mod rules;

@@ -32,7 +32,7 @@ use kaas_core::producer::{BatchIdentity, ProducerTable};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::record::{build_control_batch, ControlType, EndTxnMarker, RecordBatch};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{watch, Notify};
 
@@ -64,6 +64,10 @@ pub struct Partition {
     /// Closed because leadership moved (another epoch, a release): requests
     /// already past the gate get NOT_LEADER_OR_FOLLOWER, so clients follow.
     moved: AtomicBool,
+    /// Markers written since the partition opened: a transaction check made
+    /// outside the lane (its coordinator is on another broker) holds only
+    /// if no marker came in between.
+    markers_written: AtomicU64,
 }
 
 /// What a fetch of one partition returns.
@@ -155,6 +159,7 @@ impl Partition {
             deleting: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
             moved: AtomicBool::new(false),
+            markers_written: AtomicU64::new(0),
         })
     }
 
@@ -280,7 +285,21 @@ impl Partition {
     /// nothing. Like `append` it does not wait for the fsync: the caller
     /// awaits `wait_durable(offset + 1)`, and only then does the last stable
     /// offset move past the transaction.
+    /// How many markers this partition has written since it opened.
+    pub fn markers_written(&self) -> u64 {
+        self.markers_written.load(Ordering::Acquire)
+    }
+
+    /// Whether a batch of `id` would open a transaction here now (and so
+    /// needs its transaction checked).
+    pub fn would_open_transaction(&self, id: &BatchIdentity) -> bool {
+        self.state().opens_transaction(id)
+    }
+
     pub async fn write_marker(&self, marker: IncomingMarker) -> Result<i64, ErrorCode> {
+        // Counted before the write: a check that saw the old count cannot
+        // be matched after the marker decided anything.
+        self.markers_written.fetch_add(1, Ordering::AcqRel);
         self.check_open()?;
         let mut lane = self.log.clone().lock_owned().await;
         // The marker's timestamp is the broker's clock, as Kafka stamps it.

@@ -112,7 +112,8 @@ pub async fn dispatch(
         .map_err(storage)
 }
 
-/// Applies queued markers for this broker until it is dropped.
+/// Applies queued markers for this broker, and answers questions queued
+/// for its transaction coordinator, until it is dropped.
 pub async fn run_watcher(broker: Weak<Broker>) {
     let mut rounds: u64 = 0;
     loop {
@@ -124,11 +125,20 @@ pub async fn run_watcher(broker: Weak<Broker>) {
         if let Err(e) = watch_once(&b).await {
             tracing::warn!(error = %e, "marker queue round failed");
         }
+        // Questions to this broker's transaction coordinator, on the same
+        // beat (`crate::cluster::txn_asks`).
+        if let Err(e) = super::txn_asks::serve_once(&b).await {
+            tracing::warn!(error = %e, "coordinator queue round failed");
+        }
         rounds += 1;
-        // Acks whose request is gone are garbage; looked for now and then.
+        // Acks and answers whose request is gone are garbage; looked for
+        // now and then.
         if rounds.is_multiple_of(100) {
             if let Err(e) = collect_acks(&b).await {
                 tracing::warn!(error = %e, "marker ack clean-up failed");
+            }
+            if let Err(e) = super::txn_asks::collect_answers(&b).await {
+                tracing::warn!(error = %e, "coordinator answer clean-up failed");
             }
         }
     }

@@ -7,6 +7,7 @@ pub mod fences;
 pub mod heartbeat;
 pub mod markers;
 pub mod membership;
+pub mod txn_asks;
 
 pub use membership::{LiveBroker, Membership};
 

@@ -2,6 +2,7 @@
 //! answer only once it is durable.
 
 use crate::broker::{Broker, Partition, Topic};
+use crate::cluster::txn_asks;
 use kaas_core::partition::AppendDecision;
 use kaas_core::produce::{admit_batch, valid_acks, validate_produce_records};
 use kaas_core::producer::BatchIdentity;
@@ -11,6 +12,7 @@ use kaas_core::protocol::messages::produce_response::{
 use kaas_core::protocol::messages::{ProduceRequest, ProduceResponse};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use kaas_core::record::RecordBatch;
+use kaas_core::txn::coordinator_queue::AskKind;
 use kaas_core::txn::rules::{produce_error_of_verification, refused_by_transaction_check};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -236,7 +238,12 @@ fn check_one(
 /// decision (one slot write, as Kafka adds them in one call to its
 /// coordinator) rather than one each in turn. A refusal refuses each of
 /// them. Grouped by producer identity, of which a client sends one.
-async fn add_implicitly(broker: &Broker, txn_id: &str, version: i16, checked: &mut [CheckedAt]) {
+async fn add_implicitly(
+    broker: &Arc<Broker>,
+    txn_id: &str,
+    version: i16,
+    checked: &mut [CheckedAt],
+) {
     let mut by_producer: BTreeMap<(i64, i16), Vec<usize>> = BTreeMap::new();
     for (i, (_, outcome)) in checked.iter().enumerate() {
         if let Some(id) = outcome.as_ref().ok().and_then(|c| c.transactional) {
@@ -256,7 +263,24 @@ async fn add_implicitly(broker: &Broker, txn_id: &str, version: i16, checked: &m
                 .add_to_transaction(txn_id, producer_id, epoch, &keys, &[])
                 .await
                 .map_err(|code| produce_error_of_verification(code, version)),
-            Err(code) => Err(code),
+            // The coordinator is another broker: asked through the volume.
+            Err(code) => match txn_asks::remote_coordinator(broker, txn_id) {
+                Some(coordinator) => txn_asks::ask(
+                    broker,
+                    coordinator,
+                    txn_asks::Question {
+                        kind: AskKind::Add,
+                        transactional_id: txn_id,
+                        producer_id,
+                        producer_epoch: epoch,
+                        partitions: &keys,
+                        groups: &[],
+                    },
+                )
+                .await
+                .map_err(|code| produce_error_of_verification(code, version)),
+                None => Err(code),
+            },
         };
         if let Err(code) = added {
             for i in members {
@@ -267,7 +291,7 @@ async fn add_implicitly(broker: &Broker, txn_id: &str, version: i16, checked: &m
 }
 
 async fn append_checked(
-    broker: &Broker,
+    broker: &Arc<Broker>,
     checked: Checked,
     txn_id: &str,
     version: i16,
@@ -281,11 +305,50 @@ async fn append_checked(
     // KIP-890 part 1: a batch that would open a transaction here must
     // belong to the producer's ongoing transaction, and that transaction
     // must have added this partition.
+    let remote = transactional.and_then(|id| {
+        let coordinator = txn_asks::remote_coordinator(broker, txn_id)?;
+        partition
+            .would_open_transaction(&id)
+            .then_some((coordinator, id))
+    });
+    // A coordinator on another broker is asked before the lane (its answer
+    // takes a trip through the volume). A marker written to this partition
+    // between the question and the lane may have ended that transaction:
+    // then the batch is refused as retriable and asks again.
+    let asked = match remote {
+        Some((coordinator, id)) => {
+            let markers_before = partition.markers_written();
+            let answer = txn_asks::ask(
+                broker,
+                coordinator,
+                txn_asks::Question {
+                    kind: AskKind::VerifyPartitions,
+                    transactional_id: txn_id,
+                    producer_id: id.producer_id,
+                    producer_epoch: id.epoch,
+                    partitions: std::slice::from_ref(&key),
+                    groups: &[],
+                },
+            )
+            .await;
+            Some((answer, markers_before))
+        }
+        None => None,
+    };
     let verify = |id: &BatchIdentity| {
-        broker
-            .txn_coordinator(txn_id)
-            .and_then(|c| c.verify(txn_id, id.producer_id, id.epoch, &key))
-            .map_err(|code| produce_error_of_verification(code, version))
+        match asked {
+            Some((answer, markers_before)) => answer.and_then(|()| {
+                if partition.markers_written() == markers_before {
+                    Ok(())
+                } else {
+                    Err(ErrorCode::ConcurrentTransactions)
+                }
+            }),
+            None => broker
+                .txn_coordinator(txn_id)
+                .and_then(|c| c.verify(txn_id, id.producer_id, id.epoch, &key)),
+        }
+        .map_err(|code| produce_error_of_verification(code, version))
     };
     match partition.append_verified(batch, verify).await {
         Ok(appended) => Ok((partition, appended)),

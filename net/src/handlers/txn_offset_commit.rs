@@ -8,6 +8,7 @@
 //! topics that do not exist are refused here.
 
 use crate::broker::Broker;
+use crate::cluster::txn_asks;
 use kaas_core::group::coordinator::{CommitOffset, CommitRequest};
 use kaas_core::protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -16,6 +17,7 @@ use kaas_core::protocol::messages::{
     txn_offset_commit_request, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kaas_core::protocol::ErrorCode;
+use kaas_core::txn::coordinator_queue::AskKind;
 use kaas_core::txn::rules::{fenced_error_for, not_in_transaction_error};
 use std::sync::Arc;
 
@@ -103,26 +105,47 @@ async fn stage(
     if req.transactional_id.is_empty() {
         return Err(ErrorCode::InvalidRequest);
     }
-    let transactions = broker.txn_coordinator(&req.transactional_id)?;
+    let id = req.transactional_id.as_str();
+    let transactions = broker.txn_coordinator(id);
+    // The transaction's coordinator may be another broker: then it is
+    // asked through the volume (`crate::cluster::txn_asks`).
+    let remote = match &transactions {
+        Ok(_) => None,
+        Err(code) => Some(txn_asks::remote_coordinator(broker, id).ok_or(*code)?),
+    };
+    let question = |kind| txn_asks::Question {
+        kind,
+        transactional_id: id,
+        producer_id: req.producer_id,
+        producer_epoch: req.producer_epoch,
+        partitions: &[],
+        groups: std::slice::from_ref(&req.group_id),
+    };
     if version >= IMPLICIT_ADD_FROM {
         // Transaction version 2: the commit adds its group itself.
-        transactions
-            .add_to_transaction(
-                &req.transactional_id,
-                req.producer_id,
-                req.producer_epoch,
-                &[],
-                std::slice::from_ref(&req.group_id),
-            )
-            .await?;
+        match (&transactions, remote) {
+            (Ok(t), _) => {
+                t.add_to_transaction(
+                    id,
+                    req.producer_id,
+                    req.producer_epoch,
+                    &[],
+                    std::slice::from_ref(&req.group_id),
+                )
+                .await?
+            }
+            (Err(_), Some(c)) => txn_asks::ask(broker, c, question(AskKind::Add)).await?,
+            (Err(code), None) => return Err(*code),
+        }
     }
-    let verify = || {
-        transactions.verify_group(
-            &req.transactional_id,
-            req.producer_id,
-            req.producer_epoch,
-            &req.group_id,
-        )
+    let asked = match remote {
+        Some(c) => Some(txn_asks::ask(broker, c, question(AskKind::VerifyGroup)).await),
+        None => None,
+    };
+    let verify = || match (&asked, &transactions) {
+        (Some(answer), _) => *answer,
+        (None, Ok(t)) => t.verify_group(id, req.producer_id, req.producer_epoch, &req.group_id),
+        (None, Err(code)) => Err(*code),
     };
     if offsets.is_empty() {
         return verify().map(|()| Vec::new());
