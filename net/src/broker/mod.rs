@@ -9,6 +9,7 @@ mod partition;
 mod producer_ids;
 mod producer_state;
 mod seat;
+mod slots;
 mod topic_file;
 
 pub use partition::{partition_dir, FetchedData, Isolation, OpenPartition, Partition};
@@ -25,7 +26,7 @@ use crate::log::LogConfig;
 use crate::transactions::TxnCoordinator;
 use crate::volume::Volume;
 use kaas_core::cluster::placement::Item;
-use kaas_core::cluster::{self, Claim, ClusterView, Step, COORDINATOR_SLOTS};
+use kaas_core::cluster::{self, Claim, ClusterView, Step};
 use kaas_core::layout::{self, CLUSTER_FILE, PARTITIONS_DIR, TOPIC_FILES_DIR};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use kaas_core::topic_config::{
@@ -135,52 +136,17 @@ impl Broker {
         volume.create_dir_all(layout::BROKERS_DIR)?;
         crate::cluster::heartbeat::round(volume.as_ref(), env.clock.as_ref(), &membership)?;
         let producer_ids = ProducerIdManager::new(volume.clone(), env.clone(), config.broker_id);
-        let now = env.clock.monotonic_ms();
-        let live = membership.live_ids(now);
-        let decider = ownership::Decider {
-            membership: &membership,
-            live: &live,
-            now,
-        };
-        // Coordinator slots are taken once, at start: a slot placed here is
-        // claimed if it is free, this broker's own, or its holder is gone;
-        // the others stay with their holders (moving slots while running
-        // is the next step of issue 11).
-        let mut group_claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
-        let mut txn_claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
-        for slot in 0..COORDINATOR_SLOTS {
-            let taken = ownership::take(
-                volume.as_ref(),
-                &layout::group_slot_epochs_dir(slot),
-                &|epoch| layout::group_slot_epoch_file(slot, epoch),
-                &decider,
-                &Item::GroupSlot(slot),
-                true,
-            )?;
-            group_claims.push(taken.after);
-            let taken = ownership::take(
-                volume.as_ref(),
-                &layout::txn_slot_epochs_dir(slot),
-                &|epoch| layout::txn_slot_epoch_file(slot, epoch),
-                &decider,
-                &Item::TxnSlot(slot),
-                true,
-            )?;
-            txn_claims.push(taken.after);
-        }
         let groups = crate::coordinator::GroupCoordinator::open(
             volume.clone(),
             env.clone(),
-            config.broker_id,
+            membership.clone(),
             config.group.clone(),
-            group_claims,
         )?;
         let transactions = TxnCoordinator::open(
             volume.clone(),
             env.clone(),
-            config.broker_id,
+            membership.clone(),
             config.txn.clone(),
-            txn_claims,
         )?;
         let broker = Arc::new(Broker {
             view: ClusterView::single(config.broker_id),
@@ -197,6 +163,9 @@ impl Broker {
             progress: Arc::new(watch::Sender::new(0)),
             lapses_seen: std::sync::atomic::AtomicU64::new(0),
         });
+        // Coordinator slots placed here are taken now, as partitions are
+        // below; later ones move in the ownership round (`reconcile`).
+        broker.take_slots_at_start()?;
         // Listed before the topic files are read: a topic's file is created
         // before any of its directories, so a directory listed here whose
         // file is missing below is a deletion's leftover, not a topic
@@ -586,8 +555,8 @@ impl Broker {
     /// (`kaas_core::cluster::next_step`): taken where it is placed here and
     /// free (or its holder gone), released where placement moved it to
     /// another live broker, closed at once where another broker won a newer
-    /// epoch. After a lease lapse everything led here is closed first, to
-    /// be won again at new epochs.
+    /// epoch; coordinator slots alike (`slots`). After a lease lapse
+    /// everything led here is closed first, to be won again at new epochs.
     pub async fn reconcile(&self) {
         let _admin = self.admin.lock().await;
         let lapses = self.membership.lapses();
@@ -657,6 +626,7 @@ impl Broker {
                 }
             }
         }
+        self.reconcile_slots(lapsed).await;
     }
 
     /// One partition's part of [`reconcile`](Self::reconcile).
