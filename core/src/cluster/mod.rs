@@ -113,8 +113,11 @@ pub enum Step {
     /// Try to win this claim (an epoch file by exclusive create, or its
     /// own newest claim kept over a restart), then serve the item.
     Claim(Claim),
-    /// It holds an item placed on another live broker: stop serving it,
-    /// then write a release, so the other may take it over at once.
+    /// It holds an item placed on another live broker: stop serving it
+    /// (if it does), then write a release, so the other may take it over
+    /// at once. Also for a claim of its own it does not serve (given up
+    /// after a lease lapse, or left by its previous life): the broker the
+    /// item is placed on would otherwise wait for it, live, for ever.
     Release,
     /// Another broker won a newer epoch: stop serving at once.
     Depose,
@@ -157,7 +160,10 @@ pub fn next_step(me: i32, h: &Holding) -> Step {
         };
     }
     if h.placed != Some(me) {
-        return Step::Follow;
+        return match h.newest {
+            Some(c) if c.broker_id == me => Step::Release,
+            _ => Step::Follow,
+        };
     }
     match h.newest {
         None => Step::Claim(next_claim(None, me)),
@@ -355,6 +361,18 @@ mod tests {
             next_step(1, &holding(2, Some((1, 3)), Some((1, 3)))),
             Step::Release
         );
+    }
+
+    #[test]
+    fn a_broker_hands_over_a_claim_of_its_own_it_does_not_serve() {
+        // After a lapse, or a restart, its claim on an item placed elsewhere
+        // is released, not left for the other broker to wait on.
+        assert_eq!(next_step(1, &holding(2, Some((1, 3)), None)), Step::Release);
+        let restarted = Holding {
+            just_started: true,
+            ..holding(2, Some((1, 3)), None)
+        };
+        assert_eq!(next_step(1, &restarted), Step::Release);
     }
 
     #[test]

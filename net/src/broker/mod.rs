@@ -104,6 +104,9 @@ pub struct Broker {
     /// The membership's count of lease lapses this broker has acted on:
     /// after a lapse, everything it led must be won again at new epochs.
     lapses_seen: std::sync::atomic::AtomicU64,
+    /// Heartbeats go on while this lives (`cluster::run_heartbeats`): they
+    /// stop with the broker, as they would with its process.
+    _alive: Arc<()>,
 }
 
 impl Broker {
@@ -135,6 +138,17 @@ impl Broker {
         // below rests on, and the others' records for Metadata.
         volume.create_dir_all(layout::BROKERS_DIR)?;
         crate::cluster::heartbeat::round(volume.as_ref(), env.clock.as_ref(), &membership)?;
+        // Heartbeats go on from now, also while the rest of the start takes
+        // its items (however many): the lease must not run out meanwhile.
+        let alive = Arc::new(());
+        let rounds = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn(crate::cluster::run_heartbeats(
+            volume.clone(),
+            env.clone(),
+            membership.clone(),
+            Arc::downgrade(&alive),
+            rounds.clone(),
+        ));
         let producer_ids = ProducerIdManager::new(volume.clone(), env.clone(), config.broker_id);
         let groups = crate::coordinator::GroupCoordinator::open(
             volume.clone(),
@@ -162,6 +176,7 @@ impl Broker {
             admin: tokio::sync::Mutex::new(()),
             progress: Arc::new(watch::Sender::new(0)),
             lapses_seen: std::sync::atomic::AtomicU64::new(0),
+            _alive: alive,
         });
         // Coordinator slots placed here are taken now, as partitions are
         // below; later ones move in the ownership round (`reconcile`).
@@ -203,7 +218,10 @@ impl Broker {
         // Started once the partitions are open: its first pass completes
         // the transactions a crash left prepared.
         tokio::spawn(crate::transactions::run_timers(Arc::downgrade(&broker)));
-        tokio::spawn(crate::cluster::run_heartbeats(Arc::downgrade(&broker)));
+        tokio::spawn(crate::cluster::run_ownership(
+            Arc::downgrade(&broker),
+            rounds,
+        ));
         Ok(broker)
     }
 
@@ -708,6 +726,27 @@ impl Broker {
                     tracing::info!(topic = %topic.name, partition = seat.index, epoch = p.leader().epoch, "took the partition over");
                 }
                 seat.replace(self.start_taken(taken));
+            }
+            (Step::Release, None) => {
+                // A claim of its own it does not serve (closed after a lease
+                // lapse, or left by its previous life), on a partition placed
+                // elsewhere: handed over, or that broker would wait for it.
+                seat.replace(Leadership::Elsewhere(newest));
+                if let Some(held) = newest {
+                    let volume = self.volume.clone();
+                    let name = topic.name.clone();
+                    self.env
+                        .blocking(IoKind::Fsync, move || {
+                            ownership::release(
+                                volume.as_ref(),
+                                &layout::partition_epochs_dir(&name, index),
+                                &|epoch| layout::partition_epoch_file(&name, index, epoch),
+                                held,
+                            )
+                        })
+                        .await?;
+                    tracing::info!(topic = %topic.name, partition = seat.index, epoch = held.epoch, "released a partition it no longer served");
+                }
             }
             (_, None) => {
                 seat.replace(Leadership::Elsewhere(newest));

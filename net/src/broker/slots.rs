@@ -200,13 +200,19 @@ impl Broker {
                 tracing::warn!(?kind, slot, newest = ?d.newest, "another broker coordinates the slot now");
                 owner.unserve(slot, d.newest);
             }
-            (Step::Release, Some(held)) => {
+            (Step::Release, serving) => {
+                // Its own claim, served or not (given up after a lapse).
+                let Some(held) = serving.or(d.newest) else {
+                    return Ok(());
+                };
                 // Stop first: nothing more is decided or queued here. Then
                 // wait out a write in flight (it is answered NOT_COORDINATOR,
                 // but lands on the volume): after it nothing of this broker
                 // writes the slot's files, and all it acknowledged is
                 // durable. Only then may the next owner load them.
-                owner.unserve(slot, Some(held));
+                if serving.is_some() {
+                    owner.unserve(slot, Some(held));
+                }
                 slot_store::writer_stopped(owner.as_ref(), slot).await;
                 let volume = self.volume.clone();
                 self.env
