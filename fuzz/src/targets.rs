@@ -419,7 +419,9 @@ fn txn_slot_file(data: &[u8]) {
 fn served(broker: &Broker) -> BTreeMap<(String, usize), (i64, i64)> {
     let mut out = BTreeMap::new();
     for topic in broker.topics() {
-        for (i, p) in topic.partitions.iter().enumerate() {
+        for (i, seat) in topic.partitions.iter().enumerate() {
+            // Alone on its volume, a broker leads every partition it opened.
+            let Some(p) = seat.led() else { continue };
             out.insert(
                 (topic.name.clone(), i),
                 (p.high_watermark(), p.log_start_offset()),
@@ -450,7 +452,7 @@ fn broker_open(data: &[u8]) {
             return;
         };
         for topic in broker.topics() {
-            for p in &topic.partitions {
+            for p in topic.partitions.iter().filter_map(|seat| seat.led()) {
                 let start = p.log_start_offset();
                 assert!(start <= p.high_watermark());
                 if let Ok(read) = p.read(start, 1 << 20, Isolation::ReadUncommitted).await {

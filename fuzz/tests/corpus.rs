@@ -93,7 +93,8 @@ fn generated_volume_seed_opens_with_its_topics_and_offsets() {
         assert!(broker.partition("u", 0, -1).is_ok());
         let offsets = broker
             .groups
-            .fetch_offsets("g", Some(&[("t".to_string(), vec![0])]), false);
+            .fetch_offsets("g", Some(&[("t".to_string(), vec![0])]), false)
+            .expect("a broker alone serves every group slot");
         let committed = offsets[0].1[0].committed.clone();
         assert_eq!(committed.map(|c| c.map(|c| c.offset)), Ok(Some(42)));
     });

@@ -10,7 +10,9 @@
 
 mod support;
 
+use kaas_core::cluster::coordinator_slot;
 use kaas_core::cluster::membership::LeaseBounds;
+use kaas_core::cluster::placement::{owner_of, Item};
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{split_batches, BatchBuilder, NewRecord};
@@ -419,9 +421,7 @@ async fn init_producer_id(addr: SocketAddr, transactional_id: &str) -> (i16, i64
 async fn an_epoch_bump_fences_the_old_epoch_on_another_brokers_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let mut brokers = BTreeMap::new();
-    // Broker 0 starts alone, so it holds every coordinator slot.
-    brokers.insert(0, start(dir.path(), 0, "r").await);
-    for id in 1..3 {
+    for id in 0..3 {
         brokers.insert(id, start(dir.path(), id, "r").await);
     }
     for b in brokers.values() {
@@ -434,22 +434,24 @@ async fn an_epoch_bump_fences_the_old_epoch_on_another_brokers_partitions() {
         .unwrap();
     let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
     let led = until_led(&all, "f", &[0, 1, 2]).await;
+    let coordinator = until_coordinated(&all, "fenced-app", 1, &[0, 1, 2]).await;
     let (partition, (leader, _)) = led
         .iter()
         .enumerate()
-        .find(|(_, (l, _))| *l != 0)
-        .expect("placement puts a partition off broker 0");
+        .find(|(_, (l, _))| *l != coordinator)
+        .expect("placement puts a partition off the coordinator's broker");
     let (partition, leader_addr) = (partition as i32, brokers[leader].addr);
+    let coordinator = brokers[&coordinator].addr;
 
-    let (code, pid, epoch) = init_producer_id(brokers[&0].addr, "fenced-app").await;
+    let (code, pid, epoch) = init_producer_id(coordinator, "fenced-app").await;
     assert_eq!(code, 0);
     assert_eq!(produce_as(leader_addr, partition, pid, epoch, 0).await, 0);
-    // A new instance of the app: its coordinator (broker 0) bumps the epoch.
-    let (code, same_pid, bumped) = init_producer_id(brokers[&0].addr, "fenced-app").await;
+    // A new instance of the app: its coordinator bumps the epoch.
+    let (code, same_pid, bumped) = init_producer_id(coordinator, "fenced-app").await;
     assert_eq!((code, same_pid), (0, pid));
     assert!(bumped > epoch);
     // The old instance, a zombie, writes on: the partition's broker learns
-    // the bump from broker 0's fence log within a round or two.
+    // the bump from the coordinator's fence log within a round or two.
     let mut answer = 0;
     for seq in 1..200 {
         answer = produce_as(leader_addr, partition, pid, epoch, seq).await;
@@ -465,15 +467,14 @@ async fn an_epoch_bump_fences_the_old_epoch_on_another_brokers_partitions() {
     );
 }
 
-/// A transaction whose coordinator (broker 0) is not the leader of its
+/// A transaction whose coordinator is not the leader of its
 /// partition: EndTxn queues the marker for the leader, which writes it
 /// durably and acknowledges it, and only then is the transaction complete.
 #[tokio::test]
 async fn markers_for_a_partition_another_broker_leads_go_through_the_queue() {
     let dir = tempfile::tempdir().unwrap();
     let mut brokers = BTreeMap::new();
-    brokers.insert(0, start(dir.path(), 0, "r").await);
-    for id in 1..3 {
+    for id in 0..3 {
         brokers.insert(id, start(dir.path(), id, "r").await);
     }
     for b in brokers.values() {
@@ -486,14 +487,15 @@ async fn markers_for_a_partition_another_broker_leads_go_through_the_queue() {
         .unwrap();
     let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
     let led = until_led(&all, "m", &[0, 1, 2]).await;
+    let coordinator = until_coordinated(&all, "queued", 1, &[0, 1, 2]).await;
     let (partition, (leader, _)) = led
         .iter()
         .enumerate()
-        .find(|(_, (l, _))| *l != 0)
-        .expect("placement puts a partition off broker 0");
+        .find(|(_, (l, _))| *l != coordinator)
+        .expect("placement puts a partition off the coordinator's broker");
     let partition = partition as i32;
 
-    let coordinator = brokers[&0].addr;
+    let coordinator = brokers[&coordinator].addr;
     let (code, pid, epoch) = init_producer_id(coordinator, "queued").await;
     assert_eq!(code, 0);
     let mut conn = Connection::connect(coordinator).await.unwrap();
@@ -595,7 +597,7 @@ async fn end_txn(
     }
 }
 
-/// A transaction whose coordinator (broker 0) does not lead its partition:
+/// A transaction whose coordinator does not lead its partition:
 /// the leader asks the coordinator through the volume whether the
 /// transaction added the partition (version 1) or has it added (version 2),
 /// and the commit marker comes back through the marker queue.
@@ -603,8 +605,7 @@ async fn end_txn(
 async fn a_transaction_spans_brokers_through_the_coordinator_and_marker_queues() {
     let dir = tempfile::tempdir().unwrap();
     let mut brokers = BTreeMap::new();
-    brokers.insert(0, start(dir.path(), 0, "r").await);
-    for id in 1..3 {
+    for id in 0..3 {
         brokers.insert(id, start(dir.path(), id, "r").await);
     }
     for b in brokers.values() {
@@ -617,19 +618,22 @@ async fn a_transaction_spans_brokers_through_the_coordinator_and_marker_queues()
         .unwrap();
     let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
     let led = until_led(&all, "x", &[0, 1, 2]).await;
-    let remote: Vec<(i32, i32)> = led
+    let c1 = until_coordinated(&all, "spanning", 1, &[0, 1, 2]).await;
+    let c2 = until_coordinated(&all, "spanning-v2", 1, &[0, 1, 2]).await;
+    let off = |coordinator: i32| -> Vec<(i32, i32)> {
+        led.iter()
+            .enumerate()
+            .filter(|(_, (l, _))| *l != coordinator)
+            .map(|(p, (l, _))| (p as i32, *l))
+            .collect()
+    };
+    let (p1, l1) = off(c1)[0];
+    let (p2, l2) = *off(c1)
         .iter()
-        .enumerate()
-        .filter(|(_, (l, _))| *l != 0)
-        .map(|(p, (l, _))| (p as i32, *l))
-        .collect();
-    assert!(
-        remote.len() >= 2,
-        "placement puts partitions off broker 0: {led:?}"
-    );
-    let (p1, l1) = remote[0];
-    let (p2, l2) = remote[1];
-    let coordinator = brokers[&0].addr;
+        .chain(off(c2).iter())
+        .find(|(p, l)| *p != p1 && *l != c1 && *l != c2)
+        .expect("a second partition off both coordinators' brokers");
+    let coordinator = brokers[&c1].addr;
 
     // Version 1: AddPartitionsToTxn at the coordinator, then the batch at
     // the leader, verified through the volume.
@@ -670,6 +674,7 @@ async fn a_transaction_spans_brokers_through_the_coordinator_and_marker_queues()
     );
 
     // Version 2: Produce v12 has the leader add the partition itself.
+    let coordinator = brokers[&c2].addr;
     let (code, pid, epoch) = init_producer_id(coordinator, "spanning-v2").await;
     assert_eq!(code, 0);
     assert_eq!(
@@ -680,4 +685,282 @@ async fn a_transaction_spans_brokers_through_the_coordinator_and_marker_queues()
     let p = brokers[&l2].broker.partition("x", p2, -1).unwrap();
     assert_eq!(p.last_stable_offset(), p.high_watermark());
     assert!(p.high_watermark() >= 2, "a batch and its marker");
+}
+
+/// (error, coordinator id) for `key` as FindCoordinator (v4, batched)
+/// answers it at `addr`; `key_type` 0 is a group, 1 a transactional id.
+async fn find_coordinator(addr: SocketAddr, key: &str, key_type: i8) -> (i16, i32) {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::FindCoordinator(FindCoordinatorRequest {
+        key_type,
+        coordinator_keys: vec![key.into()],
+        ..Default::default()
+    });
+    match conn
+        .send(find_coordinator_request::API_KEY, 4, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::FindCoordinator(r) => {
+            (r.coordinators[0].error_code, r.coordinators[0].node_id)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Waits (boundedly) until every broker at `addrs` names the same live
+/// coordinator of `key`, one of `among`; returns it.
+async fn until_coordinated(addrs: &[SocketAddr], key: &str, key_type: i8, among: &[i32]) -> i32 {
+    let mut last = Vec::new();
+    for _ in 0..200 {
+        let mut answers = Vec::new();
+        for addr in addrs {
+            answers.push(find_coordinator(*addr, key, key_type).await);
+        }
+        let (code, node) = answers[0];
+        if code == 0 && among.contains(&node) && answers.iter().all(|a| *a == (0, node)) {
+            return node;
+        }
+        last = answers;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{key} never had one coordinator among {among:?}: {last:?}");
+}
+
+/// Commits `offsets` of topic `t` for `group` (outside any generation), at
+/// its coordinator `addr`; every partition's error code.
+async fn commit_offsets(addr: SocketAddr, group: &str, offsets: &[(i32, i64)]) -> Vec<i16> {
+    use offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::OffsetCommit(OffsetCommitRequest {
+        group_id: group.into(),
+        generation_id_or_member_epoch: -1,
+        topics: vec![OffsetCommitRequestTopic {
+            name: "t".into(),
+            partitions: offsets
+                .iter()
+                .map(|(p, o)| OffsetCommitRequestPartition {
+                    partition_index: *p,
+                    committed_offset: *o,
+                    committed_leader_epoch: -1,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match conn
+        .send(offset_commit_request::API_KEY, 8, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::OffsetCommit(r) => r.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .collect(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// (group error, [(partition, offset)]) of topic `t` for `group` as
+/// OffsetFetch (v7) answers it at `addr`.
+async fn fetch_offsets(
+    addr: SocketAddr,
+    group: &str,
+    partitions: &[i32],
+) -> (i16, Vec<(i32, i64)>) {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::OffsetFetch(OffsetFetchRequest {
+        group_id: group.into(),
+        topics: Some(vec![offset_fetch_request::OffsetFetchRequestTopic {
+            name: "t".into(),
+            partition_indexes: partitions.to_vec(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    match conn
+        .send(offset_fetch_request::API_KEY, 7, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::OffsetFetch(r) => (
+            r.error_code,
+            r.topics
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| (p.partition_index, p.committed_offset))
+                .collect(),
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A committed transaction of `id` over partition `partition` of `t`, all
+/// at `addr` (its coordinator, which also leads the partition: markers do
+/// not cross brokers yet).
+async fn committed_transaction(addr: SocketAddr, id: &str, pid: i64, epoch: i16, partition: i32) {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+        v3_and_below_transactional_id: id.into(),
+        v3_and_below_producer_id: pid,
+        v3_and_below_producer_epoch: epoch,
+        v3_and_below_topics: vec![add_partitions_to_txn_request::AddPartitionsToTxnTopic {
+            name: "t".into(),
+            partitions: vec![partition],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match conn
+        .send(add_partitions_to_txn_request::API_KEY, 3, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::AddPartitionsToTxn(r) => assert_eq!(
+            r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+            0
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+    let mut b = BatchBuilder::transactional(pid, epoch, 0);
+    b.push(NewRecord::new(0, None, Some(b"in-txn".as_slice())));
+    let mut req = single_partition_produce("t", partition, b.build().as_bytes().clone(), -1, 5_000);
+    if let RequestBody::Produce(p) = &mut req {
+        p.transactional_id = Some(id.into());
+    }
+    match conn.send(produce_request::API_KEY, 9, &req).await.unwrap() {
+        ResponseBody::Produce(r) => {
+            assert_eq!(r.responses[0].partition_responses[0].error_code, 0)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let req = RequestBody::EndTxn(EndTxnRequest {
+        transactional_id: id.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        committed: true,
+        ..Default::default()
+    });
+    match conn.send(end_txn_request::API_KEY, 4, &req).await.unwrap() {
+        ResponseBody::EndTxn(r) => assert_eq!(r.error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn coordinator_slots_move_with_a_stopped_broker_and_back_with_their_state() {
+    const PARTITIONS: i32 = 6;
+    const GROUP: &str = "g";
+    const TXN: &str = "tx";
+    let dir = tempfile::tempdir().unwrap();
+    let mut brokers = BTreeMap::new();
+    for id in 0..3 {
+        brokers.insert(id, start(dir.path(), id, "r").await);
+    }
+    let addr = |brokers: &BTreeMap<i32, support::SharedBroker>, id: i32| brokers[&id].addr;
+    for id in 0..3 {
+        until_listed(addr(&brokers, id), &[0, 1, 2]).await;
+    }
+    brokers[&0]
+        .broker
+        .create_topic("t", PARTITIONS, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let leaders = until_led(&all, "t", &[0, 1, 2]).await;
+
+    // Every broker names the broker placement puts each slot on (once
+    // the first one started has released what it took while alone).
+    let placed = |item: Item<'_>, live: &[i32]| owner_of(&item, live).unwrap();
+    let group_item = Item::GroupSlot(coordinator_slot(GROUP));
+    let txn_item = Item::TxnSlot(coordinator_slot(TXN));
+    let group_home = placed(group_item, &[0, 1, 2]);
+    let txn_home = placed(txn_item, &[0, 1, 2]);
+    assert_eq!(
+        until_coordinated(&all, GROUP, 0, &[group_home]).await,
+        group_home
+    );
+    assert_eq!(until_coordinated(&all, TXN, 1, &[txn_home]).await, txn_home);
+
+    // The group's coordinator takes its offsets; the transactional id's
+    // coordinator a committed transaction on a partition it leads.
+    let offsets = [(0, 11), (1, 22), (2, 33)];
+    assert_eq!(
+        commit_offsets(addr(&brokers, group_home), GROUP, &offsets).await,
+        vec![0, 0, 0]
+    );
+    let elsewhere = (group_home + 1) % 3;
+    assert_eq!(
+        fetch_offsets(addr(&brokers, elsewhere), GROUP, &[0])
+            .await
+            .0,
+        ErrorCode::NotCoordinator.code(),
+        "only the coordinator answers"
+    );
+    let (code, pid, epoch) = init_producer_id(addr(&brokers, txn_home), TXN).await;
+    assert_eq!(code, 0);
+    let local = leaders
+        .iter()
+        .position(|(l, _)| *l == txn_home)
+        .expect("the transaction coordinator's broker leads a partition");
+    committed_transaction(addr(&brokers, txn_home), TXN, pid, epoch, local as i32).await;
+
+    // The group coordinator's broker stops: after the bounds another live
+    // broker coordinates the group, with the committed offsets.
+    let gone = group_home;
+    brokers.remove(&gone).unwrap().stop().await;
+    let rest: Vec<i32> = (0..3).filter(|b| *b != gone).collect();
+    let rest_addrs: Vec<SocketAddr> = rest.iter().map(|b| addr(&brokers, *b)).collect();
+    let moved = placed(group_item, &rest);
+    assert_eq!(
+        until_coordinated(&rest_addrs, GROUP, 0, &[moved]).await,
+        moved
+    );
+    assert_eq!(
+        fetch_offsets(addr(&brokers, moved), GROUP, &[0, 1, 2]).await,
+        (0, offsets.to_vec())
+    );
+
+    // The transactional id's state survives its coordinator's broker too
+    // (stopped now if it is not the one already gone).
+    if txn_home != gone {
+        brokers.remove(&txn_home).unwrap().stop().await;
+    }
+    let alive: Vec<i32> = brokers.keys().copied().collect();
+    let alive_addrs: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let txn_moved = placed(txn_item, &alive);
+    assert_eq!(
+        until_coordinated(&alive_addrs, TXN, 1, &[txn_moved]).await,
+        txn_moved
+    );
+    let (code, pid_after, epoch_after) = init_producer_id(addr(&brokers, txn_moved), TXN).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        (pid_after, epoch_after),
+        (pid, epoch + 1),
+        "the same producer at a bumped epoch"
+    );
+
+    // The stopped brokers come back: placement gives them their slots
+    // again, released by their holders, with the state made meanwhile.
+    let stopped: Vec<i32> = (0..3).filter(|id| !brokers.contains_key(id)).collect();
+    for id in stopped {
+        brokers.insert(id, start(dir.path(), id, "r").await);
+    }
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    assert_eq!(
+        until_coordinated(&all, GROUP, 0, &[group_home]).await,
+        group_home
+    );
+    assert_eq!(
+        fetch_offsets(addr(&brokers, group_home), GROUP, &[0, 1, 2]).await,
+        (0, offsets.to_vec())
+    );
+    assert_eq!(until_coordinated(&all, TXN, 1, &[txn_home]).await, txn_home);
+    let (code, pid_back, epoch_back) = init_producer_id(addr(&brokers, txn_home), TXN).await;
+    assert_eq!(code, 0);
+    assert_eq!((pid_back, epoch_back), (pid, epoch + 2));
 }

@@ -4,14 +4,32 @@ confluent-kafka producer with acks=all streams into all of them while one broker
 is kill -9'd and restarted twice. Its partitions move to the others after the
 lease and its bounds, and back when it returns; every acknowledged record must
 be there exactly once, at the offset its delivery report named.
+
+A consumer group of three members rides out the kill -9 of its coordinator's
+broker: the group's slot moves to another broker with the offsets it committed,
+and consumption goes on from there, nothing committed read again and nothing
+skipped.
 """
 
+import socket
+import struct
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from helpers import ck_consume, ck_create_topic, ck_produce_through_kills, ck_watermarks, make_messages
+from helpers import (
+    CK_IGNORABLE_GLOBAL,
+    CK_LOGGER,
+    ck_consume,
+    ck_create_topic,
+    ck_produce_through_kills,
+    ck_producer,
+    ck_watermarks,
+    make_messages,
+)
 from kaas_broker import KaasBroker
 
 PARTITIONS = 6
@@ -19,6 +37,8 @@ TOTAL = 30_000
 KILL_AFTER = 3_000
 # Short bounds so a dead broker's partitions move within about two seconds.
 BOUNDS = ["--lease-ms", "1200", "--clock-skew-bound-ms", "200", "--volume-staleness-bound-ms", "300"]
+# Groups form quickly.
+GROUP_ARGS = ["--group-initial-rebalance-delay-ms", "300"]
 
 
 class OneOfThree:
@@ -46,7 +66,7 @@ def cluster(request):
     brokers = []
     try:
         for i in range(3):
-            b = KaasBroker(extra_args=["--broker-id", str(i)] + BOUNDS, name="kaas-%d" % i,
+            b = KaasBroker(extra_args=["--broker-id", str(i)] + BOUNDS + GROUP_ARGS, name="kaas-%d" % i,
                            data_dir=shared / "data")
             brokers.append(b)
             b.start()
@@ -94,6 +114,188 @@ def test_idempotent_acks_all_across_three_brokers_survives_kill9_of_one_twice(cl
             "offset %s holds another record than seq %d; %s" % ((p, off), seq, info)
     # idempotence: nothing but the acknowledged records, so none twice
     assert len(at) == len(d.ok), "%d records for %d acknowledged; %s" % (len(at), len(d.ok), info)
+
+
+GROUP_PER_PARTITION = 400
+
+
+class Member:
+    """A subscribed consumer of the group: what it consumed, and the offsets
+    whose commit the coordinator acknowledged."""
+
+    def __init__(self, bootstrap, group, topic):
+        self.c = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 500,
+            "max.poll.interval.ms": 60000,
+            "fetch.wait.max.ms": 100,
+            "logger": CK_LOGGER,
+        })
+        self.assigned = set()
+        self.records = []
+        self.c.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def _on_assign(self, consumer, partitions):
+        self.assigned = {p.partition for p in partitions}
+
+    def _on_revoke(self, consumer, partitions):
+        self.assigned = set()
+
+    def poll_and_commit(self, topic, acked):
+        """Consumes a small batch and commits it synchronously; `acked` keeps the
+        highest offset per partition whose commit was acknowledged. A commit that
+        fails (the coordinator is moving) is simply not acknowledged."""
+        got = {}
+        for m in self.c.consume(num_messages=50, timeout=0.05):
+            err = m.error()
+            if err is not None:
+                # A broker that has not read the new topic's file yet says it
+                # does not know it; the next metadata refresh finds it.
+                if err.code() in CK_IGNORABLE_GLOBAL or m.topic() is None or \
+                        err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue
+                raise AssertionError("consumer error: %s" % err)
+            self.records.append((m.partition(), m.offset()))
+            got[m.partition()] = max(got.get(m.partition(), -1), m.offset() + 1)
+        if not got:
+            return
+        offsets = [TopicPartition(topic, p, o) for p, o in sorted(got.items())]
+        try:
+            self.c.commit(offsets=offsets, asynchronous=False)
+        except KafkaException:
+            return
+        for p, o in got.items():
+            acked[p] = max(acked.get(p, 0), o)
+
+
+def find_coordinator(broker, group):
+    """(error code, node id) of FindCoordinator v1 for `group`, asked of one
+    broker on the wire (the admin client hides which broker it asked)."""
+    client = b"kaas-e2e"
+    key = group.encode()
+    body = struct.pack(">hhih", 10, 1, 7, len(client)) + client + struct.pack(">h", len(key)) + key + b"\x00"
+    with socket.create_connection((broker.host, broker.port), timeout=5) as s:
+        s.settimeout(5)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        head = b""
+        while len(head) < 4:
+            chunk = s.recv(4 - len(head))
+            assert chunk, "connection closed"
+            head += chunk
+        (size,) = struct.unpack(">i", head)
+        data = b""
+        while len(data) < size:
+            chunk = s.recv(size - len(data))
+            assert chunk, "connection closed"
+            data += chunk
+    # correlation id, throttle time, error code, error message (nullable), node id
+    _, _, error = struct.unpack_from(">iih", data, 0)
+    (msg_len,) = struct.unpack_from(">h", data, 10)
+    (node,) = struct.unpack_from(">i", data, 12 + max(msg_len, 0))
+    return error, node
+
+
+def coordinator_of(brokers, group, timeout=60):
+    """The coordinator every broker in `brokers` names for `group` (bounded wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answers = {find_coordinator(b, group) for b in brokers}
+        if len(answers) == 1:
+            error, node = answers.pop()
+            if error == 0:
+                return node
+        assert time.monotonic() < deadline, "no agreed coordinator of %s: %s" % (group, answers)
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+def test_a_consumer_group_survives_kill9_of_its_coordinators_broker(cluster, topic_name):
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    ck_create_topic(bootstrap, topic_name, PARTITIONS)
+    p = ck_producer(bootstrap, acks="all")
+    failed = []
+    for i in range(GROUP_PER_PARTITION):
+        for part in range(PARTITIONS):
+            p.produce(topic_name, value=b"%d:%d" % (part, i), partition=part,
+                      on_delivery=lambda err, m: err and failed.append(err))
+        p.poll(0)
+    assert p.flush(60) == 0
+    assert not failed, failed[:3]
+
+    group = "failover-" + topic_name
+    members = [Member(bootstrap, group, topic_name) for _ in range(3)]
+    acked = {}
+    consumed = lambda: len({r for m in members for r in m.records})  # noqa: E731
+    total = PARTITIONS * GROUP_PER_PARTITION
+    deadline = time.monotonic() + 60
+    while not (all(m.assigned for m in members) and consumed() >= total // 3):
+        assert time.monotonic() < deadline, "the group never formed and consumed a third: %s" % (
+            [sorted(m.assigned) for m in members])
+        for m in members:
+            m.poll_and_commit(topic_name, acked)
+    before = dict(acked)
+    home = coordinator_of(cluster, group)
+    victim = cluster[home]
+
+    victim.kill9()
+    # The members keep polling and committing; the group's slot moves to a live
+    # broker after the lease and its bounds, with every acknowledged commit.
+    deadline = time.monotonic() + 120
+    while consumed() < total:
+        assert time.monotonic() < deadline, "consumed %d of %d after the kill; acked %s" % (
+            consumed(), total, acked)
+        for m in members:
+            m.poll_and_commit(topic_name, acked)
+    survivors = [b for b in cluster if b is not victim]
+    moved = coordinator_of(survivors, group)
+    assert moved != home, "the group is still coordinated by the killed broker %d" % home
+
+    # Nothing skipped: every offset of every partition was read.
+    for part in range(PARTITIONS):
+        offsets = {o for m in members for p, o in m.records if p == part}
+        assert offsets == set(range(GROUP_PER_PARTITION)), "partition %d: missing %s" % (
+            part, sorted(set(range(GROUP_PER_PARTITION)) - offsets)[:10])
+    # Nothing committed before the kill was read again (the offsets survived the
+    # move: a group that lost them would start over from the earliest), and what
+    # was read twice is bounded by what was not yet committed.
+    seen = {}
+    for m in members:
+        for r in m.records:
+            seen[r] = seen.get(r, 0) + 1
+    again = [r for r, n in seen.items() if n > 1]
+    for part, off in again:
+        assert off >= before.get(part, 0), "offset %d of partition %d was committed before the kill, yet " \
+            "read again" % (off, part)
+    assert len(again) <= total - sum(before.values()), again[:10]
+    # The new coordinator serves the offsets committed since.
+    committed = members[0].c.committed([TopicPartition(topic_name, p) for p in range(PARTITIONS)], timeout=20)
+    for tp in committed:
+        assert tp.offset >= before.get(tp.partition, 0), (tp, before)
+    for m in members:
+        m.c.close()
+    log = "".join(b.log_tail(max_lines=100000, max_bytes=1 << 24) for b in survivors)
+    assert "took the slot over" in log
+
+    # The broker returns and gets its slot back, offsets included.
+    victim.restart()
+    deadline = time.monotonic() + 60
+    while coordinator_of(cluster, group) != home:
+        assert time.monotonic() < deadline, "the group's slot never came back to broker %d" % home
+        time.sleep(0.2)
+    late = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "logger": CK_LOGGER})
+    try:
+        back = late.committed([TopicPartition(topic_name, p) for p in range(PARTITIONS)], timeout=20)
+        # At least what was acknowledged (a commit answered with an error may
+        # still have landed, as a timed-out request's may).
+        for tp in back:
+            assert tp.offset >= acked.get(tp.partition, 0), (tp, acked)
+    finally:
+        late.close()
 
 
 @pytest.mark.slow

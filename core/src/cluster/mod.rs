@@ -114,9 +114,11 @@ pub enum Step {
     /// Try to win this claim (an epoch file by exclusive create, or its
     /// own newest claim kept over a restart), then serve the item.
     Claim(Claim),
-    /// The newest claim is its own but the item is placed on another live
-    /// broker: stop serving it (if it does), then write a release, so the
-    /// other may take it over at once.
+    /// It holds an item placed on another live broker: stop serving it
+    /// (if it does), then write a release, so the other may take it over
+    /// at once. Also for a claim of its own it does not serve (given up
+    /// after a lease lapse, or left by its previous life): the broker the
+    /// item is placed on would otherwise wait for it, live, for ever.
     Release,
     /// Another broker won a newer epoch: stop serving at once.
     Depose,

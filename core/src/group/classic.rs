@@ -362,6 +362,26 @@ impl Group {
         self.subscribed_topics.as_ref()
     }
 
+    /// The group leaves this coordinator (its slot moved to another
+    /// broker): every parked JoinGroup and SyncGroup is answered `code`,
+    /// so its client looks the coordinator up again and rejoins there.
+    pub fn abandon(&mut self, code: ErrorCode, fx: &mut Vec<Effect>) {
+        for m in self.members.values_mut() {
+            if let Some(w) = m.join_waiter.take() {
+                fx.push(Effect::Join {
+                    waiter: w,
+                    result: Err(JoinError::new(m.id.clone(), code)),
+                });
+            }
+            if let Some(w) = m.sync_waiter.take() {
+                fx.push(Effect::Sync {
+                    waiter: w,
+                    result: Err(code),
+                });
+            }
+        }
+    }
+
     /// Marks a group deleted: it accepts nothing more.
     pub fn mark_dead(&mut self, now_ms: i64) {
         self.transition(GroupState::Dead, now_ms);

@@ -206,6 +206,31 @@ impl Coordinator {
         }
     }
 
+    /// Forgets slot `slot` (this broker stopped coordinating it): its groups
+    /// leave memory, their parked requests are answered NOT_COORDINATOR,
+    /// and its view is empty until [`install_slot`](Self::install_slot)
+    /// loads it again. What the slot's file holds is untouched; the next
+    /// owner restores it from there.
+    pub fn unload_slot(&mut self, slot: u32, out: &mut Output) {
+        let Some(view) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        *view = SlotState::new(slot, -1);
+        let leaving: Vec<String> = self
+            .groups
+            .keys()
+            .filter(|id| coordinator_slot(id) == slot)
+            .cloned()
+            .collect();
+        for id in leaving {
+            if let Some(mut g) = self.groups.remove(&id) {
+                g.abandon(ErrorCode::NotCoordinator, &mut out.effects);
+            }
+        }
+        self.forget_with_record
+            .retain(|id| coordinator_slot(id) != slot);
+    }
+
     /// Runs `f` on an existing group and records its metadata change, if
     /// any, as a slot op.
     fn with_group<R>(

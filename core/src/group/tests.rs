@@ -1530,6 +1530,36 @@ fn list_and_describe_show_groups_as_kafka_does() {
     assert!(h.c.describe_group("nope").is_none());
 }
 
+// ------------------------------------------------- a slot moving away and back
+
+#[test]
+fn an_unloaded_slot_forgets_its_groups_and_answers_parked_requests_not_coordinator() {
+    let mut h = H::new();
+    let (ids, generation) = h.stable_group(2, &["t"]);
+    assert_eq!(
+        h.commit(&ids[0], generation, &[("t", 0, 5)]),
+        Ok(vec![Ok(())])
+    );
+    let durable = h.c.slot(coordinator_slot(G)).expect("slot").clone();
+    // A member rejoins: the group rebalances and the join is parked.
+    let w = h.join(&ids[0], None, &["t"]).expect_err("parked");
+    let mut out = Output::default();
+    h.c.unload_slot(coordinator_slot(G), &mut out);
+    h.finish(out);
+    match h.answers.get(&w) {
+        Some(Answer::Join(Err(e))) => assert_eq!(e.error, ErrorCode::NotCoordinator),
+        other => panic!("parked join answered {other:?}"),
+    }
+    assert!(h.c.group(G).is_none(), "the group left memory");
+    assert!(h.c.record(G).is_none(), "and its offsets");
+    // Taken back (by this broker or the next owner) from what was durable:
+    // the same generation and offsets.
+    h.c.install_slot(durable, h.now);
+    assert_eq!(h.state(), GroupState::Stable);
+    assert_eq!(h.generation(), generation);
+    assert_eq!(h.committed("t", 0), 5);
+}
+
 // ------------------------------------------------------- restart (membership)
 
 #[test]

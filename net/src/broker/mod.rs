@@ -9,6 +9,7 @@ mod partition;
 mod producer_ids;
 mod producer_state;
 mod seat;
+mod slots;
 mod topic_file;
 
 pub use partition::{partition_dir, FetchedData, Isolation, OpenPartition, Partition};
@@ -25,7 +26,7 @@ use crate::log::LogConfig;
 use crate::transactions::TxnCoordinator;
 use crate::volume::Volume;
 use kaas_core::cluster::placement::Item;
-use kaas_core::cluster::{self, Claim, ClusterView, Step, COORDINATOR_SLOTS};
+use kaas_core::cluster::{self, Claim, ClusterView, Step};
 use kaas_core::layout::{self, CLUSTER_FILE, PARTITIONS_DIR, TOPIC_FILES_DIR};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use kaas_core::topic_config::{
@@ -106,6 +107,9 @@ pub struct Broker {
     /// The membership's count of lease lapses this broker has acted on:
     /// after a lapse, everything it led must be won again at new epochs.
     lapses_seen: std::sync::atomic::AtomicU64,
+    /// Heartbeats go on while this lives (`cluster::run_heartbeats`): they
+    /// stop with the broker, as they would with its process.
+    _alive: Arc<()>,
 }
 
 impl Broker {
@@ -137,58 +141,29 @@ impl Broker {
         // below rests on, and the others' records for Metadata.
         volume.create_dir_all(layout::BROKERS_DIR)?;
         crate::cluster::heartbeat::round(volume.as_ref(), env.clock.as_ref(), &membership)?;
-        let mut renewer =
-            crate::cluster::heartbeat::Renewer::new(env.clock.as_ref(), config.lease.lease_ms);
+        // Heartbeats go on from now, also while the rest of the start takes
+        // its items (however many): the lease must not run out meanwhile.
+        let alive = Arc::new(());
+        let rounds = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn(crate::cluster::run_heartbeats(
+            volume.clone(),
+            env.clone(),
+            membership.clone(),
+            Arc::downgrade(&alive),
+            rounds.clone(),
+        ));
         let producer_ids = ProducerIdManager::new(volume.clone(), env.clone(), config.broker_id);
-        let now = env.clock.monotonic_ms();
-        let live = membership.placement_ids(now);
-        let decider = ownership::Decider {
-            membership: &membership,
-            live: &live,
-            now,
-        };
-        // Coordinator slots are taken once, at start: a slot placed here is
-        // claimed if it is free, this broker's own, or its holder is gone;
-        // the others stay with their holders (moving slots while running
-        // is the next step of issue 11).
-        let mut group_claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
-        let mut txn_claims = Vec::with_capacity(COORDINATOR_SLOTS as usize);
-        for slot in 0..COORDINATOR_SLOTS {
-            // Failed renewals are logged; a lapse they cause is handled by
-            // the ownership round (everything is won again).
-            let _ = renewer.tick(volume.as_ref(), env.clock.as_ref(), &membership);
-            let taken = ownership::take(
-                volume.as_ref(),
-                &layout::group_slot_epochs_dir(slot),
-                &|epoch| layout::group_slot_epoch_file(slot, epoch),
-                &decider,
-                &Item::GroupSlot(slot),
-                true,
-            )?;
-            group_claims.push(taken.after);
-            let taken = ownership::take(
-                volume.as_ref(),
-                &layout::txn_slot_epochs_dir(slot),
-                &|epoch| layout::txn_slot_epoch_file(slot, epoch),
-                &decider,
-                &Item::TxnSlot(slot),
-                true,
-            )?;
-            txn_claims.push(taken.after);
-        }
         let groups = crate::coordinator::GroupCoordinator::open(
             volume.clone(),
             env.clone(),
-            config.broker_id,
+            membership.clone(),
             config.group.clone(),
-            group_claims,
         )?;
         let transactions = TxnCoordinator::open(
             volume.clone(),
             env.clone(),
-            config.broker_id,
+            membership.clone(),
             config.txn.clone(),
-            txn_claims,
         )?;
         let broker = Arc::new(Broker {
             view: ClusterView::single(config.broker_id),
@@ -205,6 +180,7 @@ impl Broker {
             admin: tokio::sync::Mutex::new(()),
             progress: Arc::new(watch::Sender::new(0)),
             lapses_seen: std::sync::atomic::AtomicU64::new(0),
+            _alive: alive,
         });
         // Fences issued in an earlier life, and those of the others: a
         // partition opened below is fenced against all of them.
@@ -212,6 +188,9 @@ impl Broker {
         let _ = broker
             .fences
             .exchange(broker.volume.as_ref(), broker.fence_horizon_ms());
+        // Coordinator slots placed here are taken now, as partitions are
+        // below; later ones move in the ownership round (`reconcile`).
+        broker.take_slots_at_start()?;
         // Listed before the topic files are read: a topic's file is created
         // before any of its directories, so a directory listed here whose
         // file is missing below is a deletion's leftover, not a topic
@@ -224,11 +203,6 @@ impl Broker {
             let take = taker(&broker, &file.configs, true);
             let mut partitions = Vec::new();
             for index in 0..file.partitions {
-                let _ = renewer.tick(
-                    broker.volume.as_ref(),
-                    broker.env.clock.as_ref(),
-                    &broker.membership,
-                );
                 known_dirs.insert(partition_dir(&file.name, index));
                 let taken = take(&file.name, index)?;
                 partitions.push(Arc::new(Seat::new(index, broker.start_taken(taken))));
@@ -254,7 +228,10 @@ impl Broker {
         // Started once the partitions are open: its first pass completes
         // the transactions a crash left prepared.
         tokio::spawn(crate::transactions::run_timers(Arc::downgrade(&broker)));
-        tokio::spawn(crate::cluster::run_heartbeats(Arc::downgrade(&broker)));
+        tokio::spawn(crate::cluster::run_ownership(
+            Arc::downgrade(&broker),
+            rounds,
+        ));
         tokio::spawn(crate::cluster::markers::run_watcher(Arc::downgrade(
             &broker,
         )));
@@ -650,8 +627,8 @@ impl Broker {
     /// (`kaas_core::cluster::next_step`): taken where it is placed here and
     /// free (or its holder gone), released where placement moved it to
     /// another live broker, closed at once where another broker won a newer
-    /// epoch. After a lease lapse everything led here is closed first, to
-    /// be won again at new epochs.
+    /// epoch; coordinator slots alike (`slots`). After a lease lapse
+    /// everything led here is closed first, to be won again at new epochs.
     pub async fn reconcile(&self) {
         let _admin = self.admin.lock().await;
         let lapses = self.membership.lapses();
@@ -721,6 +698,7 @@ impl Broker {
                 }
             }
         }
+        self.reconcile_slots(lapsed).await;
     }
 
     /// One partition's part of [`reconcile`](Self::reconcile).
@@ -791,9 +769,7 @@ impl Broker {
                     .await?;
                 tracing::info!(topic = %topic.name, partition = seat.index, epoch = held.epoch, "released the partition to its new place");
             }
-            (Step::Release | Step::Claim(_), None) => {
-                // Claimed, or its own claim (not served) handed on: the
-                // taker applies the same rule and does either.
+            (Step::Claim(_), None) => {
                 let take = taker(self, &topic.configs, false);
                 let name = topic.name.clone();
                 let taken = self
@@ -804,6 +780,27 @@ impl Broker {
                     tracing::info!(topic = %topic.name, partition = seat.index, epoch = p.leader().epoch, "took the partition over");
                 }
                 seat.replace(self.start_taken(taken));
+            }
+            (Step::Release, None) => {
+                // A claim of its own it does not serve (closed after a lease
+                // lapse, or left by its previous life), on a partition placed
+                // elsewhere: handed over, or that broker would wait for it.
+                seat.replace(Leadership::Elsewhere(newest));
+                if let Some(held) = newest {
+                    let volume = self.volume.clone();
+                    let name = topic.name.clone();
+                    self.env
+                        .blocking(IoKind::Fsync, move || {
+                            ownership::release(
+                                volume.as_ref(),
+                                &layout::partition_epochs_dir(&name, index),
+                                &|epoch| layout::partition_epoch_file(&name, index, epoch),
+                                held,
+                            )
+                        })
+                        .await?;
+                    tracing::info!(topic = %topic.name, partition = seat.index, epoch = held.epoch, "released a partition it no longer served");
+                }
             }
             (_, None) => {
                 seat.replace(Leadership::Elsewhere(newest));

@@ -170,17 +170,6 @@ pub fn release(
     win(volume, dir, file, released, Some(held)).map(|_| ())
 }
 
-/// Every coordinator slot held by `broker_id` at epoch 0: a coordinator
-/// opened alone, without a broker's ownership round (tests).
-#[cfg(test)]
-pub fn all_slots_held_by(broker_id: i32) -> Vec<Option<Claim>> {
-    let claim = Claim {
-        broker_id,
-        epoch: 0,
-    };
-    vec![Some(claim); kaas_core::cluster::COORDINATOR_SLOTS as usize]
-}
-
 #[cfg(test)]
 #[cfg(not(madsim))]
 mod tests {

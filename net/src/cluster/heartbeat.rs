@@ -84,42 +84,6 @@ pub fn round(volume: &dyn Volume, clock: &dyn Clock, membership: &Membership) ->
     renewal.and(read)
 }
 
-/// Keeps the lease alive through long blocking work (a broker's start:
-/// claims and log recovery, before the heartbeat task runs) by running a
-/// round whenever a third of the lease has passed since the last one. A
-/// start slower than the lease would otherwise lapse it, and everything
-/// just claimed would have to be won again at new epochs.
-pub struct Renewer {
-    last: i64,
-    every: i64,
-}
-
-impl Renewer {
-    /// Starts counting from a round that just ran.
-    pub fn new(clock: &dyn Clock, lease_ms: i64) -> Renewer {
-        Renewer {
-            last: clock.monotonic_ms(),
-            every: super::heartbeat_interval_ms(lease_ms) as i64,
-        }
-    }
-
-    /// Runs a round if one is due. Errors are the round's (logged there);
-    /// the caller decides whether a failed renewal stops its work.
-    pub fn tick(
-        &mut self,
-        volume: &dyn Volume,
-        clock: &dyn Clock,
-        membership: &Membership,
-    ) -> io::Result<()> {
-        let now = clock.monotonic_ms();
-        if now.saturating_sub(self.last) < self.every {
-            return Ok(());
-        }
-        self.last = now;
-        round(volume, clock, membership)
-    }
-}
-
 #[cfg(test)]
 #[cfg(not(madsim))]
 mod tests {

@@ -12,8 +12,10 @@ pub mod txn_asks;
 pub use membership::{LiveBroker, Membership};
 
 use crate::broker::Broker;
-use crate::env::IoKind;
-use std::sync::Weak;
+use crate::env::{Env, IoKind};
+use crate::volume::Volume;
+use std::sync::{Arc, Weak};
+use tokio::sync::Notify;
 
 /// How often a broker heartbeats: three times per lease, so one slow or
 /// failed write still leaves two chances before the lease runs out.
@@ -21,27 +23,46 @@ pub fn heartbeat_interval_ms(lease_ms: i64) -> u64 {
     (lease_ms / 3).max(1) as u64
 }
 
-/// Heartbeats, each followed by the ownership round
-/// ([`Broker::reconcile`]), until the broker is dropped.
-pub async fn run_heartbeats(broker: Weak<Broker>) {
-    let Some(every) = broker
-        .upgrade()
-        .map(|b| heartbeat_interval_ms(b.config.lease.lease_ms))
-    else {
-        return;
-    };
+/// Heartbeats every lease/3 until `alive` is gone (the broker dropped it),
+/// waking `rounds` after each so the ownership round follows. The rounds run
+/// in their own task ([`run_ownership`]): a round that takes long (many
+/// items to load or release) must never delay the heartbeat that keeps the
+/// lease, or the broker would lose everything it holds for being busy.
+/// Started as soon as the first heartbeat is written, so a long start
+/// (recovering many items) keeps its lease too.
+pub async fn run_heartbeats(
+    volume: Arc<dyn Volume>,
+    env: Env,
+    membership: Arc<Membership>,
+    alive: Weak<()>,
+    rounds: Arc<Notify>,
+) {
+    let every = heartbeat_interval_ms(membership.bounds().lease_ms);
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(every)).await;
-        let Some(b) = broker.upgrade() else { return };
-        let (volume, clock, membership) =
-            (b.volume.clone(), b.env.clock.clone(), b.membership.clone());
+        if alive.upgrade().is_none() {
+            // Lets the ownership task see the broker is gone.
+            rounds.notify_one();
+            return;
+        }
+        let (volume, clock, membership) = (volume.clone(), env.clock.clone(), membership.clone());
         // Errors are logged by the round; the next one tries again.
-        let _ = b
-            .env
+        let _ = env
             .blocking(IoKind::Fsync, move || {
                 heartbeat::round(volume.as_ref(), clock.as_ref(), &membership)
             })
             .await;
+        rounds.notify_one();
+    }
+}
+
+/// The ownership round ([`Broker::reconcile`]) after each heartbeat, until
+/// the broker is dropped. Heartbeats that come while a round runs make one
+/// more round, not one each.
+pub async fn run_ownership(broker: Weak<Broker>, rounds: Arc<Notify>) {
+    loop {
+        rounds.notified().await;
+        let Some(b) = broker.upgrade() else { return };
         b.reconcile().await;
         b.exchange_fences().await;
     }

@@ -14,6 +14,12 @@
 //!   commits cost one fsync, and no reader ever sees an offset a crash
 //!   could take back.
 //!
+//! Slots move between brokers (docs/cluster.md): the ownership round serves
+//! a slot here by loading its file (`MovingSlots::serve`) and lets it go by
+//! forgetting it (`MovingSlots::unserve`); every operation checks, under the
+//! lock, that its group's slot is served here, so nothing is decided or
+//! queued for a slot another broker may already coordinate.
+//!
 //! Live membership is in memory; each completed generation's members are
 //! written to the slot (the leader's SyncGroup answers wait for that write,
 //! as Kafka's wait for the group's record), so after a restart a group
@@ -22,14 +28,14 @@
 #[cfg(test)]
 mod tests;
 
+use crate::cluster::Membership;
 use crate::env::Env;
 use crate::slot_store::{
-    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, Taken, WriteDone,
+    self, wait_written, Claimed, CoordinatorSlot, MovingSlots, Round, RoundOutcome, SlotFile,
+    SlotOwner, SlotQueues, Taken, WriteDone,
 };
 use crate::volume::Volume;
-use kaas_core::cluster::{
-    check_slot_access, coordinator_slot, Claim, ClusterView, COORDINATOR_SLOTS,
-};
+use kaas_core::cluster::{check_slot_access, coordinator_slot, Claim, ClusterView};
 use kaas_core::group::coordinator::{
     CommitRequest, FetchedOffset, GroupDescription, ListedGroup, Output,
 };
@@ -69,10 +75,8 @@ pub struct GroupCoordinator {
     inner: Mutex<Inner>,
     volume: Arc<dyn Volume>,
     env: Env,
-    /// This broker's claim on each slot (its coordinator epoch).
-    /// The claim in force on each slot, as read at start: this broker's
-    /// where it won or kept one, another's (or none) where it did not.
-    claims: Vec<Option<Claim>>,
+    /// This broker's lease: background work acts only while it holds.
+    membership: Arc<Membership>,
     /// Who this broker is, for the ownership gate.
     view: ClusterView,
     /// Wakes the timer task after a request that may have set an earlier
@@ -82,56 +86,28 @@ pub struct GroupCoordinator {
 }
 
 impl GroupCoordinator {
-    /// Loads every slot file and starts the timer task. Must run inside the
-    /// runtime. A slot file that cannot be read stops the broker: starting
-    /// without it would silently reset those groups' offsets.
+    /// A coordinator serving no slot yet (the ownership round serves them,
+    /// see [`MovingSlots`]), with its timer task started. Must run inside
+    /// the runtime.
     pub fn open(
         volume: Arc<dyn Volume>,
         env: Env,
-        broker_id: i32,
+        membership: Arc<Membership>,
         config: GroupConfig,
-        claims: Vec<Option<Claim>>,
     ) -> io::Result<Arc<GroupCoordinator>> {
         volume.create_dir_all(GROUP_STATE_DIR)?;
         let retention_every = config.offsets_retention_check_interval_ms;
-        let mut core = Coordinator::new(config, 0);
-        let now = env.now_ms();
-        let mut groups = 0;
-        let mut journals = Vec::with_capacity(COORDINATOR_SLOTS as usize);
-        for slot in 0..COORDINATOR_SLOTS {
-            // The slot's coordinator epoch is the claim in force on it,
-            // written into the slot file with every change.
-            let epoch = claims
-                .get(slot as usize)
-                .copied()
-                .flatten()
-                .map_or(-1, |c| c.epoch);
-            let loaded = slot_store::load(
-                volume.as_ref(),
-                &group_slot_file(slot),
-                &group_slot_journal(slot),
-                |bytes| SlotState::decode(bytes, slot),
-            )?;
-            journals.push(loaded.journal);
-            let mut state = loaded.state.unwrap_or_else(|| SlotState::new(slot, epoch));
-            state.coordinator_epoch = epoch;
-            groups += state.groups.len();
-            core.install_slot(state, now);
-        }
-        if groups > 0 {
-            tracing::info!(groups, "recovered committed offsets");
-        }
         let coordinator = Arc::new(GroupCoordinator {
             inner: Mutex::new(Inner {
-                core,
+                core: Coordinator::new(config, -1),
                 joins: HashMap::new(),
                 syncs: HashMap::new(),
-                queues: SlotQueues::new(journals),
+                queues: SlotQueues::new(),
             }),
             volume,
             env,
-            claims,
-            view: ClusterView::single(broker_id),
+            view: ClusterView::single(membership.broker_id()),
+            membership,
             wake: Arc::new(Notify::new()),
             next_waiter: AtomicU64::new(1),
         });
@@ -143,18 +119,51 @@ impl GroupCoordinator {
         Ok(coordinator)
     }
 
-    /// Who holds slot `slot` and at which epoch, as this coordinator knows
-    /// it (the ownership gate asks).
+    /// The newest claim known on slot `slot`: this broker's while it serves
+    /// the slot, else the one the last ownership round read (the ownership
+    /// gate and FindCoordinator ask).
     pub fn slot_claim(&self, slot: u32) -> Option<Claim> {
-        self.claims.get(slot as usize).copied().flatten()
+        self.lock().queues.claim(slot)
     }
 
-    /// Whether this broker may act for `slot` now: the ownership gate's
-    /// rule, asked by background work (offset expiry) as requests ask it
-    /// through `Broker::group_coordinator`.
-    fn holds(&self, slot: u32) -> bool {
-        self.slot_claim(slot)
+    /// Whether this broker may act for `slot` now: it serves the slot and
+    /// its lease holds. Background work (offset and group expiry) asks, as
+    /// requests ask through `Broker::group_coordinator`.
+    fn holds(&self, inner: &Inner, slot: u32) -> bool {
+        inner
+            .queues
+            .serving(slot)
             .is_some_and(|claim| check_slot_access(&self.view, slot, claim).is_ok())
+            && self.membership.may_act(self.env.clock.monotonic_ms())
+    }
+
+    /// NOT_COORDINATOR unless the slot of `group_id` is served here. Asked
+    /// under the lock by every operation: the ownership gate was passed
+    /// before the lock was taken, and the slot may have been let go of
+    /// since.
+    fn served(inner: &Inner, group_id: &str) -> Result<(), ErrorCode> {
+        match inner.queues.serving(coordinator_slot(group_id)) {
+            Some(_) => Ok(()),
+            None => Err(ErrorCode::NotCoordinator),
+        }
+    }
+
+    /// Answers parked requests as the core decided.
+    fn answer(inner: &mut Inner, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Join { waiter, result } => {
+                    if let Some(tx) = inner.joins.remove(&waiter) {
+                        let _ = tx.send(result);
+                    }
+                }
+                Effect::Sync { waiter, result } => {
+                    if let Some(tx) = inner.syncs.remove(&waiter) {
+                        let _ = tx.send(result);
+                    }
+                }
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -175,20 +184,7 @@ impl GroupCoordinator {
         done: Option<(u32, WriteDone)>,
         from_request: bool,
     ) {
-        for effect in out.effects {
-            match effect {
-                Effect::Join { waiter, result } => {
-                    if let Some(tx) = inner.joins.remove(&waiter) {
-                        let _ = tx.send(result);
-                    }
-                }
-                Effect::Sync { waiter, result } => {
-                    if let Some(tx) = inner.syncs.remove(&waiter) {
-                        let _ = tx.send(result);
-                    }
-                }
-            }
-        }
+        Self::answer(inner, out.effects);
         let mut touched = Vec::new();
         let stored = out.stored;
         for (slot, op) in out.ops {
@@ -237,6 +233,9 @@ impl GroupCoordinator {
         let waiter = self.waiter();
         let (rx, member_id) = {
             let mut inner = self.lock();
+            if let Err(code) = Self::served(&inner, group_id) {
+                return Err(JoinError::new(req.member_id, code));
+            }
             let (tx, rx) = oneshot::channel();
             inner.joins.insert(waiter, tx);
             let mut out = Output::default();
@@ -286,6 +285,7 @@ impl GroupCoordinator {
         let waiter = self.waiter();
         let rx = {
             let mut inner = self.lock();
+            Self::served(&inner, group_id)?;
             let (tx, rx) = oneshot::channel();
             inner.syncs.insert(waiter, tx);
             let mut out = Output::default();
@@ -310,6 +310,7 @@ impl GroupCoordinator {
         generation: i32,
     ) -> Result<(), ErrorCode> {
         let mut inner = self.lock();
+        Self::served(&inner, group_id)?;
         let mut out = Output::default();
         let outcome = inner.core.heartbeat(
             group_id,
@@ -330,6 +331,7 @@ impl GroupCoordinator {
         members: &[(String, Option<String>)],
     ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let mut inner = self.lock();
+        Self::served(&inner, group_id)?;
         let mut out = Output::default();
         let result = inner
             .core
@@ -388,6 +390,7 @@ impl GroupCoordinator {
         let slot = coordinator_slot(group_id);
         let (outcomes, rx) = {
             let mut inner = self.lock();
+            Self::served(&inner, group_id)?;
             let mut out = Output::default();
             let result = decide(&mut inner.core, self.env.now_ms(), &mut out);
             let outcomes = match result {
@@ -416,6 +419,10 @@ impl GroupCoordinator {
     ) -> Result<(), ErrorCode> {
         let rx = {
             let mut inner = self.lock();
+            // Not served here: the staged offsets are another broker's to
+            // complete, and the transaction is not complete until they
+            // are, so its completion fails and is retried.
+            Self::served(&inner, group_id)?;
             let mut out = Output::default();
             inner
                 .core
@@ -441,14 +448,18 @@ impl GroupCoordinator {
         group_id: &str,
         topics: Option<&[(String, Vec<i32>)]>,
         require_stable: bool,
-    ) -> Vec<(String, Vec<FetchedOffset>)> {
-        self.lock()
-            .core
-            .fetch_offsets(group_id, topics, require_stable)
+    ) -> Result<Vec<(String, Vec<FetchedOffset>)>, ErrorCode> {
+        // A slot let go of has no offsets in memory: answering from it
+        // would tell the consumer nothing is committed.
+        let inner = self.lock();
+        Self::served(&inner, group_id)?;
+        Ok(inner.core.fetch_offsets(group_id, topics, require_stable))
     }
 
-    pub fn describe_group(&self, group_id: &str) -> Option<GroupDescription> {
-        self.lock().core.describe_group(group_id)
+    pub fn describe_group(&self, group_id: &str) -> Result<Option<GroupDescription>, ErrorCode> {
+        let inner = self.lock();
+        Self::served(&inner, group_id)?;
+        Ok(inner.core.describe_group(group_id))
     }
 
     pub fn list_groups(
@@ -469,6 +480,10 @@ impl GroupCoordinator {
         {
             let mut inner = self.lock();
             for id in group_ids {
+                if let Err(code) = Self::served(&inner, id) {
+                    pending.push((Err(code), None));
+                    continue;
+                }
                 let mut out = Output::default();
                 let outcome = inner.core.delete_group(id, self.env.now_ms(), &mut out);
                 let rx = if out.ops.is_empty() {
@@ -503,6 +518,7 @@ impl GroupCoordinator {
     ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         let (outcomes, rx) = {
             let mut inner = self.lock();
+            Self::served(&inner, group_id)?;
             let mut out = Output::default();
             let outcomes = match inner.core.delete_offsets(group_id, partitions, &mut out) {
                 Ok(outcomes) if !out.ops.is_empty() => outcomes,
@@ -538,8 +554,9 @@ impl GroupCoordinator {
         if now_ms >= *next_retention_ms {
             inner.core.expire_offsets(now_ms, &mut out);
             // Expiry is background work: it writes only slots this broker
-            // holds.
-            out.ops.retain(|(slot, _)| self.holds(*slot));
+            // holds at this moment (served here, lease in force).
+            let inner_ref: &Inner = &inner;
+            out.ops.retain(|(slot, _)| self.holds(inner_ref, *slot));
             *next_retention_ms = now_ms + retention_every_ms.max(1);
         }
         self.finish(&mut inner, out, None, false);
@@ -570,23 +587,57 @@ impl SlotFile for SlotState {
     }
 }
 
+impl CoordinatorSlot for SlotState {
+    fn paths(slot: u32) -> (String, String) {
+        (group_slot_file(slot), group_slot_journal(slot))
+    }
+
+    fn decode_slot(bytes: &[u8], slot: u32) -> Result<SlotState, String> {
+        SlotState::decode(bytes, slot).map_err(|e| e.to_string())
+    }
+
+    fn empty(slot: u32, coordinator_epoch: i32) -> SlotState {
+        SlotState::new(slot, coordinator_epoch)
+    }
+
+    fn set_coordinator_epoch(&mut self, epoch: i32) {
+        self.coordinator_epoch = epoch;
+    }
+}
+
 impl SlotOwner for GroupCoordinator {
     type File = SlotState;
 
     fn take_round(&self, slot: u32) -> Option<Round<SlotState>> {
         let mut inner = self.lock();
         let state = inner.core.slot(slot).cloned()?;
-        let Taken { ops, done, journal } = inner.queues.take(slot)?;
+        let Taken {
+            ops,
+            done,
+            journal,
+            incarnation,
+        } = inner.queues.take(slot)?;
         Some(Round {
             ops,
             done,
             state,
             journal,
+            incarnation,
         })
     }
 
-    fn finish_round(&self, slot: u32, outcome: RoundOutcome<SlotState>) -> Result<(), ErrorCode> {
+    fn finish_round(
+        &self,
+        slot: u32,
+        incarnation: u64,
+        outcome: RoundOutcome<SlotState>,
+    ) -> Result<(), ErrorCode> {
         let mut inner = self.lock();
+        if !inner.queues.is_current(slot, incarnation) {
+            // Let go of while writing: whatever reached the volume is the
+            // next owner's to load; nothing here may count on it.
+            return Err(ErrorCode::NotCoordinator);
+        }
         let now = self.env.now_ms();
         match outcome {
             RoundOutcome::Unchanged => Ok(()),
@@ -614,6 +665,46 @@ impl SlotOwner for GroupCoordinator {
 
     fn env(&self) -> &Env {
         &self.env
+    }
+}
+
+impl MovingSlots for GroupCoordinator {
+    fn serving(&self, slot: u32) -> Option<Claim> {
+        self.lock().queues.serving(slot)
+    }
+
+    fn serve(&self, slot: u32, claimed: Claimed<SlotState>) {
+        let mut inner = self.lock();
+        let groups = claimed.state.groups.len();
+        inner.core.install_slot(claimed.state, self.env.now_ms());
+        inner.queues.serve(slot, claimed.claim, claimed.journal);
+        if groups > 0 {
+            tracing::info!(
+                slot,
+                groups,
+                epoch = claimed.claim.epoch,
+                "recovered committed offsets"
+            );
+        }
+        drop(inner);
+        // Restored members' sessions run from now: the timer looks again.
+        self.wake.notify_one();
+    }
+
+    fn unserve(&self, slot: u32, newest: Option<Claim>) {
+        let mut inner = self.lock();
+        let mut out = Output::default();
+        inner.core.unload_slot(slot, &mut out);
+        Self::answer(&mut inner, out.effects);
+        inner.queues.unserve(slot, newest);
+    }
+
+    fn follow(&self, slot: u32, newest: Option<Claim>) {
+        self.lock().queues.follow(slot, newest);
+    }
+
+    fn writing(&self, slot: u32) -> bool {
+        self.lock().queues.writing(slot)
     }
 }
 

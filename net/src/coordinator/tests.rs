@@ -17,14 +17,16 @@ use crate::slot_store::test_volume::flaky;
 
 /// A coordinator as broker 0 on `volume`.
 fn open(volume: Arc<dyn Volume>, config: GroupConfig) -> Arc<GroupCoordinator> {
-    GroupCoordinator::open(
+    let env = crate::env::Env::system();
+    let c = GroupCoordinator::open(
         volume,
-        crate::env::Env::system(),
-        0,
+        env.clone(),
+        crate::slot_store::leased(0, &env),
         config,
-        crate::broker::ownership::all_slots_held_by(0),
     )
-    .unwrap()
+    .unwrap();
+    crate::slot_store::serve_all(c.as_ref(), 0);
+    c
 }
 
 fn simple_commit(group: &str, partition: i32, offset: i64) -> CommitRequest {
@@ -47,7 +49,9 @@ fn simple_commit(group: &str, partition: i32, offset: i64) -> CommitRequest {
 
 /// The committed offset, -1 if none (as the wire says it).
 fn committed(c: &GroupCoordinator, group: &str, partition: i32) -> i64 {
-    let fetched = c.fetch_offsets(group, Some(&[("t".to_string(), vec![partition])]), false);
+    let fetched = c
+        .fetch_offsets(group, Some(&[("t".to_string(), vec![partition])]), false)
+        .expect("served");
     match &fetched[0].1[0].committed {
         Ok(Some(c)) => c.offset,
         Ok(None) => -1,
@@ -194,14 +198,14 @@ async fn a_generation_that_cannot_be_written_answers_its_sync_not_coordinator() 
     );
     // Nobody holds that assignment: the group rebalances instead.
     assert_eq!(
-        c.describe_group("g").map(|d| d.state),
+        c.describe_group("g").unwrap().map(|d| d.state),
         Some(kaas_core::group::GroupState::PreparingRebalance)
     );
     drop(c);
     // Nor did a restart find it.
     slot_writes.fail.store(false, Ordering::SeqCst);
     let reopened = open(volume, GroupConfig::default());
-    assert_eq!(reopened.describe_group("g").map(|d| d.state), None);
+    assert_eq!(reopened.describe_group("g").unwrap().map(|d| d.state), None);
 }
 
 #[tokio::test]
@@ -230,7 +234,7 @@ async fn a_group_forms_and_its_member_expires_on_real_time() {
         Err(ErrorCode::UnknownMemberId)
     );
     assert_eq!(
-        c.describe_group("g").map(|d| d.state),
+        c.describe_group("g").unwrap().map(|d| d.state),
         Some(kaas_core::group::GroupState::Empty)
     );
 }
@@ -261,4 +265,96 @@ async fn futures_join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Out
     })
     .await;
     results.into_iter().map(|r| r.expect("completed")).collect()
+}
+
+/// Waits (boundedly) until `n` slot writes are held.
+async fn until_held(slot_writes: &crate::slot_store::test_volume::SlotWrites, n: usize) {
+    for _ in 0..5_000 {
+        if slot_writes.waiting.load(Ordering::SeqCst) == n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    panic!("{n} slot writes never held");
+}
+
+#[tokio::test]
+async fn a_slot_let_go_of_acknowledges_nothing_more_and_is_loaded_back_from_the_volume() {
+    use crate::slot_store::{load_claimed, writer_stopped, MovingSlots};
+    use kaas_core::cluster::Claim;
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, slot_writes) = flaky(dir.path());
+    let c = open(volume.clone(), GroupConfig::default());
+    let slot = coordinator_slot("g");
+    assert_eq!(
+        c.commit_offsets(simple_commit("g", 0, 1)).await,
+        Ok(vec![Ok(())])
+    );
+    // One commit is being written, another queued behind it.
+    slot_writes.hold.store(true, Ordering::SeqCst);
+    let in_flight = tokio::spawn({
+        let c = c.clone();
+        async move { c.commit_offsets(simple_commit("g", 0, 2)).await }
+    });
+    until_held(&slot_writes, 1).await;
+    let queued = tokio::spawn({
+        let c = c.clone();
+        async move { c.commit_offsets(simple_commit("g", 1, 7)).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+
+    // The slot moves to broker 1.
+    let theirs = Claim {
+        broker_id: 1,
+        epoch: 1,
+    };
+    c.unserve(slot, Some(theirs));
+    assert_eq!(c.slot_claim(slot), Some(theirs));
+    assert_eq!(c.serving(slot), None);
+    assert_eq!(
+        queued.await.unwrap(),
+        Ok(vec![Err(ErrorCode::NotCoordinator)]),
+        "a queued change is refused at once"
+    );
+    assert_eq!(
+        c.fetch_offsets("g", None, false),
+        Err(ErrorCode::NotCoordinator),
+        "no answer from a forgotten slot"
+    );
+    assert_eq!(
+        c.commit_offsets(simple_commit("g", 0, 3)).await,
+        Err(ErrorCode::NotCoordinator)
+    );
+    assert!(c.list_groups(&[], &[]).is_empty(), "its groups left memory");
+    slot_writes.hold.store(false, Ordering::SeqCst);
+    assert_eq!(
+        in_flight.await.unwrap(),
+        Ok(vec![Err(ErrorCode::NotCoordinator)]),
+        "the write in flight is never acknowledged"
+    );
+    writer_stopped(c.as_ref(), slot).await;
+
+    // Back here at a newer epoch: loaded from what reached the volume (the
+    // unacknowledged write landed, as a timed-out request's may).
+    let ours = Claim {
+        broker_id: 0,
+        epoch: 2,
+    };
+    c.serve(slot, load_claimed(volume.as_ref(), slot, ours).unwrap());
+    assert_eq!(committed(&c, "g", 0), 2);
+    assert_eq!(committed(&c, "g", 1), -1);
+    assert_eq!(
+        c.commit_offsets(simple_commit("g", 1, 8)).await,
+        Ok(vec![Ok(())])
+    );
+    let state = crate::slot_store::load(
+        volume.as_ref(),
+        &group_slot_file(slot),
+        &group_slot_journal(slot),
+        |b| SlotState::decode(b, slot),
+    )
+    .unwrap()
+    .state
+    .unwrap();
+    assert_eq!(state.coordinator_epoch, 2, "written at the new epoch");
 }

@@ -30,7 +30,7 @@ pub fn handle(
         .map(|group_id| {
             match broker
                 .group_coordinator(&group_id)
-                .map(|g| g.describe_group(&group_id))
+                .and_then(|g| g.describe_group(&group_id))
             {
                 Err(code) => DescribedGroup {
                     error_code: code.code(),

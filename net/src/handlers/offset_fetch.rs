@@ -25,7 +25,7 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
                         .map(|t| (t.name, t.partition_indexes))
                         .collect()
                 });
-                let fetched = broker.group_coordinator(&g.group_id).map(|groups| {
+                let fetched = broker.group_coordinator(&g.group_id).and_then(|groups| {
                     groups.fetch_offsets(&g.group_id, topics.as_deref(), require_stable)
                 });
                 let (fetched, error_code) = match fetched {
@@ -59,7 +59,7 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
     });
     let fetched = broker
         .group_coordinator(&req.group_id)
-        .map(|groups| groups.fetch_offsets(&req.group_id, topics.as_deref(), require_stable));
+        .and_then(|groups| groups.fetch_offsets(&req.group_id, topics.as_deref(), require_stable));
     let (fetched, error_code) = match fetched {
         Ok(fetched) => (fetched, ErrorCode::None.code()),
         Err(code) => (Vec::new(), code.code()),

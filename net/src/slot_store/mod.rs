@@ -12,12 +12,22 @@
 //! many concurrent changes cost one fsync, and no reader ever sees a state
 //! a crash could take back. A round's write is an append to the slot's
 //! journal (see [`journal`]), not a replace of its file.
+//!
+//! Slots move between brokers (docs/cluster.md): the queues also record
+//! which slots this broker serves, at which claim, and who else holds the
+//! rest. A slot is served from [`SlotQueues::serve`] (its state loaded with
+//! [`load_claimed`]) until [`SlotQueues::unserve`]: from then on nothing is
+//! queued for it, whatever was queued is answered NOT_COORDINATOR, and a
+//! round already writing is answered NOT_COORDINATOR too (its incarnation
+//! is no longer the slot's), so no write of a slot this broker let go of
+//! is ever acknowledged.
 
 pub mod journal;
 
 use crate::env::{Env, IoKind};
 use crate::volume::Volume;
 pub use journal::{load, Journal, Loaded};
+use kaas_core::cluster::{Claim, COORDINATOR_SLOTS};
 use kaas_core::protocol::ErrorCode;
 use std::io;
 use std::sync::Arc;
@@ -37,6 +47,50 @@ pub trait SlotFile: Clone + Send + 'static {
     fn encode(&self) -> io::Result<Vec<u8>>;
 }
 
+/// A coordinator's slot file (groups', transactions'): where slot `n`
+/// lives and how it is read, so loading a claimed slot is one function for
+/// both coordinators.
+pub trait CoordinatorSlot: SlotFile {
+    /// The slot's snapshot and journal paths.
+    fn paths(slot: u32) -> (String, String);
+    /// Decodes slot `slot`'s snapshot or journal record.
+    fn decode_slot(bytes: &[u8], slot: u32) -> Result<Self, String>;
+    /// A slot never written, held at `coordinator_epoch`.
+    fn empty(slot: u32, coordinator_epoch: i32) -> Self;
+    /// The coordinator epoch written into the slot with every change.
+    fn set_coordinator_epoch(&mut self, epoch: i32);
+}
+
+/// A slot read from the volume for a claim this broker holds, ready to be
+/// served.
+pub struct Claimed<F> {
+    pub claim: Claim,
+    pub state: F,
+    pub journal: Journal,
+}
+
+/// Loads slot `slot` for `claim`: its snapshot and journal (a torn journal
+/// tail is cut, see [`load`]), stamped with the claim's epoch as its
+/// coordinator epoch. Blocks on the volume. A slot that does not decode is
+/// an error: serving it without its state would forget what it holds.
+pub fn load_claimed<F: CoordinatorSlot>(
+    volume: &dyn Volume,
+    slot: u32,
+    claim: Claim,
+) -> io::Result<Claimed<F>> {
+    let (snapshot, journal) = F::paths(slot);
+    let loaded = load(volume, &snapshot, &journal, |bytes| {
+        F::decode_slot(bytes, slot)
+    })?;
+    let mut state = loaded.state.unwrap_or_else(|| F::empty(slot, claim.epoch));
+    state.set_coordinator_epoch(claim.epoch);
+    Ok(Claimed {
+        claim,
+        state,
+        journal: loaded.journal,
+    })
+}
+
 /// What a writer reports to a request waiting for its slot's write.
 pub type WriteDone = oneshot::Sender<Result<(), ErrorCode>>;
 
@@ -46,8 +100,10 @@ pub async fn wait_written(rx: oneshot::Receiver<Result<(), ErrorCode>>) -> Resul
     rx.await.unwrap_or(Err(ErrorCode::NotCoordinator))
 }
 
-/// The queued ops and waiting requests of every slot. Lives inside the
-/// owner's lock, so ops are queued in the order the owner decided them.
+/// The queued ops and waiting requests of every slot, and which slots are
+/// served here. Lives inside the owner's lock, so ops are queued in the
+/// order the owner decided them, and a slot cannot be let go of between a
+/// request's check that it is served and the queuing of its change.
 pub struct SlotQueues<Op> {
     queues: Vec<SlotQueue<Op>>,
 }
@@ -57,7 +113,14 @@ struct SlotQueue<Op> {
     done: Vec<WriteDone>,
     /// A writer task is running for this slot.
     writing: bool,
-    journal: Journal,
+    /// Served here: the claim held and the journal rounds append to.
+    served: Option<(Claim, Journal)>,
+    /// The newest claim read while not served here (another broker's, a
+    /// release's, or none).
+    elsewhere: Option<Claim>,
+    /// Moves on whenever the slot is served or let go of: a round taken
+    /// under an older one belongs to a serving that is over.
+    incarnation: u64,
 }
 
 /// One round of a slot's writer: what was queued, and the durable state it
@@ -67,6 +130,9 @@ pub struct Round<F: SlotFile> {
     pub done: Vec<WriteDone>,
     pub state: F,
     pub journal: Journal,
+    /// The slot's incarnation when the round was taken (see
+    /// [`SlotQueues::is_current`]).
+    pub incarnation: u64,
 }
 
 /// What a round takes from a slot's queue.
@@ -74,43 +140,116 @@ pub struct Taken<Op> {
     pub ops: Vec<Op>,
     pub done: Vec<WriteDone>,
     pub journal: Journal,
+    pub incarnation: u64,
+}
+
+impl<Op> Default for SlotQueues<Op> {
+    fn default() -> Self {
+        SlotQueues::new()
+    }
 }
 
 impl<Op> SlotQueues<Op> {
-    /// One queue per slot, slot `i` writing to `journals[i]`.
-    pub fn new(journals: Vec<Journal>) -> SlotQueues<Op> {
+    /// One queue per coordinator slot, none served yet.
+    pub fn new() -> SlotQueues<Op> {
         SlotQueues {
-            queues: journals
-                .into_iter()
-                .map(|journal| SlotQueue {
+            queues: (0..COORDINATOR_SLOTS)
+                .map(|_| SlotQueue {
                     ops: Vec::new(),
                     done: Vec::new(),
                     writing: false,
-                    journal,
+                    served: None,
+                    elsewhere: None,
+                    incarnation: 0,
                 })
                 .collect(),
         }
     }
 
-    /// Queues `op` for `slot`; false for a slot that does not exist.
-    pub fn push_op(&mut self, slot: u32, op: Op) -> bool {
-        match self.queues.get_mut(slot as usize) {
-            Some(q) => {
-                q.ops.push(op);
-                true
-            }
-            None => false,
+    /// Serves `slot` at `claim`, its rounds appending to `journal`.
+    pub fn serve(&mut self, slot: u32, claim: Claim, journal: Journal) {
+        if let Some(q) = self.queues.get_mut(slot as usize) {
+            q.served = Some((claim, journal));
+            q.elsewhere = None;
+            q.incarnation += 1;
         }
     }
 
-    /// `done` is told once everything queued so far for `slot` is durable.
+    /// Stops serving `slot` (its newest claim is now `newest`): what is
+    /// queued is dropped and its waiters answered NOT_COORDINATOR, and a
+    /// round being written will be answered the same.
+    pub fn unserve(&mut self, slot: u32, newest: Option<Claim>) {
+        if let Some(q) = self.queues.get_mut(slot as usize) {
+            q.served = None;
+            q.elsewhere = newest;
+            q.incarnation += 1;
+            q.ops.clear();
+            for tx in q.done.drain(..) {
+                let _ = tx.send(Err(ErrorCode::NotCoordinator));
+            }
+        }
+    }
+
+    /// Records `newest` as the claim of a slot not served here.
+    pub fn follow(&mut self, slot: u32, newest: Option<Claim>) {
+        if let Some(q) = self.queues.get_mut(slot as usize) {
+            if q.served.is_none() {
+                q.elsewhere = newest;
+            }
+        }
+    }
+
+    /// The claim this broker serves `slot` at, if it does.
+    pub fn serving(&self, slot: u32) -> Option<Claim> {
+        self.queues
+            .get(slot as usize)
+            .and_then(|q| q.served.as_ref().map(|(c, _)| *c))
+    }
+
+    /// The newest claim known on `slot`: this broker's while it serves it.
+    pub fn claim(&self, slot: u32) -> Option<Claim> {
+        let q = self.queues.get(slot as usize)?;
+        q.served.as_ref().map(|(c, _)| *c).or(q.elsewhere)
+    }
+
+    /// Whether a writer task still runs for `slot` (a round of it may be
+    /// writing the slot's journal).
+    pub fn writing(&self, slot: u32) -> bool {
+        self.queues.get(slot as usize).is_some_and(|q| q.writing)
+    }
+
+    /// Whether a round taken at `incarnation` still belongs to the slot's
+    /// current serving.
+    pub fn is_current(&self, slot: u32, incarnation: u64) -> bool {
+        self.queues
+            .get(slot as usize)
+            .is_some_and(|q| q.served.is_some() && q.incarnation == incarnation)
+    }
+
+    /// Queues `op` for `slot`; false (and the op is dropped) for a slot not
+    /// served here.
+    pub fn push_op(&mut self, slot: u32, op: Op) -> bool {
+        match self.queues.get_mut(slot as usize) {
+            Some(q) if q.served.is_some() => {
+                q.ops.push(op);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `done` is told once everything queued so far for `slot` is durable;
+    /// at once NOT_COORDINATOR (and false) for a slot not served here.
     pub fn push_done(&mut self, slot: u32, done: WriteDone) -> bool {
         match self.queues.get_mut(slot as usize) {
-            Some(q) => {
+            Some(q) if q.served.is_some() => {
                 q.done.push(done);
                 true
             }
-            None => false,
+            _ => {
+                let _ = done.send(Err(ErrorCode::NotCoordinator));
+                false
+            }
         }
     }
 
@@ -127,17 +266,21 @@ impl<Op> SlotQueues<Op> {
     }
 
     /// Takes everything queued for `slot`, or `None` (and the writer
-    /// stops) when nothing is.
+    /// stops) when nothing is, or the slot is not served here.
     pub fn take(&mut self, slot: u32) -> Option<Taken<Op>> {
         let q = self.queues.get_mut(slot as usize)?;
-        if q.ops.is_empty() && q.done.is_empty() {
-            q.writing = false;
-            return None;
-        }
+        let journal = match &q.served {
+            Some((_, journal)) if !(q.ops.is_empty() && q.done.is_empty()) => journal.clone(),
+            _ => {
+                q.writing = false;
+                return None;
+            }
+        };
         Some(Taken {
             ops: std::mem::take(&mut q.ops),
             done: std::mem::take(&mut q.done),
-            journal: q.journal.clone(),
+            journal,
+            incarnation: q.incarnation,
         })
     }
 }
@@ -163,9 +306,50 @@ pub trait SlotOwner: Send + Sync + 'static {
     /// after a failed write, whatever the owner already changed in memory
     /// for the round must be undone. Returns what the waiting requests are
     /// told.
-    fn finish_round(&self, slot: u32, outcome: RoundOutcome<Self::File>) -> Result<(), ErrorCode>;
+    /// A round taken at an `incarnation` that is no longer the slot's (it
+    /// was let go of meanwhile) must install nothing and answer
+    /// NOT_COORDINATOR.
+    fn finish_round(
+        &self,
+        slot: u32,
+        incarnation: u64,
+        outcome: RoundOutcome<Self::File>,
+    ) -> Result<(), ErrorCode>;
     fn volume(&self) -> &Arc<dyn Volume>;
     fn env(&self) -> &Env;
+}
+
+/// A coordinator whose slots move between brokers: the ownership round
+/// (`Broker::reconcile`) drives these.
+pub trait MovingSlots: SlotOwner
+where
+    Self::File: CoordinatorSlot,
+{
+    /// The claim this broker serves `slot` at, if it does.
+    fn serving(&self, slot: u32) -> Option<Claim>;
+    /// Starts serving a slot loaded for a claim held here.
+    fn serve(&self, slot: u32, claimed: Claimed<Self::File>);
+    /// Stops serving `slot` at once: its requests and waiters are answered
+    /// NOT_COORDINATOR from now on and its state leaves memory. `newest`
+    /// is the slot's newest claim, for FindCoordinator.
+    fn unserve(&self, slot: u32, newest: Option<Claim>);
+    /// Records the newest claim of a slot served elsewhere.
+    fn follow(&self, slot: u32, newest: Option<Claim>);
+    /// Whether a writer of `slot` still runs.
+    fn writing(&self, slot: u32) -> bool;
+}
+
+/// Waits until no writer of `slot` runs: after [`MovingSlots::unserve`],
+/// once this returns, nothing of this broker writes the slot's files any
+/// more, so they may be handed over (released) or loaded again. Polls,
+/// since a round ends on the IO runner.
+pub async fn writer_stopped<O: MovingSlots>(owner: &O, slot: u32)
+where
+    O::File: CoordinatorSlot,
+{
+    while owner.writing(slot) {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
 }
 
 /// The writer task of one slot: rounds until the queue is drained.
@@ -175,6 +359,7 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
         done,
         mut state,
         journal,
+        incarnation,
     }) = owner.take_round(slot)
     {
         let mut changed = false;
@@ -190,7 +375,7 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
         } else {
             RoundOutcome::Unchanged
         };
-        let result = owner.finish_round(slot, outcome);
+        let result = owner.finish_round(slot, incarnation, outcome);
         for tx in done {
             let _ = tx.send(result);
         }
@@ -207,6 +392,36 @@ async fn write<O: SlotOwner>(owner: &O, journal: &Journal, state: &O::File) -> i
             journal.write(volume.as_ref(), &bytes)
         })
         .await
+}
+
+/// A coordinator serving every slot at epoch 0 for `broker_id`, as a
+/// broker alone on its volume does (coordinator tests).
+#[cfg(test)]
+pub(crate) fn serve_all<O: MovingSlots>(owner: &O, broker_id: i32)
+where
+    O::File: CoordinatorSlot,
+{
+    for slot in 0..COORDINATOR_SLOTS {
+        let claim = Claim {
+            broker_id,
+            epoch: 0,
+        };
+        let claimed = load_claimed(owner.volume().as_ref(), slot, claim).expect("slot loads");
+        owner.serve(slot, claimed);
+    }
+}
+
+/// The membership of a broker whose lease holds for the whole test.
+#[cfg(test)]
+pub(crate) fn leased(broker_id: i32, env: &Env) -> Arc<crate::cluster::Membership> {
+    let bounds = kaas_core::cluster::membership::LeaseBounds {
+        lease_ms: 1 << 40,
+        ..Default::default()
+    };
+    let m = crate::cluster::Membership::new(broker_id, "localhost", 9092, None, bounds, 1);
+    let now = env.clock.monotonic_ms();
+    m.heartbeat_durable(now, now);
+    Arc::new(m)
 }
 
 /// A local volume whose slot writes the coordinator tests count and fail.

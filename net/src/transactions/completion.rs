@@ -15,6 +15,12 @@
 //! marker's offset), a second completion of a group's offsets finds
 //! nothing staged, and Complete* is only written over the same prepared
 //! entry. So the reconcile can simply run the whole of it again.
+//!
+//! A step that fails leaves the entry prepared, and the timers' next pass
+//! runs the completion again: so it is with a marker for a partition led
+//! by another broker (NOT_LEADER_OR_FOLLOWER, until markers are sent
+//! between brokers) and with staged offsets of a group coordinated by
+//! another broker (NOT_COORDINATOR). Nothing is dropped; it waits.
 
 use crate::broker::Broker;
 use kaas_core::partition::IncomingMarker;
@@ -48,6 +54,12 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
         TxnState::PrepareAbort => false,
         _ => return Ok(()),
     };
+    // Only the slot's holder completes it: one that let the slot go (or
+    // whose lease ran out) leaves the entry to the next owner, which
+    // completes the same decision at its own epoch.
+    if !broker.transactions.holds_id(&prepared.transactional_id) {
+        return Err(ErrorCode::NotCoordinator);
+    }
     let marker = IncomingMarker {
         producer_id: prepared.producer_id,
         producer_epoch: prepared.producer_epoch,

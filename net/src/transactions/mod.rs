@@ -17,6 +17,13 @@
 //!   `abort_timed_out_interval_ms`, and expiry every
 //!   `remove_expired_interval_ms` (`timers`).
 //!
+//! - Slots move between brokers (docs/cluster.md): the ownership round
+//!   serves a slot by loading its file and lets it go by forgetting it
+//!   (`MovingSlots`); a decision checks under the lock that its slot is
+//!   served here. A slot taken over is completed by the timers like one
+//!   recovered at start: its prepared transactions at the next pass, its
+//!   ongoing ones once they time out.
+//!
 //! The mutex is never held across an await.
 
 pub mod completion;
@@ -27,9 +34,11 @@ mod timers;
 pub use completion::complete;
 pub use timers::run_timers;
 
+use crate::cluster::Membership;
 use crate::env::Env;
 use crate::slot_store::{
-    self, wait_written, Round, RoundOutcome, SlotFile, SlotOwner, SlotQueues, Taken,
+    self, wait_written, Claimed, CoordinatorSlot, MovingSlots, Round, RoundOutcome, SlotFile,
+    SlotOwner, SlotQueues, Taken,
 };
 use crate::volume::Volume;
 use kaas_core::cluster::{
@@ -47,7 +56,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 struct Inner {
-    /// The durable state of every slot, as last written.
+    /// The durable state of every slot, as last written (empty for a slot
+    /// not served here).
     slots: Vec<TxnSlotState>,
     queues: SlotQueues<TxnSlotOp>,
     /// Ids whose next entry is being written.
@@ -61,11 +71,8 @@ pub struct TxnCoordinator {
     volume: Arc<dyn Volume>,
     env: Env,
     config: TxnConfig,
-    /// This broker's claim on each slot: its coordinator epoch, carried by
-    /// every marker it writes.
-    /// The claim in force on each slot, as read at start: this broker's
-    /// where it won or kept one, another's (or none) where it did not.
-    claims: Vec<Option<Claim>>,
+    /// This broker's lease: background work acts only while it holds.
+    membership: Arc<Membership>,
     view: ClusterView,
 }
 
@@ -80,55 +87,29 @@ pub enum InitOutcome {
 }
 
 impl TxnCoordinator {
-    /// Claims every slot and loads its file. A slot file that cannot be
-    /// read stops the broker: starting without it would forget producer
-    /// epochs (and let zombies back in) and prepared transactions.
+    /// A coordinator serving no slot yet (the ownership round serves them,
+    /// see [`MovingSlots`]).
     pub fn open(
         volume: Arc<dyn Volume>,
         env: Env,
-        broker_id: i32,
+        membership: Arc<Membership>,
         config: TxnConfig,
-        claims: Vec<Option<Claim>>,
     ) -> io::Result<Arc<TxnCoordinator>> {
         volume.create_dir_all(TXN_STATE_DIR)?;
-        let mut slots = Vec::with_capacity(COORDINATOR_SLOTS as usize);
-        let mut ids = 0;
-        let mut journals = Vec::with_capacity(COORDINATOR_SLOTS as usize);
-        for slot in 0..COORDINATOR_SLOTS {
-            let epoch = claims
-                .get(slot as usize)
-                .copied()
-                .flatten()
-                .map_or(-1, |c| c.epoch);
-            let loaded = slot_store::load(
-                volume.as_ref(),
-                &txn_slot_file(slot),
-                &txn_slot_journal(slot),
-                |bytes| TxnSlotState::decode(bytes, slot),
-            )?;
-            journals.push(loaded.journal);
-            let mut state = loaded
-                .state
-                .unwrap_or_else(|| TxnSlotState::new(slot, epoch));
-            state.coordinator_epoch = epoch;
-            ids += state.entries.len();
-            slots.push(state);
-        }
-        if ids > 0 {
-            tracing::info!(transactional_ids = ids, "recovered transaction state");
-        }
         Ok(Arc::new(TxnCoordinator {
             inner: Mutex::new(Inner {
-                slots,
-                queues: SlotQueues::new(journals),
+                slots: (0..COORDINATOR_SLOTS)
+                    .map(|slot| TxnSlotState::new(slot, -1))
+                    .collect(),
+                queues: SlotQueues::new(),
                 writing: HashSet::new(),
                 completing: HashSet::new(),
             }),
             volume,
             env,
             config,
-            claims,
-            view: ClusterView::single(broker_id),
+            view: ClusterView::single(membership.broker_id()),
+            membership,
         }))
     }
 
@@ -136,21 +117,37 @@ impl TxnCoordinator {
         &self.config
     }
 
-    /// Who holds slot `slot` and at which epoch (the ownership gate asks).
+    /// The newest claim known on slot `slot`: this broker's while it serves
+    /// the slot, else the one the last ownership round read (the ownership
+    /// gate and FindCoordinator ask).
     pub fn slot_claim(&self, slot: u32) -> Option<Claim> {
-        self.claims.get(slot as usize).copied().flatten()
+        self.lock().queues.claim(slot)
     }
 
-    /// Whether this broker may act for `slot` now (background work asks,
-    /// as requests ask through `Broker::txn_coordinator`).
-    fn holds(&self, slot: u32) -> bool {
-        self.slot_claim(slot)
+    /// Whether this broker may act for `slot` now: it serves the slot and
+    /// its lease holds (background work asks, as requests ask through
+    /// `Broker::txn_coordinator`).
+    fn holds(&self, inner: &Inner, slot: u32) -> bool {
+        inner
+            .queues
+            .serving(slot)
             .is_some_and(|claim| check_slot_access(&self.view, slot, claim).is_ok())
+            && self.membership.may_act(self.env.clock.monotonic_ms())
     }
 
-    /// The coordinator epoch markers of `transactional_id` carry.
+    /// Whether this broker may act for the slot of `transactional_id` now
+    /// (a completion asks before each step).
+    pub fn holds_id(&self, transactional_id: &str) -> bool {
+        let inner = self.lock();
+        self.holds(&inner, coordinator_slot(transactional_id))
+    }
+
+    /// The coordinator epoch markers of `transactional_id` carry: the
+    /// claim this broker serves its slot at (-1 if it does not).
     pub fn coordinator_epoch(&self, transactional_id: &str) -> i32 {
-        self.slot_claim(coordinator_slot(transactional_id))
+        self.lock()
+            .queues
+            .serving(coordinator_slot(transactional_id))
             .map_or(-1, |c| c.epoch)
     }
 
@@ -158,19 +155,21 @@ impl TxnCoordinator {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The durable entry of `transactional_id`.
+    /// The durable entry of `transactional_id` (`None` also when its slot
+    /// is not served here: the handlers ask behind the ownership gate).
     pub fn entry(&self, transactional_id: &str) -> Option<TxnEntry> {
         let inner = self.lock();
         entry_in(&inner, transactional_id).cloned()
     }
 
-    /// Every durable entry of the slots this broker holds.
+    /// Every durable entry of the slots this broker holds now (a slot
+    /// served since the last call included).
     pub fn entries(&self) -> Vec<TxnEntry> {
         let inner = self.lock();
         inner
             .slots
             .iter()
-            .filter(|s| self.holds(s.slot))
+            .filter(|s| self.holds(&inner, s.slot))
             .flat_map(|s| s.entries.values().cloned())
             .collect()
     }
@@ -187,6 +186,11 @@ impl TxnCoordinator {
         let slot = coordinator_slot(id);
         let (rx, answer) = {
             let mut inner = self.lock();
+            // The ownership gate was passed before the lock was taken; the
+            // slot may have been let go of since.
+            if inner.queues.serving(slot).is_none() {
+                return Err(ErrorCode::NotCoordinator);
+            }
             if inner.writing.contains(id) {
                 return Err(ErrorCode::ConcurrentTransactions);
             }
@@ -300,6 +304,9 @@ impl TxnCoordinator {
         partition: &(String, i32),
     ) -> Result<(), ErrorCode> {
         let inner = self.lock();
+        if inner.queues.serving(coordinator_slot(id)).is_none() {
+            return Err(ErrorCode::NotCoordinator);
+        }
         let verified =
             rules::verify_partition(entry_in(&inner, id), producer_id, producer_epoch, partition);
         match verified {
@@ -322,6 +329,9 @@ impl TxnCoordinator {
         group: &str,
     ) -> Result<(), ErrorCode> {
         let inner = self.lock();
+        if inner.queues.serving(coordinator_slot(id)).is_none() {
+            return Err(ErrorCode::NotCoordinator);
+        }
         if inner.writing.contains(id) {
             return Err(ErrorCode::ConcurrentTransactions);
         }
@@ -432,7 +442,7 @@ impl TxnCoordinator {
         let mut inner = self.lock();
         let mut expired = Vec::new();
         for s in &inner.slots {
-            if !self.holds(s.slot) {
+            if !self.holds(&inner, s.slot) {
                 continue;
             }
             for e in s.entries.values() {
@@ -466,6 +476,24 @@ fn entry_in<'a>(inner: &'a Inner, id: &str) -> Option<&'a TxnEntry> {
         .and_then(|s| s.entries.get(id))
 }
 
+impl CoordinatorSlot for TxnSlotState {
+    fn paths(slot: u32) -> (String, String) {
+        (txn_slot_file(slot), txn_slot_journal(slot))
+    }
+
+    fn decode_slot(bytes: &[u8], slot: u32) -> Result<TxnSlotState, String> {
+        TxnSlotState::decode(bytes, slot).map_err(|e| e.to_string())
+    }
+
+    fn empty(slot: u32, coordinator_epoch: i32) -> TxnSlotState {
+        TxnSlotState::new(slot, coordinator_epoch)
+    }
+
+    fn set_coordinator_epoch(&mut self, epoch: i32) {
+        self.coordinator_epoch = epoch;
+    }
+}
+
 /// Transaction slot files written by the shared slot store.
 impl SlotFile for TxnSlotState {
     type Op = TxnSlotOp;
@@ -493,24 +521,37 @@ impl SlotOwner for TxnCoordinator {
     fn take_round(&self, slot: u32) -> Option<Round<TxnSlotState>> {
         let mut inner = self.lock();
         let state = inner.slots.get(slot as usize).cloned()?;
-        let Taken { ops, done, journal } = inner.queues.take(slot)?;
+        let Taken {
+            ops,
+            done,
+            journal,
+            incarnation,
+        } = inner.queues.take(slot)?;
         Some(Round {
             ops,
             done,
             state,
             journal,
+            incarnation,
         })
     }
 
     fn finish_round(
         &self,
         slot: u32,
+        incarnation: u64,
         outcome: RoundOutcome<TxnSlotState>,
     ) -> Result<(), ErrorCode> {
+        let mut inner = self.lock();
+        if !inner.queues.is_current(slot, incarnation) {
+            // Let go of while writing: whatever reached the volume is the
+            // next owner's to load; nothing here may count on it.
+            return Err(ErrorCode::NotCoordinator);
+        }
         match outcome {
             RoundOutcome::Unchanged => Ok(()),
             RoundOutcome::Written(state) => {
-                if let Some(s) = self.lock().slots.get_mut(slot as usize) {
+                if let Some(s) = inner.slots.get_mut(slot as usize) {
                     *s = state;
                 }
                 Ok(())
@@ -530,5 +571,44 @@ impl SlotOwner for TxnCoordinator {
 
     fn env(&self) -> &Env {
         &self.env
+    }
+}
+
+impl MovingSlots for TxnCoordinator {
+    fn serving(&self, slot: u32) -> Option<Claim> {
+        self.lock().queues.serving(slot)
+    }
+
+    fn serve(&self, slot: u32, claimed: Claimed<TxnSlotState>) {
+        let mut inner = self.lock();
+        let ids = claimed.state.entries.len();
+        if let Some(s) = inner.slots.get_mut(slot as usize) {
+            *s = claimed.state;
+            inner.queues.serve(slot, claimed.claim, claimed.journal);
+        }
+        if ids > 0 {
+            tracing::info!(
+                slot,
+                transactional_ids = ids,
+                epoch = claimed.claim.epoch,
+                "recovered transaction state"
+            );
+        }
+    }
+
+    fn unserve(&self, slot: u32, newest: Option<Claim>) {
+        let mut inner = self.lock();
+        if let Some(s) = inner.slots.get_mut(slot as usize) {
+            *s = TxnSlotState::new(slot, -1);
+        }
+        inner.queues.unserve(slot, newest);
+    }
+
+    fn follow(&self, slot: u32, newest: Option<Claim>) {
+        self.lock().queues.follow(slot, newest);
+    }
+
+    fn writing(&self, slot: u32) -> bool {
+        self.lock().queues.writing(slot)
     }
 }

@@ -14,14 +14,16 @@ const ID: &str = "tx";
 use crate::slot_store::test_volume::flaky;
 
 fn open(volume: Arc<dyn Volume>) -> Arc<TxnCoordinator> {
-    TxnCoordinator::open(
+    let env = crate::env::Env::system();
+    let c = TxnCoordinator::open(
         volume,
-        crate::env::Env::system(),
-        0,
+        env.clone(),
+        crate::slot_store::leased(0, &env),
         TxnConfig::default(),
-        crate::broker::ownership::all_slots_held_by(0),
     )
-    .unwrap()
+    .unwrap();
+    crate::slot_store::serve_all(c.as_ref(), 0);
+    c
 }
 
 /// A producer at epoch 0 with an ongoing transaction on t-0.
@@ -279,4 +281,50 @@ async fn a_partition_already_added_is_verified_while_another_is_being_added() {
         "t-1 is not durable yet: retry"
     );
     assert_eq!(c.verify(ID, pid, epoch, &t1), Ok(()));
+}
+
+#[tokio::test]
+async fn a_slot_let_go_of_decides_nothing_and_a_new_owner_finds_its_transactions() {
+    use crate::slot_store::{load_claimed, writer_stopped, MovingSlots};
+    use kaas_core::cluster::{coordinator_slot, Claim};
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = flaky(dir.path());
+    let c = open(volume.clone());
+    let (pid, epoch) = ongoing(&c, 60_000).await;
+    let prepared = end_txn(&c, pid, epoch, true).await.unwrap().unwrap();
+    let slot = coordinator_slot(ID);
+    c.unserve(slot, None);
+    writer_stopped(c.as_ref(), slot).await;
+    assert_eq!(c.entry(ID), None, "its state left memory");
+    assert!(c.entries().is_empty(), "the timers find nothing of it");
+    assert_eq!(
+        c.finish_prepared(&prepared).await,
+        Err(ErrorCode::NotCoordinator)
+    );
+    assert_eq!(
+        c.verify(ID, pid, epoch, &("t".into(), 0)),
+        Err(ErrorCode::NotCoordinator)
+    );
+    assert_eq!(c.coordinator_epoch(ID), -1);
+
+    // Another coordinator takes the slot at the next epoch: the prepared
+    // transaction is there for its timers, and its markers carry the new
+    // coordinator epoch.
+    let next = TxnCoordinator::open(
+        volume.clone(),
+        crate::env::Env::system(),
+        crate::slot_store::leased(1, &crate::env::Env::system()),
+        TxnConfig::default(),
+    )
+    .unwrap();
+    let theirs = Claim {
+        broker_id: 1,
+        epoch: 1,
+    };
+    next.serve(slot, load_claimed(volume.as_ref(), slot, theirs).unwrap());
+    assert_eq!(state(&next), TxnState::PrepareCommit);
+    assert_eq!(next.entries().len(), 1);
+    assert_eq!(next.coordinator_epoch(ID), 1);
+    assert_eq!(next.finish_prepared(&prepared).await, Ok(()));
+    assert_eq!(state(&next), TxnState::CompleteCommit);
 }
