@@ -263,6 +263,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let broker = Broker::open(config, volume, kaas_net::env::Env::system())
         .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
     tokio::spawn(broker.clone().run_retention());
+    #[cfg(unix)]
+    tokio::spawn(drain_on_sigusr1(broker.clone()));
     tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), cluster_id = %broker.cluster_id, "kaas is serving");
     kaas_net::server::serve(broker.clone(), listener, shutdown_signal()).await;
     tracing::info!("shutting down: handing over to the other brokers, then flushing");
@@ -324,6 +326,23 @@ fn raise_open_file_limit(max_connections: usize) {
 
 #[cfg(not(unix))]
 fn raise_open_file_limit(_max_connections: usize) {}
+
+/// `kill -USR1` drains the broker: it announces it is leaving and hands
+/// every partition and coordinator slot to the other brokers at once, then
+/// keeps running with nothing placed on it (clients are sent elsewhere),
+/// until it is stopped. A restart makes it a full member again.
+#[cfg(unix)]
+async fn drain_on_sigusr1(broker: Arc<Broker>) {
+    let Ok(mut usr1) =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+    else {
+        return;
+    };
+    while usr1.recv().await.is_some() {
+        tracing::info!("SIGUSR1: draining: handing everything over to the other brokers");
+        broker.hand_over().await;
+    }
+}
 
 async fn shutdown_signal() {
     let ctrl_c = async {

@@ -338,7 +338,7 @@ async fn partitions_spread_over_the_brokers_and_move_with_a_stopped_one_and_back
 }
 
 #[tokio::test]
-async fn a_graceful_hand_over_moves_partitions_without_waiting_for_the_lease() {
+async fn a_graceful_hand_over_moves_partitions_and_slots_without_waiting_for_the_lease() {
     const PARTITIONS: i32 = 6;
     let dir = tempfile::tempdir().unwrap();
     let mut brokers = BTreeMap::new();
@@ -364,12 +364,23 @@ async fn a_graceful_hand_over_moves_partitions_without_waiting_for_the_lease() {
         );
     }
 
+    // A group whose coordinator slot is placed on the leaving broker.
+    let group = (0..1000)
+        .map(|i| format!("hand-over-{i}"))
+        .find(|g| owner_of(&Item::GroupSlot(coordinator_slot(g)), &[0, 1, 2]) == Some(leaving))
+        .expect("some group is placed on every broker");
+    assert_eq!(
+        until_coordinated(&all, &group, 0, &[0, 1, 2]).await,
+        leaving
+    );
+
     // The leaving broker hands over and keeps running (and heartbeating):
-    // it stays live, so the others can only have taken its partitions
-    // because it released them, not because its lease ran out.
+    // it stays live, so the others can only have taken its partitions and
+    // slots because it released them, not because its lease ran out.
     brokers[&leaving].broker.hand_over().await;
     let rest: Vec<i32> = (0..3).filter(|b| *b != leaving).collect();
     let moved = until_led(&all, "h", &rest).await;
+    until_coordinated(&all, &group, 0, &rest).await;
     assert_eq!(
         metadata_brokers(brokers[&leaving].addr).await.1.len(),
         3,

@@ -172,12 +172,14 @@ class Member:
             acked[p] = max(acked.get(p, 0), o)
 
 
-def find_coordinator(broker, group):
-    """(error code, node id) of FindCoordinator v1 for `group`, asked of one
-    broker on the wire (the admin client hides which broker it asked)."""
+def find_coordinator(broker, group, key_type=0):
+    """(error code, node id) of FindCoordinator v1 for `group` (key_type 0) or a
+    transactional id (key_type 1), asked of one broker on the wire (the admin
+    client hides which broker it asked)."""
     client = b"kaas-e2e"
     key = group.encode()
-    body = struct.pack(">hhih", 10, 1, 7, len(client)) + client + struct.pack(">h", len(key)) + key + b"\x00"
+    body = (struct.pack(">hhih", 10, 1, 7, len(client)) + client + struct.pack(">h", len(key)) + key
+            + struct.pack(">b", key_type))
     with socket.create_connection((broker.host, broker.port), timeout=5) as s:
         s.settimeout(5)
         s.sendall(struct.pack(">i", len(body)) + body)
@@ -199,11 +201,11 @@ def find_coordinator(broker, group):
     return error, node
 
 
-def coordinator_of(brokers, group, timeout=60):
+def coordinator_of(brokers, group, timeout=60, key_type=0):
     """The coordinator every broker in `brokers` names for `group` (bounded wait)."""
     deadline = time.monotonic() + timeout
     while True:
-        answers = {find_coordinator(b, group) for b in brokers}
+        answers = {find_coordinator(b, group, key_type) for b in brokers}
         if len(answers) == 1:
             error, node = answers.pop()
             if error == 0:
@@ -360,3 +362,40 @@ def test_rolling_restart_of_all_three_brokers_under_an_idempotent_producer(clust
         assert r is not None and (r.key, r.value) == (by_seq[seq].key, by_seq[seq].value), \
             "seq %d acknowledged at %s: %s; %s" % (seq, (q, off), r, info)
     assert len(at) == len(d.ok), "%d records for %d acknowledged; %s" % (len(at), len(d.ok), info)
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_eos_copy_survives_kill9_of_its_transaction_coordinators_broker(cluster, topic_name, tmp_path):
+    """Issue 11 item 8c: the exactly-once consume-transform-produce app of
+    test_transactions.py (confluent-kafka) copies its input across three brokers
+    while the broker coordinating its transactional id is kill -9'd twice, each
+    time inside a transaction: its slot moves to another broker and back, the
+    partitions it led too, and the output is every input record exactly once."""
+    from test_transactions import EOS_APP_RESTART_RECORDS, run_eos_copy
+
+    txn_id = topic_name + "-eos"  # the id run_eos_copy gives the app
+    for b in cluster:  # every broker lists the others before anything is placed
+        deadline = time.monotonic() + 30
+        while find_coordinator(b, txn_id, 1)[0] != 0:
+            assert time.monotonic() < deadline, "no coordinator for %s at %s" % (txn_id, b.name)
+            time.sleep(0.1)
+    coordinator = coordinator_of(cluster, txn_id, key_type=1)
+    victim = cluster[coordinator]
+
+    class DownForAWhile(OneOfThree):
+        """Restarted only after the others may take its items (1.7 s of
+        silence here): a quicker return would keep them, its process lock
+        proving its previous life dead."""
+
+        def restart(self):
+            time.sleep(3.0)
+            self.victim.restart()
+
+    r = run_eos_copy(DownForAWhile(cluster, victim), topic_name, tmp_path,
+                     [(0.3, "broker"), (0.6, "broker")], EOS_APP_RESTART_RECORDS)
+    assert sum("broker killed" in h for h in r["history"]) == 2, r["history"]
+    survivors = "".join(b.log_tail(max_lines=100000, max_bytes=1 << 24) for b in cluster if b is not victim)
+    assert "took the partition over" in survivors or "took the slot over" in survivors, r["history"]
+

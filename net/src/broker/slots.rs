@@ -81,7 +81,7 @@ impl Broker {
         O::File: CoordinatorSlot,
     {
         let now = self.env.clock.monotonic_ms();
-        let live = self.membership.live_ids(now);
+        let live = self.membership.placement_ids(now);
         let decider = ownership::Decider {
             membership: &self.membership,
             live: &live,
@@ -138,7 +138,7 @@ impl Broker {
             .env
             .blocking(IoKind::Buffered, move || {
                 let now = clock.monotonic_ms();
-                let live = membership.live_ids(now);
+                let live = membership.placement_ids(now);
                 let decider = ownership::Decider {
                     membership: &membership,
                     live: &live,
