@@ -683,6 +683,21 @@ async fn a_transaction_spans_brokers_through_the_coordinator_and_marker_queues()
         (2, 2),
         "the batch and its COMMIT marker, the transaction closed"
     );
+    // The next transaction ends at the same epoch (version 1): its marker
+    // is queued under the same name, and the earlier ack must not count.
+    conn.send(add_partitions_to_txn_request::API_KEY, 3, &add)
+        .await
+        .unwrap();
+    assert_eq!(
+        produce_txn(leader1, "spanning", p1, (pid, epoch, 1), 9).await,
+        0
+    );
+    assert_eq!(end_txn(coordinator, "spanning", pid, epoch, 3).await, 0);
+    assert_eq!(
+        (p.high_watermark(), p.last_stable_offset()),
+        (4, 4),
+        "the second transaction's marker is written too"
+    );
 
     // Version 2: Produce v12 has the leader add the partition itself.
     let coordinator = brokers[&c2].addr;

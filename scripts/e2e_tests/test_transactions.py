@@ -111,9 +111,21 @@ def latest_offsets(bootstrap: str, topic: str, committed: bool, partitions: int 
     watermark."""
     admin = admin_for(bootstrap)
     level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-    fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
-                            isolation_level=level, request_timeout=15)
-    return {tp.partition: f.result(timeout=20).offset for tp, f in fs.items()}
+    # The admin client hands a leader change to its caller (with several
+    # brokers a partition moves, and metadata read a moment before names
+    # the old leader or epoch): asked again, boundedly, as a Java admin would.
+    moved = (KafkaError.FENCED_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION,
+             KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_LEADER_EPOCH)
+    deadline = time.monotonic() + 30
+    while True:
+        fs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
+                                isolation_level=level, request_timeout=15)
+        try:
+            return {tp.partition: f.result(timeout=20).offset for tp, f in fs.items()}
+        except KafkaException as e:
+            if e.args[0].code() not in moved or time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
 
 
 def settled_offsets(bootstrap: str, topic: str, committed: bool, want: Dict[int, int],

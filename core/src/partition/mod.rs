@@ -545,8 +545,10 @@ pub fn snapshot_is_trusted(snapshot_offset: i64, log_end: i64) -> bool {
 /// A producer snapshot written by the leader of `snapshot_epoch` speaks
 /// only for that epoch's log: it is trusted up to where the next epoch
 /// starts (`leader_epochs::file_reach`), never past it, since anything a
-/// deposed leader saw beyond that point is not in the log. A snapshot of
-/// an epoch the checkpoint does not list is not trusted at all.
+/// deposed leader saw beyond that point is not in the log. An epoch the
+/// checkpoint does not list wrote nothing (a later epoch took over at the
+/// same offset): its snapshot is trusted up to where the next listed epoch
+/// starts, which is the log it found when it took over.
 pub fn epoch_snapshot_is_trusted(
     entries: &[leader_epochs::EpochEntry],
     snapshot_epoch: i32,
@@ -556,7 +558,10 @@ pub fn epoch_snapshot_is_trusted(
     let reach = match leader_epochs::file_reach(entries, snapshot_epoch) {
         leader_epochs::FileReach::ToLogEnd => log_end,
         leader_epochs::FileReach::Below(next_start) => next_start.min(log_end),
-        leader_epochs::FileReach::Unread => return false,
+        leader_epochs::FileReach::Unread => entries
+            .iter()
+            .find(|e| e.epoch > snapshot_epoch)
+            .map_or(log_end, |e| e.start_offset.min(log_end)),
     };
     snapshot_is_trusted(snapshot_offset, reach)
 }

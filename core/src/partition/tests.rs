@@ -664,8 +664,10 @@ fn a_snapshot_is_trusted_only_within_its_epochs_log() {
     // The newest epoch reaches the log end.
     assert!(epoch_snapshot_is_trusted(&entries, 2, 50, 50));
     assert!(!epoch_snapshot_is_trusted(&entries, 2, 51, 50));
-    // An epoch that never wrote (a release) speaks for nothing.
-    assert!(!epoch_snapshot_is_trusted(&entries, 1, 5, 50));
+    // An epoch the checkpoint does not list wrote nothing: its snapshot
+    // holds up to where the next listed epoch starts.
+    assert!(epoch_snapshot_is_trusted(&entries, 1, 10, 50));
+    assert!(!epoch_snapshot_is_trusted(&entries, 1, 11, 50));
     // No checkpoint: one epoch only, up to the log end.
     assert!(epoch_snapshot_is_trusted(&[], 0, 7, 7));
 }

@@ -27,6 +27,11 @@ pub struct MarkerRequest {
     pub version: u32,
     /// The coordinator's broker: where the ack goes.
     pub from: i32,
+    /// Fresh for every dispatch: the file keeps its name across a
+    /// producer's transactions (transaction version 1 ends them all at one
+    /// epoch), so only this tells an ack of this dispatch from an ack of an
+    /// earlier transaction's.
+    pub nonce: u64,
     pub producer_id: i64,
     pub producer_epoch: i16,
     pub coordinator_epoch: i32,
@@ -41,6 +46,8 @@ pub struct MarkerAck {
     pub version: u32,
     /// The broker that applied them.
     pub by: i32,
+    /// The request's nonce.
+    pub nonce: u64,
     pub producer_id: i64,
     pub producer_epoch: i16,
     pub partitions: BTreeSet<(String, i32)>,
@@ -95,9 +102,12 @@ impl MarkerAck {
         decode(bytes, |a: &MarkerAck| a.version)
     }
 
-    /// Whether this ack answers `request` (the same transaction end).
+    /// Whether this ack answers `request` (the same dispatch of the same
+    /// transaction end).
     pub fn answers(&self, request: &MarkerRequest) -> bool {
-        self.producer_id == request.producer_id && self.producer_epoch == request.producer_epoch
+        self.nonce == request.nonce
+            && self.producer_id == request.producer_id
+            && self.producer_epoch == request.producer_epoch
     }
 }
 
@@ -129,6 +139,7 @@ mod tests {
         MarkerRequest {
             version: MARKER_QUEUE_VERSION,
             from: 0,
+            nonce: 11,
             producer_id: 7,
             producer_epoch: 2,
             coordinator_epoch: 4,
@@ -142,6 +153,7 @@ mod tests {
         MarkerAck {
             version: MARKER_QUEUE_VERSION,
             by: 1,
+            nonce: 11,
             producer_id: 7,
             producer_epoch: epoch,
             partitions: partitions.iter().map(|p| ("t".to_string(), *p)).collect(),
@@ -177,6 +189,14 @@ mod tests {
     fn an_ack_of_another_transaction_end_acknowledges_nothing() {
         let r = request();
         assert_eq!(outstanding(&r, Some(&ack(&[0, 3], &["g"], 1))), r);
+        // Transaction version 1 ends every transaction of a producer at one
+        // epoch: an earlier transaction's ack has the same producer and
+        // epoch, and only the nonce tells it apart.
+        let earlier = MarkerAck {
+            nonce: 10,
+            ..ack(&[0, 3], &["g"], 2)
+        };
+        assert_eq!(outstanding(&r, Some(&earlier)), r);
     }
 
     proptest! {

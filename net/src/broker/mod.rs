@@ -534,7 +534,6 @@ impl Broker {
         let created = file.clone();
         self.env
             .blocking(IoKind::Fsync, move || {
-                clear_partition_dirs(volume.as_ref(), &created.name, 0..created.partitions)?;
                 topic_file::create(volume.as_ref(), &created)
             })
             .await
@@ -888,7 +887,6 @@ impl Broker {
         let written = file.clone();
         self.env
             .blocking(IoKind::Fsync, move || {
-                clear_partition_dirs(volume.as_ref(), &written.name, current..written.partitions)?;
                 topic_file::write(volume.as_ref(), &written)
             })
             .await
@@ -1031,22 +1029,6 @@ fn taker(
         )
         .map(|p| TakenPartition::Opened(Box::new(p)))
     }
-}
-
-/// Clears the directories (log and ownership epochs) of partitions `range`
-/// of a topic about to be created or grown, before its file names them: a
-/// new partition starts empty, whatever a deletion that crashed half-way
-/// left there. Nobody serves them yet: no topic file names them.
-fn clear_partition_dirs(
-    volume: &dyn Volume,
-    topic: &str,
-    range: std::ops::Range<i32>,
-) -> io::Result<()> {
-    for index in range {
-        volume.remove_dir_all(&partition_dir(topic, index))?;
-        volume.remove_dir_all(&layout::partition_epochs_dir(topic, index))?;
-    }
-    Ok(())
 }
 
 fn storage_error(e: io::Error) -> ErrorCode {

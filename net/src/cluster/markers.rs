@@ -43,6 +43,13 @@ pub async fn dispatch(
         return Ok(());
     }
     let me = broker.config.broker_id;
+    // One nonce per dispatch: acks of an earlier transaction of the same
+    // producer and epoch (same file names) answer nothing here.
+    let nonce = crate::entropy::random_u64();
+    let requests: BTreeMap<i32, MarkerRequest> = requests
+        .into_iter()
+        .map(|(target, r)| (target, MarkerRequest { nonce, ..r }))
+        .collect();
     let volume = broker.volume.clone();
     let queued = requests.clone();
     broker
@@ -207,6 +214,7 @@ async fn apply(
     let mut done = ack.filter(|a| a.answers(&left)).unwrap_or(MarkerAck {
         version: MARKER_QUEUE_VERSION,
         by: me,
+        nonce: left.nonce,
         producer_id: left.producer_id,
         producer_epoch: left.producer_epoch,
         partitions: BTreeSet::new(),

@@ -165,6 +165,8 @@ fn request(broker: &Broker, prepared: &TxnEntry, marker: IncomingMarker) -> Mark
     MarkerRequest {
         version: MARKER_QUEUE_VERSION,
         from: broker.config.broker_id,
+        // Set by `dispatch`, fresh each time.
+        nonce: 0,
         producer_id: prepared.producer_id,
         producer_epoch: prepared.producer_epoch,
         coordinator_epoch: marker.coordinator_epoch,
