@@ -440,7 +440,8 @@ fn broker_open(data: &[u8]) {
     for (path, content) in archive::decode(data) {
         volume.put(path, content);
     }
-    let config = BrokerConfig::new(([127, 0, 0, 1], 9092).into());
+    let mut config = BrokerConfig::new(([127, 0, 0, 1], 9092).into());
+    config.lease = QUIET_LEASE;
     let rt = runtime();
     rt.block_on(async {
         let dynvol: Arc<dyn Volume> = volume.clone();
@@ -512,6 +513,17 @@ fn partitions_asked(body: &kaas_core::protocol::RequestBody) -> i64 {
     }
 }
 
+/// A broker alone on its volume, on paused time: a long poll that waits
+/// for days jumps from timer to timer, and a heartbeat every lease/3 would
+/// make that thousands of wakeups per input. A lease of an hour keeps them
+/// as few as the broker's other timers.
+const QUIET_LEASE: kaas_core::cluster::membership::LeaseBounds =
+    kaas_core::cluster::membership::LeaseBounds {
+        lease_ms: 3_600_000,
+        clock_skew_ms: 1_000,
+        volume_staleness_ms: 3_000,
+    };
+
 /// (f) The whole connection path of the server: `server::run_connection`
 /// (framing, decoding, every handler, encoding) on an in-memory stream,
 /// against a broker on an in-memory volume, on paused time (long polls and
@@ -557,6 +569,7 @@ pub fn broker_requests(data: &[u8]) {
         let volume: Arc<dyn Volume> = Arc::new(MemVolume::new());
         let mut config = BrokerConfig::new(([127, 0, 0, 1], 9092).into());
         config.max_frame_bytes = crate::MAX_FRAME_BYTES;
+        config.lease = QUIET_LEASE;
         let broker = Broker::open(config, volume, kaas_net::env::Env::in_place())
             .expect("open an empty volume");
         let (mut client, server) = tokio::io::duplex(1 << 16);

@@ -123,9 +123,19 @@ pub async fn dispatch(
 /// for its transaction coordinator, until it is dropped.
 pub async fn run_watcher(broker: Weak<Broker>) {
     let mut rounds: u64 = 0;
+    let mut pause = WATCH_INTERVAL_MS;
     loop {
-        tokio::time::sleep(Duration::from_millis(WATCH_INTERVAL_MS)).await;
+        tokio::time::sleep(Duration::from_millis(pause)).await;
         let Some(b) = broker.upgrade() else { return };
+        // Alone, nobody can queue anything for this broker: it looks once
+        // per heartbeat (another broker is seen live within one, and its
+        // asks wait longer than that) instead of ten times a second.
+        let alone = b.membership.live_ids(b.env.clock.monotonic_ms()).len() <= 1;
+        pause = if alone {
+            super::heartbeat_interval_ms(b.config.lease.lease_ms)
+        } else {
+            WATCH_INTERVAL_MS
+        };
         if !b.may_act() {
             continue;
         }
