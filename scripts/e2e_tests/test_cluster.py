@@ -33,7 +33,7 @@ from helpers import (
 from kaas_broker import KaasBroker
 
 PARTITIONS = 6
-TOTAL = 30_000
+TOTAL = 100_000  # issue 11 item 8a
 KILL_AFTER = 3_000
 # Short bounds so a dead broker's partitions move within about two seconds.
 BOUNDS = ["--lease-ms", "1200", "--clock-skew-bound-ms", "200", "--volume-staleness-bound-ms", "300"]
