@@ -395,6 +395,34 @@ async fn a_graceful_hand_over_moves_partitions_and_slots_without_waiting_for_the
     }
 }
 
+/// Three brokers on `dir` that list each other, and a topic of six
+/// partitions spread over them: the brokers, their addresses, and each
+/// partition's (leader, epoch).
+async fn three_brokers_with_topic(
+    dir: &std::path::Path,
+    topic: &str,
+) -> (
+    BTreeMap<i32, support::SharedBroker>,
+    Vec<SocketAddr>,
+    Vec<(i32, i32)>,
+) {
+    let mut brokers = BTreeMap::new();
+    for id in 0..3 {
+        brokers.insert(id, start(dir, id, "r").await);
+    }
+    for b in brokers.values() {
+        until_listed(b.addr, &[0, 1, 2]).await;
+    }
+    brokers[&0]
+        .broker
+        .create_topic(topic, 6, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let led = until_led(&all, topic, &[0, 1, 2]).await;
+    (brokers, all, led)
+}
+
 /// Sends one idempotent batch of `pid` at `epoch`, sequence `seq`.
 async fn produce_as(addr: SocketAddr, partition: i32, pid: i64, epoch: i16, seq: i32) -> i16 {
     let mut conn = Connection::connect(addr).await.unwrap();
@@ -431,20 +459,7 @@ async fn init_producer_id(addr: SocketAddr, transactional_id: &str) -> (i16, i64
 #[tokio::test]
 async fn an_epoch_bump_fences_the_old_epoch_on_another_brokers_partitions() {
     let dir = tempfile::tempdir().unwrap();
-    let mut brokers = BTreeMap::new();
-    for id in 0..3 {
-        brokers.insert(id, start(dir.path(), id, "r").await);
-    }
-    for b in brokers.values() {
-        until_listed(b.addr, &[0, 1, 2]).await;
-    }
-    brokers[&0]
-        .broker
-        .create_topic("f", 6, 1, BTreeMap::new())
-        .await
-        .unwrap();
-    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
-    let led = until_led(&all, "f", &[0, 1, 2]).await;
+    let (brokers, all, led) = three_brokers_with_topic(dir.path(), "f").await;
     let coordinator = until_coordinated(&all, "fenced-app", 1, &[0, 1, 2]).await;
     let (partition, (leader, _)) = led
         .iter()
@@ -484,20 +499,7 @@ async fn an_epoch_bump_fences_the_old_epoch_on_another_brokers_partitions() {
 #[tokio::test]
 async fn markers_for_a_partition_another_broker_leads_go_through_the_queue() {
     let dir = tempfile::tempdir().unwrap();
-    let mut brokers = BTreeMap::new();
-    for id in 0..3 {
-        brokers.insert(id, start(dir.path(), id, "r").await);
-    }
-    for b in brokers.values() {
-        until_listed(b.addr, &[0, 1, 2]).await;
-    }
-    brokers[&0]
-        .broker
-        .create_topic("m", 6, 1, BTreeMap::new())
-        .await
-        .unwrap();
-    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
-    let led = until_led(&all, "m", &[0, 1, 2]).await;
+    let (brokers, all, led) = three_brokers_with_topic(dir.path(), "m").await;
     let coordinator = until_coordinated(&all, "queued", 1, &[0, 1, 2]).await;
     let (partition, (leader, _)) = led
         .iter()
@@ -615,20 +617,7 @@ async fn end_txn(
 #[tokio::test]
 async fn a_transaction_spans_brokers_through_the_coordinator_and_marker_queues() {
     let dir = tempfile::tempdir().unwrap();
-    let mut brokers = BTreeMap::new();
-    for id in 0..3 {
-        brokers.insert(id, start(dir.path(), id, "r").await);
-    }
-    for b in brokers.values() {
-        until_listed(b.addr, &[0, 1, 2]).await;
-    }
-    brokers[&0]
-        .broker
-        .create_topic("x", 6, 1, BTreeMap::new())
-        .await
-        .unwrap();
-    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
-    let led = until_led(&all, "x", &[0, 1, 2]).await;
+    let (brokers, all, led) = three_brokers_with_topic(dir.path(), "x").await;
     let c1 = until_coordinated(&all, "spanning", 1, &[0, 1, 2]).await;
     let c2 = until_coordinated(&all, "spanning-v2", 1, &[0, 1, 2]).await;
     let off = |coordinator: i32| -> Vec<(i32, i32)> {

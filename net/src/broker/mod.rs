@@ -754,18 +754,7 @@ impl Broker {
                 p.close_moved();
                 let held = p.leader();
                 seat.replace(Leadership::Elsewhere(Some(held)));
-                let volume = self.volume.clone();
-                let name = topic.name.clone();
-                self.env
-                    .blocking(IoKind::Fsync, move || {
-                        ownership::release(
-                            volume.as_ref(),
-                            &layout::partition_epochs_dir(&name, index),
-                            &|epoch| layout::partition_epoch_file(&name, index, epoch),
-                            held,
-                        )
-                    })
-                    .await?;
+                self.release_partition(&topic.name, index, held).await?;
                 tracing::info!(topic = %topic.name, partition = seat.index, epoch = held.epoch, "released the partition to its new place");
             }
             (Step::Claim(_), None) => {
@@ -786,18 +775,7 @@ impl Broker {
                 // elsewhere: handed over, or that broker would wait for it.
                 seat.replace(Leadership::Elsewhere(newest));
                 if let Some(held) = newest {
-                    let volume = self.volume.clone();
-                    let name = topic.name.clone();
-                    self.env
-                        .blocking(IoKind::Fsync, move || {
-                            ownership::release(
-                                volume.as_ref(),
-                                &layout::partition_epochs_dir(&name, index),
-                                &|epoch| layout::partition_epoch_file(&name, index, epoch),
-                                held,
-                            )
-                        })
-                        .await?;
+                    self.release_partition(&topic.name, index, held).await?;
                     tracing::info!(topic = %topic.name, partition = seat.index, epoch = held.epoch, "released a partition it no longer served");
                 }
             }
@@ -807,6 +785,23 @@ impl Broker {
             (_, Some(_)) => {}
         }
         Ok(())
+    }
+
+    /// Writes the release of partition `index` of `topic` after `held`
+    /// (the next epoch, held by nobody), on the IO runner.
+    async fn release_partition(&self, topic: &str, index: i32, held: Claim) -> io::Result<()> {
+        let volume = self.volume.clone();
+        let name = topic.to_string();
+        self.env
+            .blocking(IoKind::Fsync, move || {
+                ownership::release(
+                    volume.as_ref(),
+                    &layout::partition_epochs_dir(&name, index),
+                    &|epoch| layout::partition_epoch_file(&name, index, epoch),
+                    held,
+                )
+            })
+            .await
     }
 
     /// Deletes a topic: the topic file goes first (the point of no return),
