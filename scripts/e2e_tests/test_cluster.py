@@ -41,6 +41,23 @@ BOUNDS = ["--lease-ms", "1200", "--clock-skew-bound-ms", "200", "--volume-stalen
 GROUP_ARGS = ["--group-initial-rebalance-delay-ms", "300"]
 
 
+def watermarks(bootstrap, topic, partition, timeout=30.0):
+    """ck_watermarks, asked again (boundedly) while the partition moves: right
+    after a broker returns, its partitions are handed back to it, and a client
+    that read Metadata a moment before is told it asked the old leader."""
+    moving = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._UNKNOWN_PARTITION,
+              KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+              KafkaError.UNKNOWN_LEADER_EPOCH)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return ck_watermarks(bootstrap, topic, partition)
+        except KafkaException as e:
+            if e.args[0].code() not in moving or time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
 class OneOfThree:
     """What ck_produce_through_kills needs of "the broker": the bootstrap of the
     whole cluster, and kill -9 / restart of one of its brokers."""
@@ -103,7 +120,7 @@ def test_idempotent_acks_all_across_three_brokers_survives_kill9_of_one_twice(cl
     assert "took the partition over" in survivors, info
     assert "released the partition to its new place" in survivors, info
 
-    ends = {p: ck_watermarks(target.bootstrap, topic_name, p)[1] for p in range(PARTITIONS)}
+    ends = {p: watermarks(target.bootstrap, topic_name, p)[1] for p in range(PARTITIONS)}
     got = ck_consume(target.bootstrap, topic_name, ends, timeout=120)
     by_seq = {m.seq: m for m in msgs}
     at = {(p, r.offset): r for p, recs in got.items() for r in recs}
@@ -353,7 +370,7 @@ def test_rolling_restart_of_all_three_brokers_under_an_idempotent_producer(clust
     handed = "".join(b.log_tail(max_lines=100000, max_bytes=1 << 24) for b in cluster)
     assert "released the partition to its new place" in handed, info
 
-    ends = {q: ck_watermarks(bootstrap, topic_name, q)[1] for q in range(PARTITIONS)}
+    ends = {q: watermarks(bootstrap, topic_name, q)[1] for q in range(PARTITIONS)}
     got = ck_consume(bootstrap, topic_name, ends, timeout=120)
     by_seq = {m.seq: m for m in msgs}
     at = {(q, r.offset): r for q, recs in got.items() for r in recs}
