@@ -724,13 +724,7 @@ impl Broker {
                     &layout::partition_epochs_dir(&name, index),
                     &|epoch| layout::partition_epoch_file(&name, index, epoch),
                 )?;
-                let now = clock.monotonic_ms();
-                let live = membership.placement_ids(now);
-                let decider = ownership::Decider {
-                    membership: &membership,
-                    live: &live,
-                    now,
-                };
+                let decider = ownership::Decider::at(&membership, clock.monotonic_ms());
                 let item = Item::Partition {
                     topic: &name,
                     partition: index,
@@ -987,13 +981,7 @@ fn taker(
     let config = broker.log_config(configs);
     let membership = broker.membership.clone();
     move |topic: &str, index: i32| {
-        let now = env.clock.monotonic_ms();
-        let live = membership.placement_ids(now);
-        let decider = ownership::Decider {
-            membership: &membership,
-            live: &live,
-            now,
-        };
+        let decider = ownership::Decider::at(&membership, env.clock.monotonic_ms());
         let taken = ownership::take(
             volume.as_ref(),
             &layout::partition_epochs_dir(topic, index),

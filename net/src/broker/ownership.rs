@@ -53,11 +53,21 @@ pub fn newest(
 pub struct Decider<'a> {
     pub membership: &'a Membership,
     /// The brokers items may be placed on (`Membership::placement_ids`).
-    pub live: &'a [i32],
+    pub live: Vec<i32>,
     pub now: i64,
 }
 
 impl Decider<'_> {
+    /// The decider of `membership` at `now` (its monotonic clock): the
+    /// placement set computed once for every item decided with it.
+    pub fn at(membership: &Membership, now: i64) -> Decider<'_> {
+        Decider {
+            membership,
+            live: membership.placement_ids(now),
+            now,
+        }
+    }
+
     /// The ownership rule (`kaas_core::cluster::next_step`) for `item`,
     /// whose newest claim is `newest`, served here at `serving`. A holder
     /// named by the claim is watched from now on, so its silence is counted.
@@ -79,7 +89,7 @@ impl Decider<'_> {
         next_step(
             me,
             &Holding {
-                placed: owner_of(item, self.live),
+                placed: owner_of(item, &self.live),
                 newest,
                 serving,
                 holder_gone,

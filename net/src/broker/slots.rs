@@ -80,13 +80,7 @@ impl Broker {
     where
         O::File: CoordinatorSlot,
     {
-        let now = self.env.clock.monotonic_ms();
-        let live = self.membership.placement_ids(now);
-        let decider = ownership::Decider {
-            membership: &self.membership,
-            live: &live,
-            now,
-        };
+        let decider = ownership::Decider::at(&self.membership, self.env.clock.monotonic_ms());
         let taken = ownership::take(
             self.volume.as_ref(),
             &kind.epochs_dir(slot),
@@ -137,13 +131,7 @@ impl Broker {
         let decided = self
             .env
             .blocking(IoKind::Buffered, move || {
-                let now = clock.monotonic_ms();
-                let live = membership.placement_ids(now);
-                let decider = ownership::Decider {
-                    membership: &membership,
-                    live: &live,
-                    now,
-                };
+                let decider = ownership::Decider::at(&membership, clock.monotonic_ms());
                 let mut decided = Vec::with_capacity(serving.len());
                 for (kind, slot, serving) in serving {
                     let newest = match ownership::newest(
