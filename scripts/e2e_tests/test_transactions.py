@@ -95,6 +95,7 @@ def txn_producer(bootstrap: str, transactional_id: str, **conf):
 
 
 _ADMINS: Dict[str, object] = {}
+_RETIRED_ADMINS: List[object] = []
 
 
 def admin_for(bootstrap: str):
@@ -104,6 +105,17 @@ def admin_for(bootstrap: str):
     if bootstrap not in _ADMINS:
         _ADMINS[bootstrap] = ck_admin(bootstrap)
     return _ADMINS[bootstrap]
+
+
+def renew_admin(bootstrap: str):
+    """A fresh admin client for `bootstrap`. librdkafka's admin ListOffsets finds
+    leaders in its metadata cache and does not refresh it on FENCED_LEADER_EPOCH,
+    so after a partition moved the cached client kept asking the old epoch (seen
+    for 30 s in CI). The old client is kept alive, not dropped (see admin_for)."""
+    old = _ADMINS.pop(bootstrap, None)
+    if old is not None:
+        _RETIRED_ADMINS.append(old)
+    return admin_for(bootstrap)
 
 
 def latest_offsets(bootstrap: str, topic: str, committed: bool, partitions: int = PARTITIONS) -> Dict[int, int]:
@@ -126,6 +138,7 @@ def latest_offsets(bootstrap: str, topic: str, committed: bool, partitions: int 
             if e.args[0].code() not in moved or time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
+            admin = renew_admin(bootstrap)
 
 
 def settled_offsets(bootstrap: str, topic: str, committed: bool, want: Dict[int, int],
