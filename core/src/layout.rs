@@ -268,28 +268,79 @@ pub fn producer_fence_file(broker: i32) -> String {
 /// Transaction coordinator slot files.
 pub const TXN_STATE_DIR: &str = "__cluster/txn_state";
 
-/// The state of transaction coordinator slot `slot`.
-pub fn txn_slot_file(slot: u32) -> String {
-    format!("{TXN_STATE_DIR}/slot-{slot}.json")
+/// The snapshot of transaction coordinator slot `slot` at `epoch` (see
+/// [`slot_snapshot_path`]).
+pub fn txn_slot_file(slot: u32, epoch: i32) -> String {
+    slot_snapshot_path(TXN_STATE_DIR, slot, epoch)
 }
 
-/// The journal of transaction slot `slot`: the rounds written since its
-/// snapshot (see `slot_journal`).
-pub fn txn_slot_journal(slot: u32) -> String {
-    format!("{TXN_STATE_DIR}/slot-{slot}.log")
+/// The journal of transaction slot `slot` at `epoch`: the rounds written
+/// since its snapshot (see `slot_journal`).
+pub fn txn_slot_journal(slot: u32, epoch: i32) -> String {
+    slot_journal_path(TXN_STATE_DIR, slot, epoch)
 }
 
 /// Group coordinator slot files.
 pub const GROUP_STATE_DIR: &str = "__cluster/group_state";
 
-/// The state (offsets and their pending layer) of group slot `slot`.
-pub fn group_slot_file(slot: u32) -> String {
-    format!("{GROUP_STATE_DIR}/slot-{slot}.json")
+/// The state (offsets and their pending layer) of group slot `slot` at
+/// `epoch`.
+pub fn group_slot_file(slot: u32, epoch: i32) -> String {
+    slot_snapshot_path(GROUP_STATE_DIR, slot, epoch)
 }
 
-/// The journal of group slot `slot` (see `slot_journal`).
-pub fn group_slot_journal(slot: u32) -> String {
-    format!("{GROUP_STATE_DIR}/slot-{slot}.log")
+/// The journal of group slot `slot` at `epoch` (see `slot_journal`).
+pub fn group_slot_journal(slot: u32, epoch: i32) -> String {
+    slot_journal_path(GROUP_STATE_DIR, slot, epoch)
+}
+
+/// A coordinator slot's snapshot at coordinator epoch `epoch`, in the
+/// slot kind's `state_dir`. Every epoch writes files of its own, so a
+/// deposed coordinator's late writes land where its successor never reads.
+/// Epoch 0 keeps the name from before slot files were per epoch
+/// (`slot-<N>.json`: a broker alone on its volume stays at epoch 0, and its
+/// files are where they always were); later ones are `slot-<N>.e<E>.json`.
+pub fn slot_snapshot_path(state_dir: &str, slot: u32, epoch: i32) -> String {
+    format!("{state_dir}/{}.json", slot_stem(slot, epoch))
+}
+
+/// A coordinator slot's journal at `epoch` (named as
+/// [`slot_snapshot_path`], ending `.log`).
+pub fn slot_journal_path(state_dir: &str, slot: u32, epoch: i32) -> String {
+    format!("{state_dir}/{}.log", slot_stem(slot, epoch))
+}
+
+fn slot_stem(slot: u32, epoch: i32) -> String {
+    if epoch == 0 {
+        format!("slot-{slot}")
+    } else {
+        format!("slot-{slot}.e{epoch}")
+    }
+}
+
+/// The slot and epoch of an entry of a slot state directory: a snapshot or
+/// journal named by [`slot_snapshot_path`] / [`slot_journal_path`]. `None`
+/// for anything else (a temporary of an atomic write in flight, a name not
+/// in canonical form).
+pub fn slot_state_of_file(name: &str) -> Option<(u32, i32)> {
+    let stem = name
+        .strip_suffix(".json")
+        .or_else(|| name.strip_suffix(".log"))?
+        .strip_prefix("slot-")?;
+    let (slot, epoch) = match stem.split_once(".e") {
+        Some((slot, epoch)) => (slot, canonical_number(epoch)?),
+        None => (stem, 0),
+    };
+    let slot: u32 = canonical_number(slot)?.try_into().ok()?;
+    (epoch != 0 || !stem.contains('.')).then_some((slot, epoch))
+}
+
+/// A non-negative `i32` written without sign or leading zeros.
+fn canonical_number(digits: &str) -> Option<i32> {
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    canonical.then(|| digits.parse().ok()).flatten()
 }
 
 /// Transaction markers queued for other brokers.
@@ -594,6 +645,33 @@ mod tests {
         assert_eq!(decode_log_start_offset(&[0xff]), None);
     }
 
+    #[test]
+    fn slot_state_files_name_their_slot_and_epoch_and_nothing_else_parses() {
+        for (slot, epoch) in [(0, 0), (7, 0), (49, 1), (3, i32::MAX)] {
+            for path in [
+                slot_snapshot_path(TXN_STATE_DIR, slot, epoch),
+                slot_journal_path(GROUP_STATE_DIR, slot, epoch),
+            ] {
+                let name = path.rsplit('/').next().unwrap();
+                assert_eq!(slot_state_of_file(name), Some((slot, epoch)), "{name}");
+            }
+        }
+        for stray in [
+            "slot-1.json.tmp",
+            "slot-1.e0.json",
+            "slot-01.json",
+            "slot-1.e01.log",
+            "slot-1.e-2.log",
+            "slot-.json",
+            "slot-1.e.json",
+            "slot-1.e2.txt",
+            "slot-99999999999.json",
+            "other.json",
+        ] {
+            assert_eq!(slot_state_of_file(stray), None, "{stray}");
+        }
+    }
+
     /// The names existing volumes already hold: changing one strands data.
     #[test]
     fn paths_match_the_documented_layout() {
@@ -618,8 +696,14 @@ mod tests {
             producer_id_block_file(2),
             "__cluster/producer_ids/kaas-2.json"
         );
-        assert_eq!(group_slot_file(7), "__cluster/group_state/slot-7.json");
-        assert_eq!(txn_slot_file(49), "__cluster/txn_state/slot-49.json");
+        assert_eq!(group_slot_file(7, 0), "__cluster/group_state/slot-7.json");
+        assert_eq!(group_slot_journal(7, 0), "__cluster/group_state/slot-7.log");
+        assert_eq!(txn_slot_file(49, 0), "__cluster/txn_state/slot-49.json");
+        assert_eq!(txn_slot_file(49, 3), "__cluster/txn_state/slot-49.e3.json");
+        assert_eq!(
+            txn_slot_journal(49, 3),
+            "__cluster/txn_state/slot-49.e3.log"
+        );
         assert_eq!(
             producer_fence_file(1),
             "__cluster/producer_fences/from-1.json"
@@ -648,8 +732,8 @@ mod tests {
             topic_file("t"),
             producer_id_block_file(0),
             producer_fence_file(0),
-            txn_slot_file(0),
-            group_slot_file(0),
+            txn_slot_file(0, 0),
+            group_slot_file(0, 1),
             marker_file(0, 0, 0),
             broker_file(0),
             partition_epoch_file("t", 0, 0),

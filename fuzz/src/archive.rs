@@ -39,8 +39,8 @@ pub static PATHS: LazyLock<Vec<String>> = LazyLock::new(|| {
         layout::txn_index_path(&t0, 0, 0),
         // Group slot files: slot 24 holds "g" (fnv1a("g") % 50), slot 0 is
         // another slot (a file naming the wrong slot must be refused).
-        layout::group_slot_file(24),
-        layout::group_slot_file(0),
+        layout::group_slot_file(24, 0),
+        layout::group_slot_file(0, 0),
         // Leader epochs: `t-0`'s checkpoint and a segment of a later epoch
         // where the epoch-0 segments end (with its index).
         layout::leader_epoch_checkpoint_path(&t0),

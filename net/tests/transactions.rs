@@ -112,16 +112,19 @@ async fn produce(conn: &mut Connection, topic: &str, partition: i32, b: &RecordB
 fn edit_entry(dir: &std::path::Path, edit: impl FnOnce(&mut TxnEntry)) {
     let volume = LocalVolume::new(dir).unwrap();
     let n = coordinator_slot(TXN_ID);
-    let mut slot = slot_store::load(&volume, &txn_slot_file(n), &txn_slot_journal(n), |bytes| {
-        TxnSlotState::decode(bytes, n)
-    })
+    let mut slot = slot_store::load(
+        &volume,
+        &txn_slot_file(n, 0),
+        &txn_slot_journal(n, 0),
+        |bytes| TxnSlotState::decode(bytes, n),
+    )
     .unwrap()
     .state
     .unwrap();
     edit(slot.entries.get_mut(TXN_ID).unwrap());
     slot.version += 1;
     volume
-        .write_atomic(&txn_slot_file(n), &slot.encode().unwrap())
+        .write_atomic(&txn_slot_file(n, 0), &slot.encode().unwrap())
         .unwrap();
 }
 
@@ -446,7 +449,7 @@ fn end_txn_v1_at_an_exhausted_epoch_commits_at_that_epoch() {
 
 /// The records in TXN_ID's slot journal: one per durable decision round.
 fn journal_records(dir: &std::path::Path) -> usize {
-    let path = dir.join(txn_slot_journal(coordinator_slot(TXN_ID)));
+    let path = dir.join(txn_slot_journal(coordinator_slot(TXN_ID), 0));
     let bytes = std::fs::read(path).unwrap_or_default();
     kaas_core::slot_journal::scan(&bytes).records
 }

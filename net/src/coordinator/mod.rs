@@ -43,7 +43,7 @@ use kaas_core::group::{
     Coordinator, Effect, GroupConfig, JoinError, JoinRequest, JoinResult, JoinedGroup, SlotOp,
     SlotState, SyncRequest, SyncResult, Waiter,
 };
-use kaas_core::layout::{group_slot_file, group_slot_journal, GROUP_STATE_DIR};
+use kaas_core::layout::{group_slot_epoch_file, GROUP_STATE_DIR};
 use kaas_core::protocol::ErrorCode;
 use std::collections::HashMap;
 use std::io;
@@ -587,9 +587,23 @@ impl SlotFile for SlotState {
     }
 }
 
+/// Undoes what a round that was not written changed in memory, and says
+/// what its requests are told. Deletions already forgot their groups in
+/// memory; the slot still has their offsets, so they come back.
+fn refuse_round(core: &mut Coordinator, slot: u32, now: i64) -> ErrorCode {
+    if let Some(current) = core.slot(slot).cloned() {
+        core.install_slot(current, now);
+    }
+    // As Kafka answers when its log append fails on storage: the client
+    // looks up the coordinator again and retries.
+    ErrorCode::NotCoordinator
+}
+
 impl CoordinatorSlot for SlotState {
-    fn paths(slot: u32) -> (String, String) {
-        (group_slot_file(slot), group_slot_journal(slot))
+    const STATE_DIR: &'static str = GROUP_STATE_DIR;
+
+    fn claim_file(slot: u32, epoch: i32) -> String {
+        group_slot_epoch_file(slot, epoch)
     }
 
     fn decode_slot(bytes: &[u8], slot: u32) -> Result<SlotState, String> {
@@ -647,14 +661,16 @@ impl SlotOwner for GroupCoordinator {
             }
             RoundOutcome::Failed(e) => {
                 tracing::error!(slot, error = %e, "cannot write group slot file; its changes are refused");
-                // Deletions already forgot their groups in memory; the
-                // slot still has their offsets, so bring them back.
-                if let Some(current) = inner.core.slot(slot).cloned() {
-                    inner.core.install_slot(current, now);
-                }
-                // As Kafka answers when its log append fails on storage:
-                // the client looks up the coordinator again and retries.
-                Err(ErrorCode::NotCoordinator)
+                Err(refuse_round(&mut inner.core, slot, now))
+            }
+            RoundOutcome::Deposed => {
+                // The ownership round lets the slot go at its next pass;
+                // until then every write is refused by the same check.
+                tracing::warn!(
+                    slot,
+                    "a successor claimed the group slot: its changes are refused"
+                );
+                Err(refuse_round(&mut inner.core, slot, now))
             }
         }
     }

@@ -74,8 +74,8 @@ async fn committed_offsets_survive_reopening_the_volume() {
     let slot = coordinator_slot("g");
     let state = crate::slot_store::load(
         volume.as_ref(),
-        &group_slot_file(slot),
-        &group_slot_journal(slot),
+        &group_slot_file(slot, 0),
+        &group_slot_journal(slot, 0),
         |bytes| SlotState::decode(bytes, slot),
     )
     .unwrap()
@@ -349,12 +349,48 @@ async fn a_slot_let_go_of_acknowledges_nothing_more_and_is_loaded_back_from_the_
     );
     let state = crate::slot_store::load(
         volume.as_ref(),
-        &group_slot_file(slot),
-        &group_slot_journal(slot),
+        &group_slot_file(slot, 2),
+        &group_slot_journal(slot, 2),
         |b| SlotState::decode(b, slot),
     )
     .unwrap()
     .state
     .unwrap();
     assert_eq!(state.coordinator_epoch, 2, "written at the new epoch");
+    assert_eq!(state.groups["g"].offsets["t"][&1].offset, 8);
+    for gone in [group_slot_file(slot, 0), group_slot_journal(slot, 0)] {
+        assert_eq!(volume.read(&gone).unwrap(), None, "{gone} removed");
+    }
+}
+
+/// Lease bounds violated: another broker won the slot's next epoch while
+/// this one still serves it. The commit reaches the volume, in this
+/// epoch's journal, but is not acknowledged, and not seen here either.
+#[tokio::test]
+async fn a_commit_written_after_a_successor_claimed_is_not_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, slot_writes) = flaky(dir.path());
+    let c = open(volume.clone(), GroupConfig::default());
+    assert_eq!(
+        c.commit_offsets(simple_commit("g", 0, 1)).await,
+        Ok(vec![Ok(())])
+    );
+    let slot = coordinator_slot("g");
+    let successor = kaas_core::layout::group_slot_epoch_file(slot, 1);
+    volume
+        .create_dir_all(&kaas_core::layout::group_slot_epochs_dir(slot))
+        .unwrap();
+    volume
+        .write_atomic(&successor, b"{\"broker_id\":1}")
+        .unwrap();
+    let before = slot_writes.writes.load(Ordering::SeqCst);
+    assert_eq!(
+        c.commit_offsets(simple_commit("g", 0, 2)).await,
+        Ok(vec![Err(ErrorCode::NotCoordinator)])
+    );
+    assert!(
+        slot_writes.writes.load(Ordering::SeqCst) > before,
+        "it was written"
+    );
+    assert_eq!(committed(&c, "g", 0), 1, "and not installed");
 }

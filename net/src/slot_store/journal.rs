@@ -32,6 +32,10 @@ pub struct Journal {
 struct Inner {
     file: Arc<dyn SegmentFile>,
     snapshot_path: String,
+    /// The claim file of the epoch after the one these files belong to:
+    /// once it exists, a successor may have read the slot, so nothing
+    /// written here may be acknowledged (see [`Journal::deposed`]).
+    successor_claim: Option<String>,
     /// An append failed: what it left in the file may be a torn record that
     /// would hide every later one, so the next round writes a snapshot and
     /// empties the journal rather than appending after it.
@@ -56,19 +60,23 @@ pub fn load<F: SlotFile, E: std::fmt::Display>(
     journal_path: &str,
     decode: impl Fn(&[u8]) -> Result<F, E>,
 ) -> io::Result<Loaded<F>> {
-    let invalid =
-        |path: &str, e: E| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}"));
-    let snapshot = match volume.read(snapshot_path)? {
-        Some(bytes) => Some(decode(&bytes).map_err(|e| invalid(snapshot_path, e))?),
-        None => None,
-    };
+    load_fenced(volume, snapshot_path, journal_path, None, decode)
+}
+
+/// [`load`] for files of one coordinator epoch, fenced by the claim file
+/// of the next epoch, `successor_claim` (`None`: no epoch can follow).
+pub fn load_fenced<F: SlotFile, E: std::fmt::Display>(
+    volume: &dyn Volume,
+    snapshot_path: &str,
+    journal_path: &str,
+    successor_claim: Option<String>,
+    decode: impl Fn(&[u8]) -> Result<F, E>,
+) -> io::Result<Loaded<F>> {
+    let snapshot = read_snapshot(volume, snapshot_path, &decode)?;
     let file = volume.open_segment(journal_path, true)?;
     let bytes = file.read_at(0, usize::try_from(file.len()).unwrap_or(usize::MAX))?;
     let found = scan(&bytes);
-    let journaled = match found.last {
-        Some(payload) => Some(decode(payload).map_err(|e| invalid(journal_path, e))?),
-        None => None,
-    };
+    let journaled = decode_last(found.last, journal_path, &decode)?;
     if (found.valid_len as u64) < file.len() {
         tracing::warn!(
             path = journal_path,
@@ -78,24 +86,83 @@ pub fn load<F: SlotFile, E: std::fmt::Display>(
         );
         file.truncate(found.valid_len as u64)?;
     }
-    let state = match (snapshot, journaled) {
-        (Some(s), Some(j)) if j.version() > s.version() => Some(j),
-        (Some(s), _) => Some(s),
-        (None, j) => j,
-    };
     Ok(Loaded {
-        state,
+        state: current(snapshot, journaled),
         journal: Journal {
             inner: Arc::new(Inner {
                 file,
                 snapshot_path: snapshot_path.to_string(),
+                successor_claim,
                 suspect: AtomicBool::new(false),
             }),
         },
     })
 }
 
+/// The current state of a slot's files, read only: nothing is created or
+/// cut. For an earlier epoch's files, which their deposed writer may still
+/// be appending to (what it appends after this read was never
+/// acknowledged, see [`Journal::deposed`]).
+pub fn read_state<F: SlotFile, E: std::fmt::Display>(
+    volume: &dyn Volume,
+    snapshot_path: &str,
+    journal_path: &str,
+    decode: impl Fn(&[u8]) -> Result<F, E>,
+) -> io::Result<Option<F>> {
+    let snapshot = read_snapshot(volume, snapshot_path, &decode)?;
+    let journaled = match volume.read(journal_path)? {
+        Some(bytes) => decode_last(scan(&bytes).last, journal_path, &decode)?,
+        None => None,
+    };
+    Ok(current(snapshot, journaled))
+}
+
+fn invalid(path: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}"))
+}
+
+fn read_snapshot<F, E: std::fmt::Display>(
+    volume: &dyn Volume,
+    path: &str,
+    decode: &impl Fn(&[u8]) -> Result<F, E>,
+) -> io::Result<Option<F>> {
+    match volume.read(path)? {
+        Some(bytes) => decode(&bytes).map(Some).map_err(|e| invalid(path, e)),
+        None => Ok(None),
+    }
+}
+
+fn decode_last<F, E: std::fmt::Display>(
+    last: Option<&[u8]>,
+    path: &str,
+    decode: &impl Fn(&[u8]) -> Result<F, E>,
+) -> io::Result<Option<F>> {
+    last.map(|payload| decode(payload).map_err(|e| invalid(path, e)))
+        .transpose()
+}
+
+/// The journal's last whole record if it is newer than the snapshot, else
+/// the snapshot (see the module docs for the tie).
+fn current<F: SlotFile>(snapshot: Option<F>, journaled: Option<F>) -> Option<F> {
+    match (snapshot, journaled) {
+        (Some(s), Some(j)) if j.version() > s.version() => Some(j),
+        (Some(s), _) => Some(s),
+        (None, j) => j,
+    }
+}
+
 impl Journal {
+    /// Whether the epoch after this journal's has been claimed: a
+    /// successor may have read the slot before a write that has just
+    /// become durable, so that write must not be acknowledged. Asked after
+    /// the write's sync, as a partition leader asks before acknowledging.
+    pub fn deposed(&self, volume: &dyn Volume) -> io::Result<bool> {
+        match &self.inner.successor_claim {
+            Some(path) => Ok(volume.read(path)?.is_some()),
+            None => Ok(false),
+        }
+    }
+
     /// Makes `state` (encoded as `bytes`) the slot's durable state. Blocks:
     /// run it on the IO runner.
     pub fn write(&self, volume: &dyn Volume, bytes: &[u8]) -> io::Result<()> {

@@ -1,6 +1,7 @@
-//! Group commit for coordinator slot files, shared by every coordinator
-//! that keeps its state in `slot-<N>.json` files (consumer groups now,
-//! transactions next).
+//! Group commit for coordinator slot files, shared by the two coordinators
+//! that keep their state in `slot-<N>` files (consumer groups and
+//! transactions; one snapshot and journal per coordinator epoch, see
+//! [`claimed`]).
 //!
 //! Changes to a slot are queued, under the owner's lock, as ops together
 //! with the requests waiting for them to be durable. One writer task per
@@ -20,12 +21,15 @@
 //! queued for it, whatever was queued is answered NOT_COORDINATOR, and a
 //! round already writing is answered NOT_COORDINATOR too (its incarnation
 //! is no longer the slot's), so no write of a slot this broker let go of
-//! is ever acknowledged.
+//! is ever acknowledged. Nor is one made durable after another broker
+//! claimed the slot's next epoch ([`RoundOutcome::Deposed`]).
 
+pub mod claimed;
 pub mod journal;
 
 use crate::env::{Env, IoKind};
 use crate::volume::Volume;
+pub use claimed::{load_claimed, Claimed};
 pub use journal::{load, Journal, Loaded};
 use kaas_core::cluster::{Claim, COORDINATOR_SLOTS};
 use kaas_core::protocol::ErrorCode;
@@ -51,44 +55,17 @@ pub trait SlotFile: Clone + Send + 'static {
 /// lives and how it is read, so loading a claimed slot is one function for
 /// both coordinators.
 pub trait CoordinatorSlot: SlotFile {
-    /// The slot's snapshot and journal paths.
-    fn paths(slot: u32) -> (String, String);
+    /// The directory of this kind's slot files (`kaas_core::layout`), one
+    /// snapshot and one journal per slot and coordinator epoch.
+    const STATE_DIR: &'static str;
+    /// The file claiming coordinator epoch `epoch` of slot `slot`.
+    fn claim_file(slot: u32, epoch: i32) -> String;
     /// Decodes slot `slot`'s snapshot or journal record.
     fn decode_slot(bytes: &[u8], slot: u32) -> Result<Self, String>;
     /// A slot never written, held at `coordinator_epoch`.
     fn empty(slot: u32, coordinator_epoch: i32) -> Self;
     /// The coordinator epoch written into the slot with every change.
     fn set_coordinator_epoch(&mut self, epoch: i32);
-}
-
-/// A slot read from the volume for a claim this broker holds, ready to be
-/// served.
-pub struct Claimed<F> {
-    pub claim: Claim,
-    pub state: F,
-    pub journal: Journal,
-}
-
-/// Loads slot `slot` for `claim`: its snapshot and journal (a torn journal
-/// tail is cut, see [`load`]), stamped with the claim's epoch as its
-/// coordinator epoch. Blocks on the volume. A slot that does not decode is
-/// an error: serving it without its state would forget what it holds.
-pub fn load_claimed<F: CoordinatorSlot>(
-    volume: &dyn Volume,
-    slot: u32,
-    claim: Claim,
-) -> io::Result<Claimed<F>> {
-    let (snapshot, journal) = F::paths(slot);
-    let loaded = load(volume, &snapshot, &journal, |bytes| {
-        F::decode_slot(bytes, slot)
-    })?;
-    let mut state = loaded.state.unwrap_or_else(|| F::empty(slot, claim.epoch));
-    state.set_coordinator_epoch(claim.epoch);
-    Ok(Claimed {
-        claim,
-        state,
-        journal: loaded.journal,
-    })
 }
 
 /// What a writer reports to a request waiting for its slot's write.
@@ -293,6 +270,10 @@ pub enum RoundOutcome<F> {
     Written(F),
     /// The write failed: the file is as it was.
     Failed(io::Error),
+    /// The write is durable, but a successor claimed the slot's next epoch
+    /// meanwhile and may not have read it: it must not be acknowledged
+    /// (nor installed), and this broker no longer coordinates the slot.
+    Deposed,
 }
 
 /// The coordinator that owns slot states: lends a round, takes it back.
@@ -369,7 +350,8 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
         let outcome = if changed {
             state.bump_version();
             match write(owner.as_ref(), &journal, &state).await {
-                Ok(()) => RoundOutcome::Written(state),
+                Ok(Written::Alone) => RoundOutcome::Written(state),
+                Ok(Written::Deposed) => RoundOutcome::Deposed,
                 Err(e) => RoundOutcome::Failed(e),
             }
         } else {
@@ -382,14 +364,28 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
     }
 }
 
-async fn write<O: SlotOwner>(owner: &O, journal: &Journal, state: &O::File) -> io::Result<()> {
+/// A durable write, and whether the slot's epoch was still the newest
+/// after it.
+enum Written {
+    Alone,
+    Deposed,
+}
+
+async fn write<O: SlotOwner>(owner: &O, journal: &Journal, state: &O::File) -> io::Result<Written> {
     let bytes = state.encode()?;
     let volume = owner.volume().clone();
     let journal = journal.clone();
     owner
         .env()
         .blocking(IoKind::Fsync, move || {
-            journal.write(volume.as_ref(), &bytes)
+            journal.write(volume.as_ref(), &bytes)?;
+            // The last word before acknowledging (one failed lookup per
+            // round, on the IO runner with the sync it follows).
+            Ok(if journal.deposed(volume.as_ref())? {
+                Written::Deposed
+            } else {
+                Written::Alone
+            })
         })
         .await
 }

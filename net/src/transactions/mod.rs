@@ -44,7 +44,7 @@ use crate::volume::Volume;
 use kaas_core::cluster::{
     check_slot_access, coordinator_slot, Claim, ClusterView, COORDINATOR_SLOTS,
 };
-use kaas_core::layout::{txn_slot_file, txn_slot_journal, TXN_STATE_DIR};
+use kaas_core::layout::{txn_slot_epoch_file, TXN_STATE_DIR};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::rules::{self, epoch_is_exhausted};
 use kaas_core::txn::{
@@ -477,8 +477,10 @@ fn entry_in<'a>(inner: &'a Inner, id: &str) -> Option<&'a TxnEntry> {
 }
 
 impl CoordinatorSlot for TxnSlotState {
-    fn paths(slot: u32) -> (String, String) {
-        (txn_slot_file(slot), txn_slot_journal(slot))
+    const STATE_DIR: &'static str = TXN_STATE_DIR;
+
+    fn claim_file(slot: u32, epoch: i32) -> String {
+        txn_slot_epoch_file(slot, epoch)
     }
 
     fn decode_slot(bytes: &[u8], slot: u32) -> Result<TxnSlotState, String> {
@@ -560,6 +562,16 @@ impl SlotOwner for TxnCoordinator {
                 tracing::error!(slot, error = %e, "cannot write transaction slot file; its changes are refused");
                 // Nothing was installed, so nothing to undo. The client
                 // looks the coordinator up again and retries.
+                Err(ErrorCode::NotCoordinator)
+            }
+            RoundOutcome::Deposed => {
+                // Refused the same way; the ownership round lets the slot
+                // go at its next pass, and until then every write is
+                // refused by the same check.
+                tracing::warn!(
+                    slot,
+                    "a successor claimed the transaction slot: its changes are refused"
+                );
                 Err(ErrorCode::NotCoordinator)
             }
         }
