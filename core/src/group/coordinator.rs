@@ -16,6 +16,7 @@ use super::classic::{
 use super::offsets::{self, GroupRecord, OffsetEntry};
 use super::slot::{GroupMeta, SlotOp, SlotState};
 use super::state::{self, GroupState};
+use super::txn_completions::TxnCompletions;
 use super::GroupConfig;
 use crate::cluster::{coordinator_slot, COORDINATOR_SLOTS};
 use crate::protocol::ErrorCode;
@@ -131,6 +132,9 @@ pub struct Coordinator {
     /// until the next cleanup pass, as in Kafka 4: DeleteGroups still
     /// finds it.
     forget_with_record: BTreeSet<String>,
+    /// Transaction ends applied here, against TxnOffsetCommits verified by
+    /// a remote coordinator before them (`txn_completions`).
+    completions: TxnCompletions,
 }
 
 fn meta_of(g: &Group) -> GroupMeta {
@@ -150,6 +154,7 @@ impl Coordinator {
                 .map(|s| SlotState::new(s, coordinator_epoch))
                 .collect(),
             forget_with_record: BTreeSet::new(),
+            completions: TxnCompletions::default(),
         }
     }
 
@@ -404,14 +409,22 @@ impl Coordinator {
     /// group); accepted offsets are staged under the producer's
     /// transaction by one `StageTxnOffsets` op, invisible to OffsetFetch
     /// until [`complete_txn`](Self::complete_txn) commits them.
+    /// `verified_at`: the [`txn_completion_mark`](Self::txn_completion_mark)
+    /// taken before a remote transaction coordinator was asked; a
+    /// completion of the producer's transaction since refuses the staging
+    /// (CONCURRENT_TRANSACTIONS, retriable).
     pub fn stage_txn_offsets(
         &mut self,
         req: &CommitRequest,
         producer_id: i64,
         producer_epoch: i16,
+        verified_at: Option<u64>,
         now_ms: i64,
         out: &mut Output,
     ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
+        if verified_at.is_some_and(|mark| self.completions.completed_since(producer_id, mark)) {
+            return Err(ErrorCode::ConcurrentTransactions);
+        }
         let (meta, outcomes, accepted) =
             self.accept_offsets(req, Some((producer_id, producer_epoch)), now_ms)?;
         if !accepted.is_empty() {
@@ -435,8 +448,10 @@ impl Coordinator {
         group_id: &str,
         producer_id: i64,
         commit: bool,
+        now_ms: i64,
         out: &mut Output,
     ) {
+        self.completions.record(producer_id, now_ms);
         let staged = self
             .record(group_id)
             .is_some_and(|r| r.pending_txn.contains_key(&producer_id));
@@ -448,6 +463,12 @@ impl Coordinator {
             };
             out.ops.push((coordinator_slot(group_id), op));
         }
+    }
+
+    /// The number a TxnOffsetCommit takes before it asks a remote
+    /// transaction coordinator (see `stage_txn_offsets`).
+    pub fn txn_completion_mark(&self) -> u64 {
+        self.completions.mark()
     }
 
     /// The shared checks of OffsetCommit and TxnOffsetCommit (`txn`: the

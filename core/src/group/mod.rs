@@ -21,6 +21,7 @@ pub mod offsets;
 pub mod slot;
 pub mod state;
 pub mod subscription;
+pub mod txn_completions;
 
 #[cfg(test)]
 mod tests;

@@ -1373,23 +1373,9 @@ fn txn_offset_commit_stages_offsets_that_only_complete_txn_commits() {
     let mut h = H::new();
     h.commit("", -1, &[("t", 0, 1)]).expect("committed");
     h.write();
-    let req = CommitRequest {
-        group_id: G.into(),
-        member_id: String::new(),
-        instance_id: None,
-        generation: -1,
-        retention_time_ms: -1,
-        missing_group_is_not_found: false,
-        offsets: vec![CommitOffset {
-            topic: "t".into(),
-            partition: 0,
-            offset: 5,
-            leader_epoch: -1,
-            metadata: None,
-        }],
-    };
+    let req = simple_txn_commit(5);
     let mut out = Output::default();
-    let staged = h.c.stage_txn_offsets(&req, 42, 0, h.now, &mut out);
+    let staged = h.c.stage_txn_offsets(&req, 42, 0, None, h.now, &mut out);
     assert_eq!(staged, Ok(vec![Ok(())]));
     h.finish(out);
     h.write();
@@ -1401,12 +1387,57 @@ fn txn_offset_commit_stages_offsets_that_only_complete_txn_commits() {
     );
     // Another producer's transaction has nothing staged: no op.
     let mut out = Output::default();
-    h.c.complete_txn(G, 43, true, &mut out);
+    h.c.complete_txn(G, 43, true, h.now, &mut out);
     assert!(out.ops.is_empty());
-    h.c.complete_txn(G, 42, true, &mut out);
+    h.c.complete_txn(G, 42, true, h.now, &mut out);
     h.finish(out);
     h.write();
     assert_eq!(h.committed("t", 0), 5);
+}
+
+/// A TxnOffsetCommit of offset `offset` on t-0 from outside any group
+/// membership (as a plain transactional producer sends it).
+fn simple_txn_commit(offset: i64) -> CommitRequest {
+    CommitRequest {
+        group_id: G.into(),
+        member_id: String::new(),
+        instance_id: None,
+        generation: -1,
+        retention_time_ms: -1,
+        missing_group_is_not_found: false,
+        offsets: vec![CommitOffset {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    }
+}
+
+/// A TxnOffsetCommit verified by a transaction coordinator on another
+/// broker before its transaction was completed here must not stage: its
+/// offsets would wait for the producer's next transaction.
+#[test]
+fn a_txn_offset_commit_verified_before_its_transactions_completion_is_refused() {
+    let mut h = H::new();
+    h.write();
+    let req = simple_txn_commit(5);
+    let asked = h.c.txn_completion_mark();
+    let mut out = Output::default();
+    h.c.complete_txn(G, 42, true, h.now, &mut out);
+    assert_eq!(
+        h.c.stage_txn_offsets(&req, 42, 0, Some(asked), h.now, &mut out),
+        Err(ErrorCode::ConcurrentTransactions)
+    );
+    assert!(out.ops.is_empty(), "nothing staged");
+    // Another producer's completion does not refuse it, nor an earlier one.
+    let asked = h.c.txn_completion_mark();
+    h.c.complete_txn(G, 43, false, h.now, &mut out);
+    assert_eq!(
+        h.c.stage_txn_offsets(&req, 42, 0, Some(asked), h.now, &mut out),
+        Ok(vec![Ok(())])
+    );
 }
 
 #[test]
@@ -1424,7 +1455,7 @@ fn txn_offset_commit_from_a_stale_generation_is_illegal_generation() {
     };
     let mut out = Output::default();
     assert_eq!(
-        h.c.stage_txn_offsets(&req, 42, 0, h.now, &mut out),
+        h.c.stage_txn_offsets(&req, 42, 0, None, h.now, &mut out),
         Err(ErrorCode::IllegalGeneration)
     );
     let req = CommitRequest {
@@ -1433,7 +1464,7 @@ fn txn_offset_commit_from_a_stale_generation_is_illegal_generation() {
         ..req
     };
     assert_eq!(
-        h.c.stage_txn_offsets(&req, 42, 0, h.now, &mut out),
+        h.c.stage_txn_offsets(&req, 42, 0, None, h.now, &mut out),
         Err(ErrorCode::UnknownMemberId)
     );
 }

@@ -361,18 +361,29 @@ impl GroupCoordinator {
     /// the offsets: the transaction's `complete_txn`, queued only after
     /// its end was decided (and `verify` then fails), always comes after
     /// them, so no staged offsets outlive their transaction.
+    ///
+    /// `verified_at`: for a transaction coordinator on another broker,
+    /// asked before this call, the [`txn_completion_mark`](Self::txn_completion_mark)
+    /// taken before the question (`kaas_core::group::txn_completions`).
     pub async fn stage_txn_offsets(
         self: &Arc<Self>,
         req: CommitRequest,
         producer_id: i64,
         producer_epoch: i16,
+        verified_at: Option<u64>,
         verify: impl FnOnce() -> Result<(), ErrorCode>,
     ) -> Result<Vec<Result<(), ErrorCode>>, ErrorCode> {
         self.write_offsets(&req.group_id, |core, now, out| {
             verify()?;
-            core.stage_txn_offsets(&req, producer_id, producer_epoch, now, out)
+            core.stage_txn_offsets(&req, producer_id, producer_epoch, verified_at, now, out)
         })
         .await
+    }
+
+    /// Taken before a TxnOffsetCommit asks a remote transaction
+    /// coordinator (see [`stage_txn_offsets`](Self::stage_txn_offsets)).
+    pub fn txn_completion_mark(&self) -> u64 {
+        self.lock().core.txn_completion_mark()
     }
 
     /// Runs an offset-writing decision under the lock and answers once what
@@ -424,9 +435,10 @@ impl GroupCoordinator {
             // are, so its completion fails and is retried.
             Self::served(&inner, group_id)?;
             let mut out = Output::default();
+            let now = self.env.now_ms();
             inner
                 .core
-                .complete_txn(group_id, producer_id, commit, &mut out);
+                .complete_txn(group_id, producer_id, commit, now, &mut out);
             if out.ops.is_empty() {
                 return Ok(());
             }

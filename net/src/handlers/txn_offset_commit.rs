@@ -138,12 +138,19 @@ async fn stage(
             (Err(code), None) => return Err(*code),
         }
     }
+    // The answer comes back through the volume: a completion of the
+    // transaction applied here meanwhile refuses the staging (see
+    // `kaas_core::group::txn_completions`).
     let asked = match remote {
-        Some(c) => Some(txn_asks::ask(broker, c, question(AskKind::VerifyGroup)).await),
+        Some(c) => {
+            let mark = groups.txn_completion_mark();
+            let answer = txn_asks::ask(broker, c, question(AskKind::VerifyGroup)).await;
+            Some((answer, mark))
+        }
         None => None,
     };
     let verify = || match (&asked, &transactions) {
-        (Some(answer), _) => *answer,
+        (Some((answer, _)), _) => *answer,
         (None, Ok(t)) => t.verify_group(id, req.producer_id, req.producer_epoch, &req.group_id),
         (None, Err(code)) => Err(*code),
     };
@@ -159,7 +166,14 @@ async fn stage(
         missing_group_is_not_found: false,
         offsets,
     };
+    let verified_at = asked.map(|(_, mark)| mark);
     groups
-        .stage_txn_offsets(commit, req.producer_id, req.producer_epoch, verify)
+        .stage_txn_offsets(
+            commit,
+            req.producer_id,
+            req.producer_epoch,
+            verified_at,
+            verify,
+        )
         .await
 }
