@@ -31,6 +31,7 @@ from helpers import (
     make_messages,
 )
 from kaas_broker import KaasBroker
+from test_transactions import java_client_classpath, java_only  # noqa: F401 - the fixture, shared
 
 PARTITIONS = 6
 TOTAL = 100_000  # issue 11 item 8a
@@ -381,16 +382,13 @@ def test_rolling_restart_of_all_three_brokers_under_an_idempotent_producer(clust
     assert len(at) == len(d.ok), "%d records for %d acknowledged; %s" % (len(at), len(d.ok), info)
 
 
-@pytest.mark.slow
-@pytest.mark.crash
-@pytest.mark.timeout(300)
-def test_eos_copy_survives_kill9_of_its_transaction_coordinators_broker(cluster, topic_name, tmp_path):
-    """Issue 11 item 8c: the exactly-once consume-transform-produce app of
-    test_transactions.py (confluent-kafka) copies its input across three brokers
-    while the broker coordinating its transactional id is kill -9'd twice, each
-    time inside a transaction: its slot moves to another broker and back, the
-    partitions it led too, and the output is every input record exactly once."""
-    from test_transactions import EOS_APP_RESTART_RECORDS, run_eos_copy
+def eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, records, **copy_args):
+    """run_eos_copy (test_transactions.py) across the three brokers while the broker
+    coordinating the app's transactional id is kill -9'd twice, each time inside a
+    transaction, and kept down until the others may take its items: its slot moves to
+    another broker and back, the partitions it led too. run_eos_copy checks that the
+    output is every input record exactly once."""
+    from test_transactions import run_eos_copy
 
     txn_id = topic_name + "-eos"  # the id run_eos_copy gives the app
     # The coordinator once slots have settled where placement puts them (just
@@ -417,8 +415,37 @@ def test_eos_copy_survives_kill9_of_its_transaction_coordinators_broker(cluster,
             self.victim.restart()
 
     r = run_eos_copy(DownForAWhile(cluster, victim), topic_name, tmp_path,
-                     [(0.3, "broker"), (0.6, "broker")], EOS_APP_RESTART_RECORDS)
+                     [(0.3, "broker"), (0.6, "broker")], records, **copy_args)
     assert sum("broker killed" in h for h in r["history"]) == 2, r["history"]
     survivors = "".join(b.log_tail(max_lines=100000, max_bytes=1 << 24) for b in cluster if b is not victim)
     assert "took the slot over" in survivors, r["history"]
+    return r
+
+
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_eos_copy_survives_kill9_of_its_transaction_coordinators_broker(cluster, topic_name, tmp_path):
+    """Issue 11 item 8c: the exactly-once consume-transform-produce app of
+    test_transactions.py (confluent-kafka) copies its input across three brokers
+    while the broker coordinating its transactional id is kill -9'd twice."""
+    from test_transactions import EOS_APP_RESTART_RECORDS
+
+    eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, EOS_APP_RESTART_RECORDS)
+
+
+@java_only
+@pytest.mark.slow
+@pytest.mark.crash
+@pytest.mark.timeout(300)
+def test_java_eos_copy_survives_kill9_of_its_transaction_coordinators_broker(cluster, topic_name, tmp_path,
+                                                                            java_client_classpath):
+    """The same with the Java client's loop (java/ EosCopy: sendOffsetsToTransaction with
+    the consumer's group metadata, read_committed, transaction version 2): the Java
+    producer and consumer follow the coordinators and leaders as they move."""
+    from test_transactions import JAVA_EOS_RECORDS
+
+    command = ["java", "-Xss1m", "-XX:TieredStopAtLevel=1", "-cp", java_client_classpath, "kaas.e2e.EosCopy"]
+    eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, JAVA_EOS_RECORDS,
+                                       timeout=180, command=command)
 
