@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from helpers import (
     CK_IGNORABLE_GLOBAL,
     CK_LOGGER,
+    ck_admin,
     ck_consume,
     ck_create_topic,
     ck_produce_through_kills,
@@ -31,6 +32,8 @@ from helpers import (
     make_messages,
 )
 from kaas_broker import KaasBroker
+from test_franz_go import RECORDS as FRANZ_RECORDS
+from test_franz_go import franzgo  # noqa: F401 - the fixture, shared
 from test_transactions import java_client_classpath, java_only  # noqa: F401 - the fixture, shared
 
 PARTITIONS = 6
@@ -449,3 +452,23 @@ def test_java_eos_copy_survives_kill9_of_its_transaction_coordinators_broker(clu
     eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, JAVA_EOS_RECORDS,
                                        timeout=180, command=command)
 
+
+
+def test_franz_go_produces_and_consumes_in_a_group_across_three_brokers(cluster, franzgo, topic_name):
+    """franz-go (scripts/e2e_tests/go) against the three brokers: its idempotent acks=all
+    producer sends to each partition's leader, wherever placement put it, and its group
+    consumer finds a coordinator that may be any of them and commits there; every record is
+    produced, consumed and committed exactly once."""
+    import json
+    import subprocess
+
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    out = subprocess.run([str(franzgo), bootstrap, topic_name, str(FRANZ_RECORDS)],
+                         capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, "franz-go failed:\n%s\n%s" % (out.stdout[-3000:], out.stderr[-3000:])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["produced"] == result["consumed"] == FRANZ_RECORDS, result
+    assert result["committed"] == result["end_offsets"] == FRANZ_RECORDS, result
+    assert result["duplicates"] == 0 and result["partitions"] == 3, result
+    meta = ck_admin(bootstrap).list_topics(topic_name, timeout=10).topics[topic_name]
+    print("partition leaders: %s" % {p: m.leader for p, m in meta.partitions.items()})

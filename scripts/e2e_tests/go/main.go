@@ -48,7 +48,7 @@ func fail(format string, args ...any) {
 
 func opts(bootstrap string, extra ...kgo.Opt) []kgo.Opt {
 	return append([]kgo.Opt{
-		kgo.SeedBrokers(bootstrap),
+		kgo.SeedBrokers(strings.Split(bootstrap, ",")...), // one address, or a comma-separated list
 		kgo.ClientID("kaas-e2e-franz-go"),
 		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelWarn, nil)),
 		kgo.RetryTimeout(20 * time.Second),
