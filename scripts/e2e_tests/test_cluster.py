@@ -62,6 +62,23 @@ def watermarks(bootstrap, topic, partition, timeout=30.0):
             time.sleep(0.3)
 
 
+def settled_leaders(bootstrap, topic, timeout=60.0):
+    """Each partition's leader, once every partition has one and none changed for 1.5 s
+    (right after creation they may still move to where placement puts them)."""
+    admin = ck_admin(bootstrap)
+    deadline = time.monotonic() + timeout
+    seen, since = None, time.monotonic()
+    while True:
+        meta = admin.list_topics(topic, timeout=10).topics[topic]
+        now = {p: m.leader for p, m in meta.partitions.items()}
+        if now != seen or any(b < 0 for b in now.values()):
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since >= 1.5:
+            return now
+        assert time.monotonic() < deadline, "the leaders of %s never settled: %s" % (topic, now)
+        time.sleep(0.2)
+
+
 class OneOfThree:
     """What ck_produce_through_kills needs of "the broker": the bootstrap of the
     whole cluster, and kill -9 / restart of one of its brokers."""
@@ -106,9 +123,14 @@ def cluster(request):
 @pytest.mark.slow
 @pytest.mark.crash
 def test_idempotent_acks_all_across_three_brokers_survives_kill9_of_one_twice(cluster, topic_name):
-    victim = cluster[1]
+    bootstrap = ",".join(b.bootstrap for b in cluster)
+    ck_create_topic(bootstrap, topic_name, PARTITIONS)
+    # The victim leads partitions: placement is a hash of the topic's (random) name, so a
+    # fixed broker leads none of them in about one run in eleven ((2/3)^6).
+    leaders = settled_leaders(bootstrap, topic_name)
+    victim = cluster[max(set(leaders.values()), key=list(leaders.values()).count)]
+    print("partition leaders %s; the victim is broker %s" % (leaders, victim.name))
     target = OneOfThree(cluster, victim)
-    ck_create_topic(target.bootstrap, topic_name, PARTITIONS)
     msgs = make_messages(TOTAL, PARTITIONS, seed=11, max_value=300)
     d, stats = ck_produce_through_kills(
         target, topic_name, msgs, {"acks": "all", "enable.idempotence": True}, kills=2, total=TOTAL,
