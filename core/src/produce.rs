@@ -2,7 +2,7 @@
 //! records before they reach the log.
 
 use crate::protocol::ErrorCode;
-use crate::record::{split_batches, BatchError, RecordBatch, Tail};
+use crate::record::{split_batches, BatchError, RecordBatch, RecordError, Tail};
 use bytes::Bytes;
 
 /// The acks values Kafka defines: none, leader, all.
@@ -69,6 +69,50 @@ pub fn admit_batch(batch: &RecordBatch, transactional_id: Option<&str>) -> Resul
     Ok(())
 }
 
+/// A compacted topic keeps the last record of each key, so every record it
+/// takes needs one; Kafka refuses the whole batch with INVALID_RECORD and
+/// names each keyless record (its index in the batch) in the response's
+/// `record_errors`. The indexes of the records of `batch` without a key,
+/// in order; empty when every record has one. A record that does not
+/// decode makes the batch CORRUPT_MESSAGE. A compressed batch is not
+/// decoded (kaas does not decompress yet) and reports nothing.
+pub fn records_without_key(batch: &RecordBatch) -> Result<Vec<i32>, ErrorCode> {
+    let mut keyless = Vec::new();
+    for (index, record) in (0..).zip(batch.records()) {
+        match record {
+            Ok(r) if r.key.is_none() => keyless.push(index),
+            Ok(_) => {}
+            Err(RecordError::Compressed(_)) => return Ok(Vec::new()),
+            Err(_) => return Err(ErrorCode::CorruptMessage),
+        }
+    }
+    Ok(keyless)
+}
+
+/// Kafka's words for one keyless record of a compacted topic's partition
+/// `topic`-`partition`, and for the refused batch (the first three record
+/// errors).
+pub fn keyless_record_messages(
+    topic: &str,
+    partition: i32,
+    keyless: &[i32],
+) -> (String, Vec<String>) {
+    let one = format!(
+        "Compacted topic cannot accept message without key in topic partition {topic}-{partition}"
+    );
+    let shown: Vec<String> = keyless
+        .iter()
+        .take(3)
+        .map(|i| format!("RecordError(batchIndex={i}, message='{one}')"))
+        .collect();
+    let summary = format!(
+        "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
+        keyless.len(),
+        shown.join(", ")
+    );
+    (summary, vec![one; keyless.len()])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +150,33 @@ mod tests {
             admit_batch(&marker, Some("tx")),
             Err(ErrorCode::InvalidRecord)
         );
+    }
+
+    #[test]
+    fn a_compacted_topic_refuses_keyless_records_and_names_each_of_them() {
+        let mut b = BatchBuilder::new();
+        for key in [None, Some(&b"k1"[..]), None, Some(&b""[..])] {
+            b = b.push_record(NewRecord::new(1000, key, Some(b"v")));
+        }
+        let mixed = b.build();
+        assert_eq!(
+            records_without_key(&mixed),
+            Ok(vec![0, 2]),
+            "an empty key is a key"
+        );
+        let keyed = RecordBatch::new(batch()).expect("batch");
+        assert_eq!(records_without_key(&keyed), Ok(vec![]));
+        let (summary, each) = keyless_record_messages("t", 3, &[0, 2]);
+        assert_eq!(each.len(), 2);
+        assert_eq!(
+            each[0],
+            "Compacted topic cannot accept message without key in topic partition t-3"
+        );
+        assert!(summary
+            .starts_with("One or more records have been rejected due to 2 record errors in total"));
+        assert!(summary.contains("RecordError(batchIndex=2, message='Compacted topic"));
+        let (summary, _) = keyless_record_messages("t", 0, &[0, 1, 2, 3, 4]);
+        assert!(summary.contains("batchIndex=2") && !summary.contains("batchIndex=3"));
     }
 
     #[test]

@@ -156,6 +156,14 @@ pub fn cleanup_deletes(configs: &BTreeMap<String, String>) -> bool {
         .is_none_or(|policy| policy.split(',').any(|item| item.trim() == "delete"))
 }
 
+/// Whether a topic's `cleanup.policy` compacts (`compact` is in its list):
+/// then every record it takes needs a key (`produce::records_without_key`).
+pub fn cleanup_compacts(configs: &BTreeMap<String, String>) -> bool {
+    configs
+        .get(CLEANUP_POLICY)
+        .is_some_and(|policy| policy.split(',').any(|item| item.trim() == "compact"))
+}
+
 /// Smallest legal value of a numeric config.
 fn minimum(name: &str) -> i64 {
     match name {

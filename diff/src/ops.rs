@@ -57,6 +57,19 @@ pub fn idempotent_batch(t0: i64, first: i64, n: i64, pid: i64, epoch: i16, seq: 
     records(BatchBuilder::idempotent(pid, epoch, seq), t0, first, n)
 }
 
+/// Records `first..first + n` as [`plain_batch`] makes them, except that
+/// those whose index in the batch is in `keyless` have no key.
+pub fn batch_with_keyless(t0: i64, first: i64, n: i64, keyless: &[i64]) -> Bytes {
+    let mut b = BatchBuilder::new();
+    for i in first..first + n {
+        let key = format!("k{i}");
+        let value = format!("v{i}");
+        let key = (!keyless.contains(&(i - first))).then_some(key.as_bytes());
+        b.push(NewRecord::new(t0 + i, key, Some(value.as_bytes())));
+    }
+    b.build().into_bytes()
+}
+
 fn records(mut b: BatchBuilder, t0: i64, first: i64, n: i64) -> Bytes {
     for i in first..first + n {
         let key = format!("k{i}");

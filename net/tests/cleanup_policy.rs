@@ -1,8 +1,9 @@
 //! cleanup.policy: a topic whose policy has `compact` is accepted (Kafka
 //! Streams creates one per changelog) and, with no `delete` in it, keeps
 //! every record: retention passes it by and DeleteRecords is refused with
-//! POLICY_VIOLATION, as in Kafka. kaas does not compact, so nothing else
-//! changes for such a topic.
+//! POLICY_VIOLATION, as in Kafka; a batch with keyless records is refused
+//! (INVALID_RECORD, each record named). kaas does not compact yet, so
+//! nothing else changes for such a topic.
 #![cfg(not(madsim))]
 // A test: an unwrap that fails is the test failing.
 #![allow(clippy::unwrap_used)]
@@ -178,4 +179,70 @@ async fn create_topics_accepts_compact_and_describe_configs_reports_it() {
         }
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// Produces `records` to partition 0 of `topic` at Produce v9 (record
+/// errors are answered from v8); the partition's answer.
+async fn produce(
+    conn: &mut Connection,
+    topic: &str,
+    records: bytes::Bytes,
+) -> produce_response::PartitionProduceResponse {
+    let req = kaas_net::client::single_partition_produce(topic, 0, records, -1, 10_000);
+    match conn.send(produce_request::API_KEY, 9, &req).await.unwrap() {
+        ResponseBody::Produce(r) => r.responses[0].partition_responses[0].clone(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_compacted_topic_refuses_a_batch_with_keyless_records_naming_each() {
+    let tb = support::start_broker(|_| {}).await;
+    for (name, policy) in [("compact", Some("compact")), ("delete", None)] {
+        tb.broker
+            .create_topic(name, 1, 1, configs(policy))
+            .await
+            .unwrap();
+    }
+    let mut conn = Connection::connect(tb.addr).await.unwrap();
+    let mixed = || {
+        let mut b = BatchBuilder::new();
+        for key in [None, Some(&b"k1"[..]), None] {
+            b.push(NewRecord::new(0, key, Some(b"v")));
+        }
+        b.build().into_bytes()
+    };
+
+    let refused = produce(&mut conn, "compact", mixed()).await;
+    assert_eq!(refused.error_code, ErrorCode::InvalidRecord.code());
+    assert_eq!(refused.base_offset, -1);
+    assert_eq!(refused.log_start_offset, 0);
+    let indexes: Vec<i32> = refused
+        .record_errors
+        .iter()
+        .map(|e| e.batch_index)
+        .collect();
+    assert_eq!(indexes, [0, 2]);
+    assert_eq!(
+        refused.record_errors[0]
+            .batch_index_error_message
+            .as_deref(),
+        Some("Compacted topic cannot accept message without key in topic partition compact-0")
+    );
+    assert!(refused
+        .error_message
+        .as_deref()
+        .is_some_and(|m| m.contains("2 record errors in total")));
+    let p = tb.broker.partition("compact", 0, -1).unwrap();
+    assert_eq!(p.high_watermark(), 0, "nothing of the batch was written");
+
+    let mut keyed = BatchBuilder::new();
+    keyed.push(NewRecord::new(0, Some(b"k"), Some(b"v")));
+    let ok = produce(&mut conn, "compact", keyed.build().into_bytes()).await;
+    assert_eq!((ok.error_code, ok.base_offset), (0, 0));
+
+    // A topic that does not compact takes keyless records.
+    let ok = produce(&mut conn, "delete", mixed()).await;
+    assert_eq!((ok.error_code, ok.base_offset), (0, 0));
+    assert!(ok.record_errors.is_empty());
 }

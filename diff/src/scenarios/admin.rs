@@ -4,7 +4,7 @@
 
 use super::{scenario, Scenario};
 use crate::observe::err;
-use crate::ops::{plain_batch, TOPIC_KEYS};
+use crate::ops::{batch_with_keyless, plain_batch, TOPIC_KEYS};
 use crate::session::{Session, Step};
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{RequestBody, Uuid};
@@ -59,7 +59,7 @@ pub fn scenarios() -> Vec<Scenario> {
         ),
         scenario!(
             "admin/compacted-topics",
-            "cleanup.policy compact and compact,delete: created, described, DeleteRecords",
+            "cleanup.policy compact and compact,delete: created, described, DeleteRecords, keyless records refused",
             compacted_topics
         ),
         scenario!(
@@ -351,6 +351,18 @@ async fn compacted_topics(s: &mut Session) -> Step {
         s.delete_records(&format!("{policy}: delete before 1"), &t, 0, 1)
             .await?;
         s.list_offset(&format!("{policy}: earliest"), &t, 0, -2, 0)
+            .await?;
+        // A compacted topic needs every record keyed: a batch with keyless
+        // records is refused whole, each of them named in record_errors.
+        s.produce(
+            &format!("{policy}: produce 4, the 1st and 3rd keyless"),
+            &t,
+            0,
+            batch_with_keyless(s.t0, 3, 4, &[0, 2]),
+            -1,
+        )
+        .await?;
+        s.list_offset(&format!("{policy}: latest after"), &t, 0, -1, 0)
             .await?;
     }
     Ok(())

@@ -4,14 +4,17 @@
 use crate::broker::{Broker, Partition, Topic};
 use crate::cluster::txn_asks;
 use kaas_core::partition::AppendDecision;
-use kaas_core::produce::{admit_batch, valid_acks, validate_produce_records};
+use kaas_core::produce::{
+    admit_batch, keyless_record_messages, records_without_key, valid_acks, validate_produce_records,
+};
 use kaas_core::producer::BatchIdentity;
 use kaas_core::protocol::messages::produce_response::{
-    PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use kaas_core::protocol::messages::{ProduceRequest, ProduceResponse};
 use kaas_core::protocol::{ErrorCode, Uuid};
 use kaas_core::record::RecordBatch;
+use kaas_core::topic_config::cleanup_compacts;
 use kaas_core::txn::coordinator_queue::AskKind;
 use kaas_core::txn::rules::{produce_error_of_verification, refused_by_transaction_check};
 use std::collections::BTreeMap;
@@ -99,6 +102,10 @@ pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
             Err(refused) => {
                 resp.error_code = refused.code.code();
                 resp.log_start_offset = refused.log_start_offset;
+                if let Some(records) = refused.records {
+                    resp.error_message = Some(records.summary);
+                    resp.record_errors = records.each;
+                }
             }
         }
     }
@@ -189,6 +196,16 @@ async fn resolve(
 struct Refused {
     code: ErrorCode,
     log_start_offset: i64,
+    /// The records that refused the batch, when it was refused for some
+    /// of its records (v8+ answers them in `record_errors`).
+    records: Option<RecordErrors>,
+}
+
+/// A batch refused for some of its records: Kafka's message for the batch
+/// and one entry per record.
+struct RecordErrors {
+    summary: String,
+    each: Vec<BatchIndexAndErrorMessage>,
 }
 
 impl From<ErrorCode> for Refused {
@@ -196,8 +213,37 @@ impl From<ErrorCode> for Refused {
         Refused {
             code,
             log_start_offset: -1,
+            records: None,
         }
     }
+}
+
+/// A compacted topic needs a key on every record
+/// (`kaas_core::produce::records_without_key`): a batch with keyless
+/// records is refused whole, INVALID_RECORD, each of them named.
+fn check_keys(topic: &Topic, partition: &Partition, batch: &RecordBatch) -> Result<(), Refused> {
+    if !cleanup_compacts(&topic.configs) {
+        return Ok(());
+    }
+    let keyless = records_without_key(batch)?;
+    if keyless.is_empty() {
+        return Ok(());
+    }
+    let (summary, messages) = keyless_record_messages(&topic.name, partition.index, &keyless);
+    let each = keyless
+        .iter()
+        .zip(messages)
+        .map(|(&batch_index, message)| BatchIndexAndErrorMessage {
+            batch_index,
+            batch_index_error_message: Some(message),
+            ..Default::default()
+        })
+        .collect();
+    Err(Refused {
+        code: ErrorCode::InvalidRecord,
+        log_start_offset: partition.log_start_offset(),
+        records: Some(RecordErrors { summary, each }),
+    })
 }
 
 /// A partition's place in the response (topic, partition) and what the
@@ -224,6 +270,7 @@ fn check_one(
     let partition = broker.gate(topic, index, -1)?;
     let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
     admit_batch(&batch, transactional_id)?;
+    check_keys(topic, &partition, &batch)?;
     let transactional = BatchIdentity::of(&batch).filter(|id| id.is_transactional);
     Ok(Checked {
         partition,
@@ -361,6 +408,7 @@ async fn append_checked(
         Err(code) => Err(Refused {
             code,
             log_start_offset: partition.log_start_offset(),
+            records: None,
         }),
     }
 }

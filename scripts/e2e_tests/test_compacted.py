@@ -1,0 +1,44 @@
+"""Compacted topics (issue 12), as clients meet them: a topic with cleanup.policy=compact
+takes only keyed records. A record without a key is refused, INVALID_RECORD, and the
+client reports it for that record; keyed records go through. Same assertions on kaas and
+on Apache Kafka."""
+
+import pytest
+from confluent_kafka import KafkaError
+
+from helpers import ck_create_topic, ck_producer, ck_watermarks, kp_producer
+
+
+def _deliver(producer, topic, records):
+    """Sends (key, value) pairs one by one, each flushed alone (a batch with a keyless
+    record is refused whole); returns each record's delivery error code (None: delivered)."""
+    outcomes = []
+    for key, value in records:
+        got = []
+        producer.produce(topic, key=key, value=value, partition=0,
+                         on_delivery=lambda err, _msg: got.append(err))
+        assert producer.flush(30) == 0, "not delivered in time"
+        outcomes.append(got[0].code() if got[0] is not None else None)
+    return outcomes
+
+
+def test_confluent_keyless_record_to_a_compacted_topic_is_invalid_record(kaas_or_kafka, topic_name):
+    ck_create_topic(kaas_or_kafka.bootstrap, topic_name, 1, {"cleanup.policy": "compact"})
+    p = ck_producer(kaas_or_kafka.bootstrap, **{"compression.type": "none", "retries": 0})
+    outcomes = _deliver(p, topic_name, [(b"k1", b"a"), (None, b"b"), (b"k2", b"c"), (b"", b"d")])
+    assert outcomes == [None, KafkaError.INVALID_RECORD, None, None], outcomes
+    assert ck_watermarks(kaas_or_kafka.bootstrap, topic_name, 0) == (0, 3)
+
+
+def test_kafka_python_keyless_record_to_a_compacted_topic_is_invalid_record(kaas_or_kafka, topic_name):
+    from kafka.errors import InvalidRecordError
+
+    ck_create_topic(kaas_or_kafka.bootstrap, topic_name, 1, {"cleanup.policy": "compact"})
+    p = kp_producer(kaas_or_kafka.bootstrap, retries=0)
+    try:
+        assert p.send(topic_name, key=b"k", value=b"a", partition=0).get(timeout=30).offset == 0
+        with pytest.raises(InvalidRecordError):
+            p.send(topic_name, value=b"b", partition=0).get(timeout=30)
+        assert p.send(topic_name, key=b"k", value=b"c", partition=0).get(timeout=30).offset == 1
+    finally:
+        p.close(timeout=10)
