@@ -9,14 +9,20 @@
 //!   blocks) after letting a seeded simulated duration pass for an fsync,
 //!   so appends arrive while an fsync is in flight (group commit groups
 //!   something) and timed kills land between an append and its fsync.
+//!   In a multi-broker seed it also knows its broker's link to the volume
+//!   ([`SimIo::with_link`]): while the link is cut, its jobs wait, and run
+//!   when it heals, as IO on an NFS `hard` mount does (the operations the
+//!   broker makes outside the runner fail instead: see `SimVolume`).
 
 use kaas_net::env::{Clock, IoKind, IoRunner, Job};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// True simulated wall time, as the client nodes read it.
 pub fn wall_ms() -> i64 {
@@ -67,6 +73,8 @@ pub struct SimIo {
     /// Range of an fsync's simulated duration, in microseconds.
     fsync_us: (u64, u64),
     rng: Mutex<SmallRng>,
+    /// This broker's index and the set of brokers cut off from the volume.
+    link: Option<(usize, watch::Receiver<BTreeSet<usize>>)>,
 }
 
 impl SimIo {
@@ -77,7 +85,19 @@ impl SimIo {
         SimIo {
             fsync_us: (us(fsync.0), us(fsync.1).max(us(fsync.0))),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+            link: None,
         }
+    }
+
+    /// Jobs wait while broker `broker` is in the set `unreachable` names
+    /// (its volume link is cut), then run: the late IO of a hard mount.
+    pub fn with_link(
+        mut self,
+        broker: usize,
+        unreachable: watch::Receiver<BTreeSet<usize>>,
+    ) -> SimIo {
+        self.link = Some((broker, unreachable));
+        self
     }
 
     fn latency(&self, kind: IoKind) -> Duration {
@@ -95,9 +115,17 @@ impl SimIo {
 impl IoRunner for SimIo {
     fn run(&self, kind: IoKind, job: Job) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let latency = self.latency(kind);
+        let link = self.link.clone();
         Box::pin(async move {
             if !latency.is_zero() {
                 tokio::time::sleep(latency).await;
+            }
+            // Checked last, with no await before the job runs: a job never
+            // starts while its broker is cut off.
+            if let Some((me, mut unreachable)) = link {
+                if unreachable.borrow().contains(&me) {
+                    let _ = unreachable.wait_for(|cut| !cut.contains(&me)).await;
+                }
             }
             job();
         })

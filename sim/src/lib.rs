@@ -36,6 +36,7 @@ pub mod group_history;
 pub mod params;
 pub mod txn_history;
 pub mod volume;
+pub mod writers;
 
 #[cfg(madsim)]
 pub mod eos;
@@ -53,6 +54,8 @@ pub mod idempotent;
 pub mod pipeline;
 #[cfg(madsim)]
 pub mod router;
+#[cfg(madsim)]
+pub mod routes;
 #[cfg(madsim)]
 pub mod runner;
 #[cfg(madsim)]
