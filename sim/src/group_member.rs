@@ -268,7 +268,9 @@ impl Member {
         if let Err(e) = &result {
             // As a client does when it loses the coordinator: find it again
             // and heartbeat at once, to learn whether the session survived.
-            self.lost_coordinator = true;
+            // (Not when it could not even connect: the next request tries
+            // again, as it always did.)
+            self.lost_coordinator |= !self.routes.not_connected();
             if let RequestError::Malformed(m) = e {
                 self.violation(format!("malformed answer to api {api_key}: {m}"));
             }

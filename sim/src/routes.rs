@@ -56,6 +56,8 @@ pub(crate) struct Routes {
     routers: BTreeMap<String, Router>,
     /// The coordinator each key's last lookup named.
     coordinators: BTreeMap<CoordinatorKey, SocketAddr>,
+    /// The last request failed to connect (it was never sent).
+    not_connected: bool,
 }
 
 impl Routes {
@@ -66,6 +68,7 @@ impl Routes {
             conns: BTreeMap::new(),
             routers: BTreeMap::new(),
             coordinators: BTreeMap::new(),
+            not_connected: false,
         }
     }
 
@@ -116,10 +119,15 @@ impl Routes {
         version: i16,
         body: &RequestBody,
     ) -> Result<ResponseBody, RequestError> {
-        let conn = self.conn(addr);
-        let c = ensure_connected(conn, addr)
-            .await
-            .map_err(RequestError::Network)?;
+        let conn = self.conns.entry(addr).or_default();
+        let c = match ensure_connected(conn, addr).await {
+            Ok(c) => c,
+            Err(e) => {
+                self.not_connected = true;
+                return Err(RequestError::Network(e));
+            }
+        };
+        self.not_connected = false;
         let result = match timeout(wait, c.send(api_key, version, body)).await {
             Ok(Ok(b)) => Ok(b),
             Ok(Err(e)) => Err(RequestError::of(e)),
@@ -129,6 +137,12 @@ impl Routes {
             self.disconnect(addr);
         }
         result
+    }
+
+    /// Whether the last request failed because no connection could be
+    /// made (it was never sent).
+    pub(crate) fn not_connected(&self) -> bool {
+        self.not_connected
     }
 
     /// One encoded request frame to `addr`; see [`round_trip`].
