@@ -20,7 +20,8 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -74,7 +75,16 @@ pub struct SimIo {
     fsync_us: (u64, u64),
     rng: Mutex<SmallRng>,
     /// This broker's index and the set of brokers cut off from the volume.
-    link: Option<(usize, watch::Receiver<BTreeSet<usize>>)>,
+    link: Option<Link>,
+}
+
+/// A broker's link to the volume, as its IO runner sees it.
+#[derive(Clone)]
+struct Link {
+    broker: usize,
+    unreachable: watch::Receiver<BTreeSet<usize>>,
+    /// Jobs that waited for the link and ran late.
+    late: Arc<AtomicU64>,
 }
 
 impl SimIo {
@@ -90,13 +100,19 @@ impl SimIo {
     }
 
     /// Jobs wait while broker `broker` is in the set `unreachable` names
-    /// (its volume link is cut), then run: the late IO of a hard mount.
+    /// (its volume link is cut), then run, counted in `late`: the late IO
+    /// of a hard mount.
     pub fn with_link(
         mut self,
         broker: usize,
         unreachable: watch::Receiver<BTreeSet<usize>>,
+        late: Arc<AtomicU64>,
     ) -> SimIo {
-        self.link = Some((broker, unreachable));
+        self.link = Some(Link {
+            broker,
+            unreachable,
+            late,
+        });
         self
     }
 
@@ -122,9 +138,11 @@ impl IoRunner for SimIo {
             }
             // Checked last, with no await before the job runs: a job never
             // starts while its broker is cut off.
-            if let Some((me, mut unreachable)) = link {
-                if unreachable.borrow().contains(&me) {
-                    let _ = unreachable.wait_for(|cut| !cut.contains(&me)).await;
+            if let Some(mut link) = link {
+                let me = link.broker;
+                if link.unreachable.borrow().contains(&me) {
+                    let _ = link.unreachable.wait_for(|cut| !cut.contains(&me)).await;
+                    link.late.fetch_add(1, Ordering::Relaxed);
                 }
             }
             job();

@@ -121,6 +121,9 @@ pub struct SeedReport {
     pub syncs: u64,
     /// Volume operations failed because their broker was cut off.
     pub volume_unreachable_failures: u64,
+    /// Volume IO jobs of a cut-off broker that waited and ran after the
+    /// link healed.
+    pub volume_late_io: u64,
     pub simulated: Duration,
     /// Equal between two runs of a seed iff they behaved the same.
     pub fingerprint: u64,
@@ -226,7 +229,7 @@ impl fmt::Display for SeedReport {
             let moved = c.max_epoch_seen > 0 || c.leader_changes_seen > 0;
             write!(
                 f,
-                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({} moves seen), {} volume partitions ({} operations failed), {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
+                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({} moves seen), {} volume partitions ({} operations failed, {} ran late), {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
                 p.brokers,
                 p.lease_ms,
                 if moved { "" } else { "NO MOVE, " },
@@ -243,6 +246,7 @@ impl fmt::Display for SeedReport {
                 c.coordinator_moves,
                 self.faults.volume_partitions,
                 self.volume_unreachable_failures,
+                self.volume_late_io,
                 self.writers.epoch_files,
                 self.writers.claims,
                 self.writers.foreign_truncations,
@@ -863,7 +867,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                     );
                     let mut io = SimIo::new(sync_latency, rng.gen());
                     if params.multi_broker() {
-                        io = io.with_link(id, volume.watch_unreachable());
+                        io = io.with_link(id, volume.watch_unreachable(), volume.late_io_counter());
                     }
                     let env = Env {
                         clock: Arc::new(clock),
@@ -1311,6 +1315,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         writers: writer_stats,
         syncs: volume.stats().syncs,
         volume_unreachable_failures: volume.stats().unreachable_failures,
+        volume_late_io: volume.late_io_counter().load(Relaxed),
         simulated: started.elapsed(),
         fingerprint: history.fingerprint(&logs, &{
             let mut extra = format!(

@@ -188,6 +188,9 @@ struct Inner {
     /// Brokers cut off from the volume. A watch, so that an IO runner can
     /// wait for its broker's link to heal.
     unreachable: watch::Sender<BTreeSet<usize>>,
+    /// IO jobs that waited for their broker's link and ran after it healed
+    /// (counted by the brokers' IO runners).
+    late_io: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The in-memory volume. Cloning gives another handle to the same volume.
@@ -360,6 +363,7 @@ impl SimVolume {
                 state: Mutex::new(state),
                 power_cuts: watch::Sender::new(0),
                 unreachable: watch::Sender::new(BTreeSet::new()),
+                late_io: Arc::default(),
             }),
         }
     }
@@ -391,6 +395,12 @@ impl SimVolume {
     /// on.
     pub fn watch_unreachable(&self) -> watch::Receiver<BTreeSet<usize>> {
         self.inner.unreachable.subscribe()
+    }
+
+    /// The counter of IO jobs that ran late, after their broker's link
+    /// healed: an IO runner adds to it.
+    pub fn late_io_counter(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.inner.late_io.clone()
     }
 
     /// Per file: the brokers that changed it (created, appended to,
