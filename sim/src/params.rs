@@ -205,9 +205,9 @@ impl SimParams {
     /// volume, and their lease. Drawn last, and from an rng of its own
     /// seeded by the seed rather than from `draw`'s, so that a seed that
     /// stays single-broker consumes nothing more from the simulation's rng
-    /// and runs exactly as it did before multi-broker seeds existed. The
-    /// workloads (group, transactional producers, exactly-once loop) are
-    /// those `draw` chose: their coordinators move with the slots.
+    /// and runs exactly as it did before multi-broker seeds existed. Of the
+    /// workloads `draw` chose, each coordinator one (group, transactional
+    /// producers, exactly-once loop) stays with a chance of two in three.
     pub fn with_cluster(mut self, seed: u64) -> SimParams {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_636c_7573);
         let brokers = [1, 1, 1, 1, 2, 3][rng.gen_range(0..6)];
@@ -225,6 +225,20 @@ impl SimParams {
             // Drawn after the rest, so that adding it left those draws
             // as they were.
             self.volume_partition_percent = [0, 40, 80][rng.gen_range(0..3)];
+            // Each coordinator workload the draw chose stays in two seeds
+            // of three: with every broker crashing every few seconds and
+            // its slots moving, a seed running all of them needs up to
+            // three times its fault phase to meet their gates, and CI's
+            // hundred seeds must stay within their time.
+            if rng.gen_range(0..3) == 0 {
+                self.group_members = 0;
+            }
+            if rng.gen_range(0..3) == 0 {
+                self.txn_producers = 0;
+            }
+            if rng.gen_range(0..3) == 0 {
+                self.eos = false;
+            }
         }
         self
     }
@@ -261,14 +275,11 @@ mod tests {
             if a.multi_broker() {
                 assert!((1_000..=2_000).contains(&a.lease_ms));
                 assert!(a.volume_partition_percent <= 100);
-                assert_eq!(
-                    (a.group_members, a.txn_producers, a.eos),
-                    {
-                        let single = SimParams::draw(&mut SmallRng::seed_from_u64(seed));
-                        (single.group_members, single.txn_producers, single.eos)
-                    },
-                    "the cluster draw keeps the workloads"
-                );
+                // The cluster draw may drop a workload, never add one.
+                let single = SimParams::draw(&mut SmallRng::seed_from_u64(seed));
+                assert!(a.group_members == 0 || a.group_members == single.group_members);
+                assert!(a.txn_producers == 0 || a.txn_producers == single.txn_producers);
+                assert!(!a.eos || single.eos);
             }
         }
         // Multi-broker seeds run every workload somewhere in the CI range.

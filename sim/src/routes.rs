@@ -23,7 +23,7 @@
 //! at its own address.
 
 use crate::router::{redirects, Leader, Router};
-use crate::txn::{fetch_committed, CommittedRead};
+use crate::txn::{fetch_committed, fetch_committed_at, CommittedRead};
 use crate::workload::{
     ensure_connected, fetch_at_epochs, fetch_once, round_trip, FetchedPartition, RequestError,
     Shared, REQUEST_TIMEOUT, TOPIC,
@@ -315,7 +315,8 @@ impl Routes {
     }
 
     /// One read_committed fetch of `positions` of `topic`: with several
-    /// brokers, one request per leader; a partition without a known leader
+    /// brokers, one request per leader at the leader epoch the router
+    /// knows (as Kafka's consumer sends it); a partition without a known leader
     /// or whose request failed is answered with error -1, as if its
     /// broker had said UNKNOWN_SERVER_ERROR (the caller retries it).
     pub(crate) async fn fetch_committed(
@@ -329,18 +330,22 @@ impl Routes {
             let addr = self.first();
             return fetch_committed(self.conn(addr), addr, topic, positions, max_wait_ms).await;
         }
-        let mut by_leader: BTreeMap<SocketAddr, BTreeMap<i32, i64>> = BTreeMap::new();
+        type Asked = (BTreeMap<i32, i64>, BTreeMap<i32, i32>);
+        let mut by_leader: BTreeMap<SocketAddr, Asked> = BTreeMap::new();
         let mut out = Vec::new();
         for (&p, &offset) in positions {
             match self.leader(topic, p, shared).await {
                 Some(l) => {
-                    by_leader.entry(l.addr).or_default().insert(p, offset);
+                    let asked = by_leader.entry(l.addr).or_default();
+                    asked.0.insert(p, offset);
+                    asked.1.insert(p, l.epoch);
                 }
                 None => out.push(CommittedRead::failed(p, offset)),
             }
         }
-        for (addr, asked) in by_leader {
-            match fetch_committed(self.conn(addr), addr, topic, &asked, max_wait_ms).await {
+        for (addr, (asked, epochs)) in by_leader {
+            let conn = self.conn(addr);
+            match fetch_committed_at(conn, addr, topic, &asked, &epochs, max_wait_ms).await {
                 Ok(parts) => {
                     for part in parts {
                         self.partition_outcome(topic, Some(part.error_code), shared);

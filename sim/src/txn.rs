@@ -914,6 +914,21 @@ pub(crate) async fn fetch_committed(
     positions: &BTreeMap<i32, i64>,
     max_wait_ms: i32,
 ) -> Result<Vec<CommittedRead>, RequestError> {
+    fetch_committed_at(conn, addr, topic, positions, &BTreeMap::new(), max_wait_ms).await
+}
+
+/// [`fetch_committed`] naming the leader epoch the client knows for each
+/// partition in `epochs` (KIP-320: a broker at another epoch answers
+/// FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH rather than serve); -1 for
+/// the others.
+pub(crate) async fn fetch_committed_at(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    topic: &str,
+    positions: &BTreeMap<i32, i64>,
+    epochs: &BTreeMap<i32, i32>,
+    max_wait_ms: i32,
+) -> Result<Vec<CommittedRead>, RequestError> {
     let c = ensure_connected(conn, addr)
         .await
         .map_err(RequestError::Network)?;
@@ -931,7 +946,7 @@ pub(crate) async fn fetch_committed(
                     partition,
                     fetch_offset: offset,
                     partition_max_bytes: FETCH_MAX_BYTES,
-                    current_leader_epoch: -1,
+                    current_leader_epoch: epochs.get(&partition).copied().unwrap_or(-1),
                     last_fetched_epoch: -1,
                     log_start_offset: -1,
                     ..Default::default()
