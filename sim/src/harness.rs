@@ -227,9 +227,13 @@ impl fmt::Display for SeedReport {
         if p.multi_broker() {
             let c = &self.cluster;
             let moved = c.max_epoch_seen > 0 || c.leader_changes_seen > 0;
+            // Seeds whose coordinator workloads never saw their
+            // coordinator move say so, and the run counts them.
+            let coordinated = p.group_members > 0 || p.txn_producers > 0 || p.eos;
+            let coordinator_moved = !coordinated || c.coordinator_moves > 0;
             write!(
                 f,
-                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({} moves seen), {} volume partitions ({} operations failed, {} ran late), {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
+                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({}{} moves seen), {} volume partitions ({} operations failed, {} ran late), {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
                 p.brokers,
                 p.lease_ms,
                 if moved { "" } else { "NO MOVE, " },
@@ -243,6 +247,11 @@ impl fmt::Display for SeedReport {
                 c.acks_checked,
                 c.duplicates_across_epochs,
                 c.coordinator_lookups,
+                if coordinator_moved {
+                    ""
+                } else {
+                    "NO COORDINATOR MOVE, "
+                },
                 c.coordinator_moves,
                 self.faults.volume_partitions,
                 self.volume_unreachable_failures,
