@@ -151,10 +151,15 @@ mod tests {
             epoch_file(&format!("{}/slot-3.e5.log", layout::TXN_STATE_DIR)),
             Some((EpochFile::SlotState, 5))
         );
-        // Not per epoch (yet): the slot files of today's layout, the
-        // leader-epoch checkpoint, the broker files.
-        assert_eq!(epoch_file(&layout::txn_slot_journal(3)), None);
-        assert_eq!(epoch_file(&layout::group_slot_file(3)), None);
+        // Not per epoch: the slot files as today's layout spells them
+        // (literal, so this test outlives a change of `layout`'s slot file
+        // functions), the leader-epoch checkpoint, the broker files.
+        assert_eq!(epoch_file("__cluster/txn_state/slot-3.log"), None);
+        assert_eq!(epoch_file("__cluster/group_state/slot-3.json"), None);
+        assert_eq!(
+            epoch_file("__cluster/group_state/slot-3.e12.json"),
+            Some((EpochFile::SlotState, 12))
+        );
         assert_eq!(
             epoch_file(&layout::leader_epoch_checkpoint_path(&dir)),
             None
