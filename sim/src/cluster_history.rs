@@ -47,6 +47,13 @@ pub struct ClusterStats {
     /// Acknowledgements of resent idempotent batches by a leader of a
     /// later epoch than the batch's (duplicates found across a takeover).
     pub duplicates_across_epochs: u64,
+    /// FindCoordinator answers naming a coordinator (group, transactional
+    /// and exactly-once clients).
+    pub coordinator_lookups: u64,
+    /// Times a lookup named another broker than the previous lookup of
+    /// the same key: a coordinator slot moved (or a lagging broker named
+    /// the old holder).
+    pub coordinator_moves: u64,
 }
 
 /// One batch as a fetch returned it.
@@ -67,6 +74,8 @@ pub struct ClusterHistory {
     views: BTreeMap<(String, i32), i32>,
     /// (partition, base offset) -> the batch there, as first fetched.
     batches: BTreeMap<(i32, i64), FetchedBatch>,
+    /// (key type, key) -> the broker the last lookup named.
+    coordinators: BTreeMap<(i8, String), i32>,
     /// (partition, base offset, answering broker, answer to a resend of an
     /// idempotent batch) of every successful produce answer.
     acks: BTreeSet<(i32, i64, i32, bool)>,
@@ -110,6 +119,17 @@ impl ClusterHistory {
                     "partition {partition} epoch {epoch}: broker {answered_by} named broker {leader} its leader, an earlier answer named broker {named}"
                 ));
             }
+        }
+    }
+
+    /// A FindCoordinator answer to `client` named broker `broker` the
+    /// coordinator of `key`.
+    pub fn coordinator_named(&mut self, client: &str, key: &(i8, String), broker: i32) {
+        self.stats.coordinator_lookups += 1;
+        let before = self.coordinators.insert(key.clone(), broker);
+        if before.is_some_and(|b| b != broker) {
+            self.stats.coordinator_moves += 1;
+            tracing::debug!(client, ?key, broker, "coordinator moved");
         }
     }
 

@@ -9,14 +9,21 @@
 //!   blocks) after letting a seeded simulated duration pass for an fsync,
 //!   so appends arrive while an fsync is in flight (group commit groups
 //!   something) and timed kills land between an append and its fsync.
+//!   In a multi-broker seed it also knows its broker's link to the volume
+//!   ([`SimIo::with_link`]): while the link is cut, its jobs wait, and run
+//!   when it heals, as IO on an NFS `hard` mount does (the operations the
+//!   broker makes outside the runner fail instead: see `SimVolume`).
 
 use kaas_net::env::{Clock, IoKind, IoRunner, Job};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// True simulated wall time, as the client nodes read it.
 pub fn wall_ms() -> i64 {
@@ -67,6 +74,17 @@ pub struct SimIo {
     /// Range of an fsync's simulated duration, in microseconds.
     fsync_us: (u64, u64),
     rng: Mutex<SmallRng>,
+    /// This broker's index and the set of brokers cut off from the volume.
+    link: Option<Link>,
+}
+
+/// A broker's link to the volume, as its IO runner sees it.
+#[derive(Clone)]
+struct Link {
+    broker: usize,
+    unreachable: watch::Receiver<BTreeSet<usize>>,
+    /// Jobs that waited for the link and ran late.
+    late: Arc<AtomicU64>,
 }
 
 impl SimIo {
@@ -77,7 +95,25 @@ impl SimIo {
         SimIo {
             fsync_us: (us(fsync.0), us(fsync.1).max(us(fsync.0))),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+            link: None,
         }
+    }
+
+    /// Jobs wait while broker `broker` is in the set `unreachable` names
+    /// (its volume link is cut), then run, counted in `late`: the late IO
+    /// of a hard mount.
+    pub fn with_link(
+        mut self,
+        broker: usize,
+        unreachable: watch::Receiver<BTreeSet<usize>>,
+        late: Arc<AtomicU64>,
+    ) -> SimIo {
+        self.link = Some(Link {
+            broker,
+            unreachable,
+            late,
+        });
+        self
     }
 
     fn latency(&self, kind: IoKind) -> Duration {
@@ -95,9 +131,19 @@ impl SimIo {
 impl IoRunner for SimIo {
     fn run(&self, kind: IoKind, job: Job) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let latency = self.latency(kind);
+        let link = self.link.clone();
         Box::pin(async move {
             if !latency.is_zero() {
                 tokio::time::sleep(latency).await;
+            }
+            // Checked last, with no await before the job runs: a job never
+            // starts while its broker is cut off.
+            if let Some(mut link) = link {
+                let me = link.broker;
+                if link.unreachable.borrow().contains(&me) {
+                    let _ = link.unreachable.wait_for(|cut| !cut.contains(&me)).await;
+                    link.late.fetch_add(1, Ordering::Relaxed);
+                }
             }
             job();
         })

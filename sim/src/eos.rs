@@ -34,12 +34,10 @@ use crate::eos_history::{
 };
 use crate::eos_observer::{committed_offsets, coordinator_busy, offset_fetch_body};
 use crate::params::SimParams;
-use crate::txn::{coordinator_retriable, fetch_committed, is_fence, percent};
+use crate::routes::{self, Routes};
+use crate::txn::{coordinator_retriable, is_fence, percent};
 use crate::txn_history::TxnEnd;
-use crate::workload::{
-    ensure_connected, retriable, round_trip, Backoff, RequestError, Shared, PRODUCE_VERSION,
-    REQUEST_TIMEOUT,
-};
+use crate::workload::{retriable, Backoff, RequestError, Shared, PRODUCE_VERSION};
 use bytes::Bytes;
 use kaas_core::protocol::messages::{
     add_offsets_to_txn_request, add_partitions_to_txn_request, end_txn_request,
@@ -50,9 +48,9 @@ use kaas_core::protocol::messages::{
 };
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{BatchBuilder, NewRecord};
-use kaas_net::client::{decode_response, encode_request, Connection};
+use kaas_net::client::{decode_response, encode_request};
 use madsim::rand::{thread_rng, Rng};
-use madsim::time::{sleep, timeout, Instant};
+use madsim::time::{sleep, Instant};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -124,11 +122,17 @@ enum Report {
 
 /// Runs the loop's instances until one drains the input after the
 /// producers stopped, then waits for zombies and tells the observer.
-pub async fn eos_loop(params: SimParams, addr: SocketAddr, shared: Arc<Shared>) {
+pub async fn eos_loop(params: SimParams, brokers: Vec<SocketAddr>, shared: Arc<Shared>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let zombies = Arc::new(AtomicUsize::new(0));
     loop {
-        let instance = Instance::new(params, addr, shared.clone(), tx.clone(), zombies.clone());
+        let instance = Instance::new(
+            params,
+            &brokers,
+            shared.clone(),
+            tx.clone(),
+            zombies.clone(),
+        );
         tokio::spawn(instance.run());
         match rx.recv().await {
             Some(Report::Stalled) => {
@@ -150,9 +154,9 @@ pub async fn eos_loop(params: SimParams, addr: SocketAddr, shared: Arc<Shared>) 
 struct Instance {
     instance: u64,
     params: SimParams,
-    addr: SocketAddr,
     shared: Arc<Shared>,
-    conn: Option<Connection>,
+    /// The coordinators' and the leaders' connections.
+    routes: Routes,
     /// Producer id and epoch of the current session.
     session: Option<(i64, i16)>,
     /// The identity to claim at the next InitProducerId (KIP-360).
@@ -174,17 +178,17 @@ struct Instance {
 impl Instance {
     fn new(
         params: SimParams,
-        addr: SocketAddr,
+        brokers: &[SocketAddr],
         shared: Arc<Shared>,
         reports: mpsc::UnboundedSender<Report>,
         zombies: Arc<AtomicUsize>,
     ) -> Instance {
+        let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
         Instance {
-            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
+            instance,
             params,
-            addr,
             shared,
-            conn: None,
+            routes: Routes::new(format!("eos.{instance}"), brokers),
             session: None,
             claim: None,
             seqs: BTreeMap::new(),
@@ -229,19 +233,21 @@ impl Instance {
         version: i16,
         body: &RequestBody,
     ) -> Result<ResponseBody, RequestError> {
-        let c = ensure_connected(&mut self.conn, self.addr)
-            .await
-            .map_err(RequestError::Network)?;
-        let result = match timeout(REQUEST_TIMEOUT, c.send(api_key, version, body)).await {
-            Ok(Ok(b)) => Ok(b),
-            Ok(Err(e)) => Err(RequestError::of(e)),
-            Err(_) => Err(RequestError::Network("timed out".into())),
+        // The group's requests go to the group's coordinator, the rest to
+        // the transactional id's (Metadata to it too: any broker answers).
+        let key = if api_key == offset_fetch_request::API_KEY
+            || api_key == txn_offset_commit_request::API_KEY
+        {
+            (routes::KEY_GROUP, EOS_GROUP.to_string())
+        } else {
+            (routes::KEY_TRANSACTION, EOS_TRANSACTIONAL_ID.to_string())
         };
-        if let Err(e) = &result {
-            self.conn = None;
-            if let RequestError::Malformed(m) = e {
-                self.violation(format!("malformed answer to api {api_key}: {m}"));
-            }
+        let result = self
+            .routes
+            .ask_coordinator(&key, api_key, version, body, &self.shared)
+            .await;
+        if let Err(RequestError::Malformed(m)) = &result {
+            self.violation(format!("malformed answer to api {api_key}: {m}"));
         }
         result
     }
@@ -305,6 +311,21 @@ impl Instance {
         loop {
             if self.out_of_time("initializing") {
                 return false;
+            }
+            if !found && self.routes.multi() {
+                let key = (routes::KEY_TRANSACTION, EOS_TRANSACTIONAL_ID.to_string());
+                found = match self.routes.find_coordinator(&key, &self.shared).await {
+                    Ok(_) => true,
+                    Err(RequestError::Malformed(m)) => {
+                        self.violation(m);
+                        false
+                    }
+                    Err(RequestError::Network(_)) => false,
+                };
+                if !found {
+                    self.backoff.wait().await;
+                    continue;
+                }
             }
             if !found {
                 let body = RequestBody::FindCoordinator(FindCoordinatorRequest {
@@ -546,20 +567,21 @@ impl Instance {
         for round in 0..MAX_FETCHES_PER_POLL {
             // Only the first fetch waits for input to arrive.
             let wait = if round == 0 { 100 } else { 0 };
-            let fetched =
-                match fetch_committed(&mut self.conn, self.addr, EOS_INPUT_TOPIC, &out.next, wait)
-                    .await
-                {
-                    Ok(f) => f,
-                    Err(e) => {
-                        if let RequestError::Malformed(m) = e {
-                            self.violation(format!("input fetch: {m}"));
-                        }
-                        out.at_end = false;
-                        out.failed = round == 0;
-                        break;
+            let fetched = match self
+                .routes
+                .fetch_committed(EOS_INPUT_TOPIC, &out.next, wait, &self.shared)
+                .await
+            {
+                Ok(f) => f,
+                Err(e) => {
+                    if let RequestError::Malformed(m) = e {
+                        self.violation(format!("input fetch: {m}"));
                     }
-                };
+                    out.at_end = false;
+                    out.failed = round == 0;
+                    break;
+                }
+            };
             if round == 0 && fetched.len() != positions.len() {
                 out.at_end = false;
             }
@@ -610,7 +632,7 @@ impl Instance {
             return None;
         }
         self.shared.eos().stats.stalls += 1;
-        self.conn = None;
+        self.routes.disconnect_all();
         let zombie = percent(self.params.eos_zombie_percent);
         if zombie {
             self.zombie = true;
@@ -879,7 +901,11 @@ impl Instance {
                 self.shared.eos().end(index, TxnEnd::Abandoned);
                 return Some(Step::GaveUp);
             }
-            let outcome = match round_trip(&mut self.conn, self.addr, &frame).await {
+            let sent = self
+                .routes
+                .produce(EOS_OUTPUT_TOPIC, partition, &frame, &self.shared)
+                .await;
+            let outcome = match sent {
                 Ok(response) => decode_response(
                     produce_request::API_KEY,
                     PRODUCE_VERSION,
@@ -899,11 +925,15 @@ impl Instance {
                 Ok(code) => code,
                 Err(RequestError::Malformed(e)) => {
                     self.violation(format!("malformed produce answer: {e}"));
-                    self.conn = None;
+                    self.routes.disconnect_all();
                     -1
                 }
                 Err(RequestError::Network(_)) => -1,
             };
+            if code != -1 {
+                self.routes
+                    .partition_outcome(EOS_OUTPUT_TOPIC, Some(code), &self.shared);
+            }
             if is_fence(code) {
                 return Some(self.fenced(index));
             }

@@ -9,12 +9,13 @@
 
 use crate::eos_history::EOS_INPUT_TOPIC;
 use crate::params::SimParams;
-use crate::workload::{retriable, round_trip, Backoff, RequestError, Shared, PRODUCE_VERSION};
+use crate::routes::Routes;
+use crate::workload::{retriable, Backoff, RequestError, Shared, PRODUCE_VERSION};
 use bytes::Bytes;
 use kaas_core::protocol::messages::produce_request;
 use kaas_core::protocol::ResponseBody;
 use kaas_core::record::{BatchBuilder, NewRecord};
-use kaas_net::client::{decode_response, encode_request, single_partition_produce, Connection};
+use kaas_net::client::{decode_response, encode_request, single_partition_produce};
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::sleep;
 use std::net::SocketAddr;
@@ -27,8 +28,8 @@ const PRODUCE_TIMEOUT_MS: i32 = 5_000;
 const MAX_ATTEMPTS: u32 = 40;
 
 /// Produces input batches until the producers are told to stop.
-pub async fn eos_input_producer(params: SimParams, addr: SocketAddr, shared: Arc<Shared>) {
-    let mut conn: Option<Connection> = None;
+pub async fn eos_input_producer(params: SimParams, brokers: Vec<SocketAddr>, shared: Arc<Shared>) {
+    let mut routes = Routes::new("eos-input", &brokers);
     let mut backoff = Backoff::new();
     let mut batch_no: i32 = 0;
     while !shared.stop_producing.load(Ordering::Relaxed) {
@@ -72,7 +73,10 @@ pub async fn eos_input_producer(params: SimParams, addr: SocketAddr, shared: Arc
             }
         };
         for _ in 0..MAX_ATTEMPTS {
-            let code = match round_trip(&mut conn, addr, &frame).await {
+            let sent = routes
+                .produce(EOS_INPUT_TOPIC, partition, &frame, &shared)
+                .await;
+            let code = match sent {
                 Ok(response) => {
                     match decode_response(
                         produce_request::API_KEY,
@@ -88,7 +92,7 @@ pub async fn eos_input_producer(params: SimParams, addr: SocketAddr, shared: Arc
                             shared
                                 .eos()
                                 .violation(format!("EOS input: malformed produce answer: {e}"));
-                            conn = None;
+                            routes.disconnect_all();
                             -1
                         }
                         Err(RequestError::Network(_)) => -1,
@@ -96,6 +100,9 @@ pub async fn eos_input_producer(params: SimParams, addr: SocketAddr, shared: Arc
                 }
                 Err(_) => -1,
             };
+            if code != -1 {
+                routes.partition_outcome(EOS_INPUT_TOPIC, Some(code), &shared);
+            }
             if code == 0 {
                 shared.eos().stats.input_acked += count as u64;
                 backoff.reset();

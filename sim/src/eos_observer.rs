@@ -10,12 +10,11 @@
 
 use crate::eos_history::{EOS_GROUP, EOS_INPUT_TOPIC, EOS_OUTPUT_TOPIC};
 use crate::params::SimParams;
-use crate::txn::fetch_committed;
-use crate::workload::{ensure_connected, Backoff, RequestError, Shared, REQUEST_TIMEOUT};
+use crate::routes::{self, Routes};
+use crate::workload::{Backoff, RequestError, Shared};
 use bytes::Bytes;
 use kaas_core::protocol::messages::{offset_fetch_request, OffsetFetchRequest};
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
-use kaas_net::client::Connection;
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, timeout, Instant};
 use std::collections::BTreeMap;
@@ -84,8 +83,7 @@ pub(crate) fn committed_offsets(
 /// partition's last stable offset, reporting what it reads; returns the
 /// partitions read that far (a failed read leaves a partition out).
 async fn read_output(
-    conn: &mut Option<Connection>,
-    addr: SocketAddr,
+    routes: &mut Routes,
     positions: &mut BTreeMap<i32, i64>,
     shared: &Shared,
 ) -> Vec<i32> {
@@ -95,7 +93,10 @@ async fn read_output(
         if pending.is_empty() {
             break;
         }
-        let Ok(fetched) = fetch_committed(conn, addr, EOS_OUTPUT_TOPIC, &pending, 0).await else {
+        let Ok(fetched) = routes
+            .fetch_committed(EOS_OUTPUT_TOPIC, &pending, 0, shared)
+            .await
+        else {
             break;
         };
         for part in fetched {
@@ -123,8 +124,9 @@ async fn read_output(
 /// is visible. Polls fast while an EndTxn(commit) is in flight, when a
 /// broker that exposed offsets before their markers were durable would be
 /// caught.
-pub async fn offset_observer(params: SimParams, addr: SocketAddr, shared: Arc<Shared>) {
-    let mut conn: Option<Connection> = None;
+pub async fn offset_observer(params: SimParams, brokers: Vec<SocketAddr>, shared: Arc<Shared>) {
+    let mut routes = Routes::new("eos-observer", &brokers);
+    let key = (routes::KEY_GROUP, EOS_GROUP.to_string());
     let mut output: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     let partitions: Vec<i32> = (0..params.partitions).collect();
     let mut polls_in_flight = 0;
@@ -141,20 +143,17 @@ pub async fn offset_observer(params: SimParams, addr: SocketAddr, shared: Arc<Sh
         let in_flight = shared.eos_committing.load(Ordering::Relaxed);
         let require_stable = thread_rng().gen_bool(0.5);
         let sent_at = shared.eos().tick();
-        let Ok(c) = ensure_connected(&mut conn, addr).await else {
-            continue;
-        };
-        let answer = timeout(
-            REQUEST_TIMEOUT,
-            c.send(
+        let answer = routes
+            .ask_coordinator(
+                &key,
                 offset_fetch_request::API_KEY,
                 OFFSET_FETCH_VERSION,
                 &offset_fetch_body(&partitions, require_stable),
-            ),
-        )
-        .await;
+                &shared,
+            )
+            .await;
         let offsets = match answer {
-            Ok(Ok(ResponseBody::OffsetFetch(r))) => match committed_offsets(&r) {
+            Ok(ResponseBody::OffsetFetch(r)) => match committed_offsets(&r) {
                 Ok(offsets) => offsets,
                 Err(code) => {
                     if code != ErrorCode::UnstableOffsetCommit.code() && !coordinator_busy(code) {
@@ -165,18 +164,15 @@ pub async fn offset_observer(params: SimParams, addr: SocketAddr, shared: Arc<Sh
                     continue;
                 }
             },
-            Ok(Ok(other)) => {
+            Ok(other) => {
                 shared
                     .eos()
                     .violation(format!("observer: OffsetFetch answered {other:?}"));
                 continue;
             }
-            _ => {
-                conn = None;
-                continue;
-            }
+            Err(_) => continue,
         };
-        let read = read_output(&mut conn, addr, &mut output, &shared).await;
+        let read = read_output(&mut routes, &mut output, &shared).await;
         let mut eos = shared.eos();
         for (&p, &committed) in &offsets {
             if read.contains(&p) {
@@ -201,12 +197,13 @@ pub struct FinalRead {
 /// output read at read_committed up to their high watermarks.
 pub async fn final_read(
     params: SimParams,
-    addr: SocketAddr,
+    brokers: Vec<SocketAddr>,
     shared: Arc<Shared>,
     deadline: Duration,
 ) -> Result<FinalRead, String> {
     let give_up = Instant::now() + deadline;
-    let mut conn: Option<Connection> = None;
+    let mut routes = Routes::new("eos-final", &brokers);
+    let key = (routes::KEY_GROUP, EOS_GROUP.to_string());
     let mut backoff = Backoff::new();
     let partitions: Vec<i32> = (0..params.partitions).collect();
     let mut last = String::new();
@@ -217,25 +214,17 @@ pub async fn final_read(
             ));
         }
         let sent_at = shared.eos().tick();
-        let c = match ensure_connected(&mut conn, addr).await {
-            Ok(c) => c,
-            Err(e) => {
-                last = e;
-                backoff.wait().await;
-                continue;
-            }
-        };
-        let answer = timeout(
-            REQUEST_TIMEOUT,
-            c.send(
+        let answer = routes
+            .ask_coordinator(
+                &key,
                 offset_fetch_request::API_KEY,
                 OFFSET_FETCH_VERSION,
                 &offset_fetch_body(&partitions, true),
-            ),
-        )
-        .await;
+                &shared,
+            )
+            .await;
         match answer {
-            Ok(Ok(ResponseBody::OffsetFetch(r))) => match committed_offsets(&r) {
+            Ok(ResponseBody::OffsetFetch(r)) => match committed_offsets(&r) {
                 Ok(offsets) => {
                     let mut eos = shared.eos();
                     for (&p, &o) in &offsets {
@@ -245,15 +234,18 @@ pub async fn final_read(
                 }
                 Err(code) => last = format!("OffsetFetch error {code}"),
             },
-            other => {
+            Ok(other) => {
                 last = format!("OffsetFetch: {other:?}");
-                conn = None;
+                routes.disconnect_all();
+            }
+            Err(RequestError::Network(e) | RequestError::Malformed(e)) => {
+                last = format!("OffsetFetch: {e}");
             }
         }
         backoff.wait().await;
     };
-    let input = read_to_end(&mut conn, addr, EOS_INPUT_TOPIC, &partitions, give_up).await?;
-    let output = read_to_end(&mut conn, addr, EOS_OUTPUT_TOPIC, &partitions, give_up).await?;
+    let input = read_to_end(&mut routes, EOS_INPUT_TOPIC, &partitions, give_up, &shared).await?;
+    let output = read_to_end(&mut routes, EOS_OUTPUT_TOPIC, &partitions, give_up, &shared).await?;
     Ok(FinalRead {
         committed,
         input,
@@ -264,11 +256,11 @@ pub async fn final_read(
 /// Reads `topic` at read_committed from 0 up to each partition's high
 /// watermark (the last stable offset must catch up), until `give_up`.
 async fn read_to_end(
-    conn: &mut Option<Connection>,
-    addr: SocketAddr,
+    routes: &mut Routes,
     topic: &str,
     partitions: &[i32],
     give_up: Instant,
+    shared: &Shared,
 ) -> Result<BTreeMap<i32, Vec<(i64, Bytes)>>, String> {
     let mut backoff = Backoff::new();
     let mut last = String::new();
@@ -280,7 +272,7 @@ async fn read_to_end(
                 "liveness: could not read {topic} at read_committed up to its high watermark in time (positions {positions:?}; {last})"
             ));
         }
-        let fetched = match fetch_committed(conn, addr, topic, &positions, 0).await {
+        let fetched = match routes.fetch_committed(topic, &positions, 0, shared).await {
             Ok(f) => f,
             Err(RequestError::Malformed(e)) => return Err(format!("final read of {topic}: {e}")),
             Err(RequestError::Network(e)) => {

@@ -22,7 +22,8 @@
 
 use crate::group_history::{CommitId, CommitOutcome};
 use crate::params::SimParams;
-use crate::workload::{ensure_connected, fetch_once, Backoff, RequestError, Shared, TOPIC};
+use crate::routes::{self, Routes};
+use crate::workload::{Backoff, RequestError, Shared, TOPIC};
 use bytes::{Bytes, BytesMut};
 use kaas_core::protocol::messages::{
     consumer_protocol_assignment, find_coordinator_request, heartbeat_request, join_group_request,
@@ -32,9 +33,8 @@ use kaas_core::protocol::messages::{
     SyncGroupRequest,
 };
 use kaas_core::protocol::{ErrorCode, Reader, RequestBody, ResponseBody, Writer};
-use kaas_net::client::Connection;
 use madsim::rand::{thread_rng, Rng};
-use madsim::time::{sleep, timeout, Instant};
+use madsim::time::{sleep, Instant};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -67,10 +67,15 @@ enum Ending {
 }
 
 /// Runs member slot `slot` (its incarnations) until told to stop.
-pub async fn group_member(slot: usize, params: SimParams, addr: SocketAddr, shared: Arc<Shared>) {
+pub async fn group_member(
+    slot: usize,
+    params: SimParams,
+    brokers: Vec<SocketAddr>,
+    shared: Arc<Shared>,
+) {
     let session = Duration::from_millis(params.session_timeout_ms as u64);
     for incarnation in 0.. {
-        let mut member = Member::new(slot, incarnation, params, addr, shared.clone());
+        let mut member = Member::new(slot, incarnation, params, &brokers, shared.clone());
         let ending = member.run().await;
         let pause = match ending {
             Ending::Stopped => return,
@@ -150,9 +155,9 @@ struct Member {
     /// For messages: slot and incarnation.
     name: String,
     params: SimParams,
-    addr: SocketAddr,
     shared: Arc<Shared>,
-    conn: Option<Connection>,
+    /// The coordinator's and the partition leaders' connections.
+    routes: Routes,
     member_id: String,
     /// -1 when not in a generation (must (re)join).
     generation: i32,
@@ -178,7 +183,7 @@ impl Member {
         slot: usize,
         incarnation: u32,
         params: SimParams,
-        addr: SocketAddr,
+        brokers: &[SocketAddr],
         shared: Arc<Shared>,
     ) -> Member {
         let dies_at = params.member_lifetime_ms.map(|mean| {
@@ -187,9 +192,8 @@ impl Member {
         Member {
             name: format!("member {slot}.{incarnation}"),
             params,
-            addr,
             shared,
-            conn: None,
+            routes: Routes::new(format!("member-{slot}.{incarnation}"), brokers),
             member_id: String::new(),
             generation: -1,
             leader: String::new(),
@@ -256,19 +260,17 @@ impl Member {
         body: RequestBody,
         wait: Duration,
     ) -> Result<ResponseBody, RequestError> {
-        let c = ensure_connected(&mut self.conn, self.addr)
-            .await
-            .map_err(RequestError::Network)?;
-        let result = match timeout(wait, c.send(api_key, version, &body)).await {
-            Ok(Ok(b)) => Ok(b),
-            Ok(Err(e)) => Err(RequestError::of(e)),
-            Err(_) => Err(RequestError::Network("timed out".into())),
-        };
+        let key = (routes::KEY_GROUP, GROUP.to_string());
+        let result = self
+            .routes
+            .ask_coordinator_within(&key, wait, api_key, version, &body, &self.shared)
+            .await;
         if let Err(e) = &result {
-            self.conn = None;
             // As a client does when it loses the coordinator: find it again
             // and heartbeat at once, to learn whether the session survived.
-            self.lost_coordinator = true;
+            // (Not when it could not even connect: the next request tries
+            // again, as it always did.)
+            self.lost_coordinator |= !self.routes.not_connected();
             if let RequestError::Malformed(m) = e {
                 self.violation(format!("malformed answer to api {api_key}: {m}"));
             }
@@ -324,6 +326,15 @@ impl Member {
 
     /// FindCoordinator, as a client does first: it must name this broker.
     async fn find_coordinator(&mut self) {
+        if self.routes.multi() {
+            let key = (routes::KEY_GROUP, GROUP.to_string());
+            match self.routes.find_coordinator(&key, &self.shared).await {
+                Ok(_) => {}
+                Err(RequestError::Malformed(m)) => self.violation(m),
+                Err(RequestError::Network(_)) => self.backoff.wait().await,
+            }
+            return;
+        }
         let body = RequestBody::FindCoordinator(FindCoordinatorRequest {
             key: GROUP.into(),
             key_type: 0,
@@ -342,7 +353,7 @@ impl Member {
         }
         if let Ok(ResponseBody::FindCoordinator(r)) = answer {
             let at = format!("{}:{}", r.host, r.port);
-            if r.error_code != 0 || r.node_id != 0 || at != self.addr.to_string() {
+            if r.error_code != 0 || r.node_id != 0 || at != self.routes.first().to_string() {
                 self.violation(format!(
                     "FindCoordinator answered error {} node {} at {at}, not this broker",
                     r.error_code, r.node_id
@@ -732,13 +743,19 @@ impl Member {
                 .collect()
         };
         let wait_ms = (self.heartbeat_interval().as_millis() as i32 / 2).clamp(1, 100);
-        let fetched = match fetch_once(&mut self.conn, self.addr, &self.positions, wait_ms).await {
+        let fetched = match self
+            .routes
+            .fetch(&self.positions, wait_ms, &self.shared)
+            .await
+        {
             Ok(f) => f,
             Err(e) => {
                 if let RequestError::Malformed(m) = e {
                     self.shared.history().violation(m);
                 }
-                self.lost_coordinator = true;
+                // With one broker a lost fetch is a lost coordinator too;
+                // with several the partition's leader is another broker.
+                self.lost_coordinator |= !self.routes.multi();
                 return self.backoff.wait().await;
             }
         };
@@ -838,12 +855,13 @@ fn offset_fetch_body(partitions: &[i32]) -> RequestBody {
 /// partition once more, for the final check. Retries until `deadline`.
 pub async fn read_final_offsets(
     params: SimParams,
-    addr: SocketAddr,
+    brokers: Vec<SocketAddr>,
     shared: Arc<Shared>,
     deadline: Duration,
 ) -> Result<(), String> {
     let give_up = Instant::now() + deadline;
-    let mut conn: Option<Connection> = None;
+    let mut routes = Routes::new("group-final", &brokers);
+    let key = (routes::KEY_GROUP, GROUP.to_string());
     let mut backoff = Backoff::new();
     let partitions: Vec<i32> = (0..params.partitions).collect();
     loop {
@@ -854,31 +872,23 @@ pub async fn read_final_offsets(
         }
         let sent = shared.groups().tick();
         let incarnation = shared.incarnation();
-        let c = match ensure_connected(&mut conn, addr).await {
-            Ok(c) => c,
-            Err(_) => {
-                backoff.wait().await;
-                continue;
-            }
-        };
-        let answer = timeout(
-            REQUEST_TIMEOUT,
-            c.send(
+        let answer = routes
+            .ask_coordinator(
+                &key,
                 offset_fetch_request::API_KEY,
                 OFFSET_FETCH_VERSION,
                 &offset_fetch_body(&partitions),
-            ),
-        )
-        .await;
+                &shared,
+            )
+            .await;
         let r = match answer {
-            Ok(Ok(ResponseBody::OffsetFetch(r))) if r.error_code == 0 => r,
-            Ok(Ok(ResponseBody::OffsetFetch(r))) if coordinator_busy(r.error_code) => {
+            Ok(ResponseBody::OffsetFetch(r)) if r.error_code == 0 => r,
+            Ok(ResponseBody::OffsetFetch(r)) if coordinator_busy(r.error_code) => {
                 backoff.wait().await;
                 continue;
             }
-            Ok(Ok(other)) => return Err(format!("final OffsetFetch answered {other:?}")),
-            _ => {
-                conn = None;
+            Ok(other) => return Err(format!("final OffsetFetch answered {other:?}")),
+            Err(_) => {
                 backoff.wait().await;
                 continue;
             }

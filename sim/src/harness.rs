@@ -15,6 +15,7 @@ use crate::params::{SimParams, CLOCK_SKEW_BOUND_MS, MAX_DRIFT_PPM, VOLUME_STALEN
 use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
 use crate::workload::{self, Shared};
+use crate::writers::{self, WriterStats};
 use crate::{eos, eos_input, eos_observer, group_member, idempotent, txn};
 use kaas_core::cluster::membership::LeaseBounds;
 use kaas_core::layout;
@@ -85,6 +86,8 @@ pub struct FaultStats {
     pub fsync_failures: u64,
     /// Times the client-broker link was clogged.
     pub clogs: u64,
+    /// Times a broker was cut off from the volume (multi-broker seeds).
+    pub volume_partitions: u64,
     /// Crashes that kept a torn prefix of unsynced data.
     pub torn_crashes: u64,
     pub unsynced_bytes_dropped: u64,
@@ -114,7 +117,13 @@ pub struct SeedReport {
     /// on the volume.
     pub cluster: ClusterStats,
     pub claims: ClaimStats,
+    pub writers: WriterStats,
     pub syncs: u64,
+    /// Volume operations failed because their broker was cut off.
+    pub volume_unreachable_failures: u64,
+    /// Volume IO jobs of a cut-off broker that waited and ran after the
+    /// link healed.
+    pub volume_late_io: u64,
     pub simulated: Duration,
     /// Equal between two runs of a seed iff they behaved the same.
     pub fingerprint: u64,
@@ -218,9 +227,13 @@ impl fmt::Display for SeedReport {
         if p.multi_broker() {
             let c = &self.cluster;
             let moved = c.max_epoch_seen > 0 || c.leader_changes_seen > 0;
+            // Seeds whose coordinator workloads never saw their
+            // coordinator move say so, and the run counts them.
+            let coordinated = p.group_members > 0 || p.txn_producers > 0 || p.eos;
+            let coordinator_moved = !coordinated || c.coordinator_moves > 0;
             write!(
                 f,
-                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader) | ",
+                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({}{} moves seen), {} volume partitions ({} operations failed, {} ran late), {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
                 p.brokers,
                 p.lease_ms,
                 if moved { "" } else { "NO MOVE, " },
@@ -233,6 +246,19 @@ impl fmt::Display for SeedReport {
                 c.leaderless_answers,
                 c.acks_checked,
                 c.duplicates_across_epochs,
+                c.coordinator_lookups,
+                if coordinator_moved {
+                    ""
+                } else {
+                    "NO COORDINATOR MOVE, "
+                },
+                c.coordinator_moves,
+                self.faults.volume_partitions,
+                self.volume_unreachable_failures,
+                self.volume_late_io,
+                self.writers.epoch_files,
+                self.writers.claims,
+                self.writers.foreign_truncations,
             )?;
         }
         write!(
@@ -264,8 +290,15 @@ impl fmt::Display for SeedReport {
 /// run: a failed start must show up in the report with its cause).
 type BrokerErrors = Arc<Mutex<Vec<String>>>;
 
-/// The broker node's main task, run again on every restart.
-async fn run_broker(config: BrokerConfig, volume: SimVolume, env: Env, errors: BrokerErrors) {
+/// The broker node's main task, run again on every restart. `id`: the
+/// broker's index (its volume link may be cut).
+async fn run_broker(
+    id: usize,
+    config: BrokerConfig,
+    volume: SimVolume,
+    env: Env,
+    errors: BrokerErrors,
+) {
     let injected_before = volume.stats().injected_faults;
     let report = |what: String| {
         // A broker that cannot start because the volume is gone (a power
@@ -279,9 +312,17 @@ async fn run_broker(config: BrokerConfig, volume: SimVolume, env: Env, errors: B
         Ok(l) => l,
         Err(e) => return report(format!("cannot listen on {}: {e}", config.listen)),
     };
-    let broker = match Broker::open(config, Arc::new(volume.clone()), env) {
-        Ok(b) => b,
-        Err(e) => return report(format!("Broker::open failed: {e}")),
+    let broker = loop {
+        match Broker::open(config.clone(), Arc::new(volume.clone()), env.clone()) {
+            Ok(b) => break b,
+            // Cut off from the volume: a broker cannot start, and its
+            // supervisor starts it again once the volume answers.
+            Err(_) if volume.is_unreachable(id) => {
+                let mut cut = volume.watch_unreachable();
+                let _ = cut.wait_for(|c| !c.contains(&id)).await;
+            }
+            Err(e) => return report(format!("Broker::open failed: {e}")),
+        }
     };
     tokio::spawn(broker.clone().run_retention());
     kaas_net::server::serve(broker, listener, std::future::pending()).await;
@@ -624,11 +665,59 @@ async fn drive_cluster_faults(
             }
         }));
     }
+    if params.volume_partition_percent > 0 {
+        let (volume, stats) = (volume.clone(), stats.clone());
+        let (params, n) = (*params, brokers.len());
+        tasks.push(tokio::spawn(async move {
+            cut_volume_links(&volume, &params, n, end, &stats).await;
+        }));
+    }
     for t in tasks {
         let _ = t.await;
     }
     let stats = *stats.lock().unwrap_or_else(|p| p.into_inner());
     stats
+}
+
+/// Now and then (every two to six leases, with the seed's drawn chance)
+/// cuts one broker off from the volume while its clients still reach it:
+/// half the time for under half a lease (it keeps its claims), half the
+/// time for one to three leases (its lease lapses and the others take its
+/// items over; when the link heals it must find it was deposed). Its
+/// volume operations fail meanwhile, or wait (see `SimIo`), and those that
+/// waited complete late, after the link heals.
+async fn cut_volume_links(
+    volume: &SimVolume,
+    params: &SimParams,
+    brokers: usize,
+    end: Instant,
+    stats: &Mutex<FaultStats>,
+) {
+    let lease = Duration::from_millis(params.lease_ms as u64);
+    loop {
+        sleep(lease * 2 + random_up_to(lease * 4)).await;
+        if Instant::now() >= end {
+            break;
+        }
+        if thread_rng().gen_range(0..100) >= params.volume_partition_percent {
+            continue;
+        }
+        let broker = thread_rng().gen_range(0..brokers);
+        let cut_for = if thread_rng().gen_bool(0.5) {
+            random_up_to(lease / 2)
+        } else {
+            lease + random_up_to(lease * 2)
+        };
+        tracing::debug!(broker, ?cut_for, "volume link cut");
+        volume.set_unreachable(broker, true);
+        stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .volume_partitions += 1;
+        sleep(cut_for).await;
+        volume.set_unreachable(broker, false);
+        tracing::debug!(broker, "volume link healed");
+    }
 }
 
 /// What the claim files on the volume show at the end of a multi-broker
@@ -781,14 +870,19 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                     // Each incarnation gets its own clock (a restarted
                     // machine reads its clock afresh) and fsync latencies.
                     let mut rng = thread_rng();
+                    let clock = SimClock::new(
+                        rng.gen_range(-params_clock.0..=params_clock.0),
+                        rng.gen_range(-params_clock.1..=params_clock.1),
+                    );
+                    let mut io = SimIo::new(sync_latency, rng.gen());
+                    if params.multi_broker() {
+                        io = io.with_link(id, volume.watch_unreachable(), volume.late_io_counter());
+                    }
                     let env = Env {
-                        clock: Arc::new(SimClock::new(
-                            rng.gen_range(-params_clock.0..=params_clock.0),
-                            rng.gen_range(-params_clock.1..=params_clock.1),
-                        )),
-                        io: Arc::new(SimIo::new(sync_latency, rng.gen())),
+                        clock: Arc::new(clock),
+                        io: Arc::new(io),
                     };
-                    run_broker(config.clone(), volume.clone(), env, errors.clone())
+                    run_broker(id, config.clone(), volume.clone(), env, errors.clone())
                 })
                 .build()
         })
@@ -796,6 +890,15 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let brokers: Vec<SocketAddr> = (0..params.brokers)
         .map(|id| broker_addr(&params, id))
         .collect();
+    if params.multi_broker() {
+        // Before any broker runs (nodes start at the next await): the
+        // volume learns which broker issues each operation.
+        let nodes: Vec<NodeId> = broker_nodes.iter().map(|n| n.id()).collect();
+        volume.set_caller(Some(Box::new(move || {
+            let node = madsim::plugin::node();
+            nodes.iter().position(|&n| n == node)
+        })));
+    }
     let client = handle.create_node().name("client").ip(CLIENT_IP).build();
 
     let shared = Arc::new(Shared::default());
@@ -823,21 +926,28 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     shared.history().set_brokers(params.brokers as i32);
     let consumer = client.spawn(workload::consumer(params, brokers.clone(), shared.clone()));
     let txn_producers: Vec<_> = (0..params.txn_producers)
-        .map(|slot| client.spawn(txn::txn_producer(slot, params, BROKER_ADDR, shared.clone())))
+        .map(|slot| {
+            client.spawn(txn::txn_producer(
+                slot,
+                params,
+                brokers.clone(),
+                shared.clone(),
+            ))
+        })
         .collect();
     let txn_consumer = (params.txn_producers > 0)
-        .then(|| client.spawn(txn::txn_consumer(params, BROKER_ADDR, shared.clone())));
+        .then(|| client.spawn(txn::txn_consumer(params, brokers.clone(), shared.clone())));
     let eos_tasks = params.eos.then(|| {
         (
             client.spawn(eos_input::eos_input_producer(
                 params,
-                BROKER_ADDR,
+                brokers.clone(),
                 shared.clone(),
             )),
-            client.spawn(eos::eos_loop(params, BROKER_ADDR, shared.clone())),
+            client.spawn(eos::eos_loop(params, brokers.clone(), shared.clone())),
             client.spawn(eos_observer::offset_observer(
                 params,
-                BROKER_ADDR,
+                brokers.clone(),
                 shared.clone(),
             )),
         )
@@ -847,7 +957,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             client.spawn(group_member::group_member(
                 slot,
                 params,
-                BROKER_ADDR,
+                brokers.clone(),
                 shared.clone(),
             ))
         })
@@ -918,7 +1028,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         match client
             .spawn(txn::final_read(
                 params,
-                BROKER_ADDR,
+                brokers.clone(),
                 shared.clone(),
                 LIVENESS_DEADLINE,
             ))
@@ -971,7 +1081,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         match client
             .spawn(eos_observer::final_read(
                 params,
-                BROKER_ADDR,
+                brokers.clone(),
                 shared.clone(),
                 LIVENESS_DEADLINE,
             ))
@@ -1027,7 +1137,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         let read = client
             .spawn(group_member::read_final_offsets(
                 params,
-                BROKER_ADDR,
+                brokers.clone(),
                 shared.clone(),
                 LIVENESS_DEADLINE,
             ))
@@ -1078,10 +1188,14 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     }
     let mut cluster = shared.cluster();
     let mut claims = ClaimStats::default();
+    let mut writer_stats = WriterStats::default();
     if params.multi_broker() {
         let (holders, c) = read_claims(&volume, params.partitions);
         claims = c;
         problems.extend(cluster.check_final(&final_batches, &holders));
+        let (violations, w) = writers::check_one_writer_per_epoch(&volume.writers());
+        problems.extend(violations);
+        writer_stats = w;
     }
     let mut eos_history = shared.eos();
     if let Some(read) = &eos_read {
@@ -1207,7 +1321,10 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         eos: eos_history.stats,
         cluster: cluster.stats,
         claims,
+        writers: writer_stats,
         syncs: volume.stats().syncs,
+        volume_unreachable_failures: volume.stats().unreachable_failures,
+        volume_late_io: volume.late_io_counter().load(Relaxed),
         simulated: started.elapsed(),
         fingerprint: history.fingerprint(&logs, &{
             let mut extra = format!(
@@ -1218,7 +1335,10 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             );
             if params.multi_broker() {
                 // Only then: single-broker fingerprints stay as they were.
-                extra.push_str(&format!(" {} {claims:?}", cluster.describe()));
+                extra.push_str(&format!(
+                    " {} {claims:?} {writer_stats:?}",
+                    cluster.describe()
+                ));
             }
             extra
         }),

@@ -13,17 +13,21 @@
 //! - [`eos_history`]: the same for the exactly-once consume-transform-
 //!   produce loop (each input once in the committed output, committed
 //!   offsets visible only after their transaction's markers).
+//! - [`cluster_history`] and [`writers`]: the multi-broker rules
+//!   (leader epochs, one writer per file and epoch).
 //! - [`params`]: per-seed workload and fault parameters.
 //! - `env` (madsim builds only): each broker's own clock (seeded offset and
 //!   drift) and an IO runner on which an fsync takes simulated time.
 //! - `harness`, `workload`, `idempotent`, `group_member`, `txn`, `eos`,
-//!   `eos_input`, `eos_observer`, `pipeline`, `runner` (madsim builds only): the
-//!   simulated cluster, the client actors (plain and idempotent producers, a tailing consumer,
-//!   consumer group members, transactional producers with zombies, a
-//!   read_committed consumer, an exactly-once loop with its input producer
-//!   and the observer of its offsets), and running many seeds.
+//!   `eos_input`, `eos_observer`, `pipeline`, `router`, `routes`, `runner`
+//!   (madsim builds only): the simulated cluster, the client actors (plain
+//!   and idempotent producers, a tailing consumer, consumer group members,
+//!   transactional producers with zombies, a read_committed consumer, an
+//!   exactly-once loop with its input producer and the observer of its
+//!   offsets), where each request goes with several brokers, and running
+//!   many seeds.
 //!
-//! Without `--cfg madsim` only the first six exist, and their unit tests
+//! Without `--cfg madsim` only the first eight exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
@@ -36,6 +40,7 @@ pub mod group_history;
 pub mod params;
 pub mod txn_history;
 pub mod volume;
+pub mod writers;
 
 #[cfg(madsim)]
 pub mod eos;
@@ -53,6 +58,8 @@ pub mod idempotent;
 pub mod pipeline;
 #[cfg(madsim)]
 pub mod router;
+#[cfg(madsim)]
+pub mod routes;
 #[cfg(madsim)]
 pub mod runner;
 #[cfg(madsim)]

@@ -37,6 +37,10 @@ pub struct Leader {
 
 pub struct Router {
     client: String,
+    /// The topic whose partitions it routes. Only [`TOPIC`]'s answers go
+    /// to the cluster history, whose rules are per partition of that
+    /// topic.
+    topic: String,
     /// Broker `i`'s address at index `i`: the bootstrap list.
     brokers: Vec<SocketAddr>,
     /// Per partition: the newest epoch known and its leader, if it has one.
@@ -48,10 +52,16 @@ pub struct Router {
 
 impl Router {
     /// A router for `client` over the brokers at `brokers` (broker `i` at
-    /// index `i`).
+    /// index `i`), for the partitions of [`TOPIC`].
     pub fn new(client: impl Into<String>, brokers: &[SocketAddr]) -> Router {
+        Router::for_topic(client, brokers, TOPIC)
+    }
+
+    /// A router for the partitions of `topic`.
+    pub fn for_topic(client: impl Into<String>, brokers: &[SocketAddr], topic: &str) -> Router {
         Router {
             client: client.into(),
+            topic: topic.to_string(),
             brokers: brokers.to_vec(),
             leaders: BTreeMap::new(),
             stale: true,
@@ -96,7 +106,10 @@ impl Router {
         }
         let leader = self.leaders.get(&partition).and_then(|(_, l)| *l);
         match leader {
-            Some(l) => shared.cluster().followed(&self.client, partition, l.broker),
+            Some(l) if self.topic == TOPIC => {
+                shared.cluster().followed(&self.client, partition, l.broker)
+            }
+            Some(_) => {}
             None => self.stale = true,
         }
         leader
@@ -136,7 +149,7 @@ impl Router {
         let answered_by = *answered_by;
         let body = RequestBody::Metadata(MetadataRequest {
             topics: Some(vec![metadata_request::MetadataRequestTopic {
-                name: Some(TOPIC.into()),
+                name: Some(self.topic.clone()),
                 ..Default::default()
             }]),
             allow_auto_topic_creation: true,
@@ -167,14 +180,16 @@ impl Router {
         for topic in resp
             .topics
             .iter()
-            .filter(|t| t.name.as_deref() == Some(TOPIC))
+            .filter(|t| t.name.as_deref() == Some(self.topic.as_str()))
         {
             if topic.error_code != ErrorCode::None.code() {
                 continue;
             }
             for p in &topic.partitions {
                 let (partition, epoch) = (p.partition_index, p.leader_epoch);
-                cluster.metadata(&self.client, answered_by, partition, p.leader_id, epoch);
+                if self.topic == TOPIC {
+                    cluster.metadata(&self.client, answered_by, partition, p.leader_id, epoch);
+                }
                 let newest = self.leaders.get(&partition).map_or(-1, |(e, _)| *e);
                 if epoch < newest {
                     continue;

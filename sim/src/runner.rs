@@ -259,6 +259,7 @@ pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
     // partition moved (the vacuity gate of `cluster_history`).
     let multi = std::sync::atomic::AtomicU64::new(0);
     let unmoved = std::sync::Mutex::new(Vec::new());
+    let tally = std::sync::Mutex::new(ClusterTally::default());
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..selection.jobs.min(selection.seeds.len()) {
@@ -274,6 +275,10 @@ pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
                             if line.contains("NO MOVE") {
                                 unmoved.lock().unwrap_or_else(|p| p.into_inner()).push(seed);
                             }
+                            tally
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .add(seed, &line);
                         }
                         if selection.check_determinism {
                             check_determinism(seed, child_test, &line).err()
@@ -311,7 +316,67 @@ pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
             format!(" (seeds {unmoved:?})")
         }
     );
+    let tally = tally.into_inner().unwrap_or_else(|p| p.into_inner());
+    if tally != ClusterTally::default() {
+        println!("{tally}");
+    }
     failures
+}
+
+/// What the passing multi-broker seeds of a run did, from their report
+/// lines: which ran the coordinator workloads, whether those saw a
+/// coordinator move, which had volume partitions.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ClusterTally {
+    group: u64,
+    txn: u64,
+    eos: u64,
+    coordinated: u64,
+    /// Seeds with a coordinator workload that saw no coordinator move.
+    unmoved_coordinators: Vec<u64>,
+    volume_partitions: u64,
+}
+
+impl ClusterTally {
+    fn add(&mut self, seed: u64, line: &str) {
+        let (group, txn, eos) = (
+            line.contains("| group: "),
+            line.contains("| txn: "),
+            line.contains("| eos: "),
+        );
+        self.group += u64::from(group);
+        self.txn += u64::from(txn);
+        self.eos += u64::from(eos);
+        if group || txn || eos {
+            self.coordinated += 1;
+            if line.contains("NO COORDINATOR MOVE") {
+                self.unmoved_coordinators.push(seed);
+            }
+        }
+        self.volume_partitions += u64::from(!line.contains(" 0 volume partitions"));
+    }
+}
+
+impl std::fmt::Display for ClusterTally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut unmoved = self.unmoved_coordinators.clone();
+        unmoved.sort_unstable();
+        write!(
+            f,
+            "multi-broker seeds: {} with a group, {} with transactional producers, {} with the EOS loop; {} of the {} with one of them saw no coordinator move{}; {} had volume partitions",
+            self.group,
+            self.txn,
+            self.eos,
+            unmoved.len(),
+            self.coordinated,
+            if unmoved.is_empty() {
+                String::new()
+            } else {
+                format!(" (seeds {unmoved:?})")
+            },
+            self.volume_partitions,
+        )
+    }
 }
 
 /// Runs `seed` again in another fresh process and compares its report

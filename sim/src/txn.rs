@@ -21,12 +21,14 @@
 //! instance later, and until then the reaper must abort what it left open.
 
 use crate::params::SimParams;
+use crate::routes::{self, Routes};
 use crate::txn_history::{Txn, TxnEnd, TxnIndex, TXN_TOPIC};
 use crate::workload::{
-    ensure_connected, retriable, round_trip, Backoff, RequestError, Shared, FETCH_MAX_BYTES,
-    PRODUCE_VERSION, REQUEST_TIMEOUT,
+    ensure_connected, retriable, Backoff, RequestError, Shared, FETCH_MAX_BYTES, PRODUCE_VERSION,
+    REQUEST_TIMEOUT,
 };
 use bytes::Bytes;
+use kaas_core::protocol::messages::describe_transactions_response::TransactionState;
 use kaas_core::protocol::messages::{
     add_partitions_to_txn_request, describe_transactions_request, end_txn_request, fetch_request,
     find_coordinator_request, init_producer_id_request, metadata_request, produce_request,
@@ -111,9 +113,10 @@ struct Instance {
     instance: u64,
     txn_id: String,
     params: SimParams,
-    addr: SocketAddr,
+    brokers: Vec<SocketAddr>,
     shared: Arc<Shared>,
-    conn: Option<Connection>,
+    /// The coordinator's and the leaders' connections.
+    routes: Routes,
     /// Producer id and epoch of the current session.
     session: Option<(i64, i16)>,
     /// The identity to claim at the next InitProducerId (KIP-360).
@@ -127,10 +130,15 @@ struct Instance {
 }
 
 /// Runs transactional producer slot `slot` until told to stop.
-pub async fn txn_producer(slot: usize, params: SimParams, addr: SocketAddr, shared: Arc<Shared>) {
+pub async fn txn_producer(
+    slot: usize,
+    params: SimParams,
+    brokers: Vec<SocketAddr>,
+    shared: Arc<Shared>,
+) {
     let zombie_alive = Arc::new(AtomicBool::new(false));
     loop {
-        let mut instance = Instance::new(slot, params, addr, shared.clone(), false);
+        let mut instance = Instance::new(slot, params, brokers.clone(), shared.clone(), false);
         let ending = instance.run(Some(&zombie_alive)).await;
         if !matches!(ending, Step::Stalled) {
             break;
@@ -154,18 +162,19 @@ impl Instance {
     fn new(
         slot: usize,
         params: SimParams,
-        addr: SocketAddr,
+        brokers: Vec<SocketAddr>,
         shared: Arc<Shared>,
         zombie: bool,
     ) -> Instance {
+        let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
         Instance {
             slot,
-            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
+            instance,
             txn_id: transactional_id(slot),
             params,
-            addr,
+            routes: Routes::new(format!("tx-{slot}.{instance}"), &brokers),
+            brokers,
             shared,
-            conn: None,
             session: None,
             claim: None,
             seqs: BTreeMap::new(),
@@ -211,19 +220,13 @@ impl Instance {
         version: i16,
         body: &RequestBody,
     ) -> Result<ResponseBody, RequestError> {
-        let c = ensure_connected(&mut self.conn, self.addr)
-            .await
-            .map_err(RequestError::Network)?;
-        let result = match timeout(REQUEST_TIMEOUT, c.send(api_key, version, body)).await {
-            Ok(Ok(b)) => Ok(b),
-            Ok(Err(e)) => Err(RequestError::of(e)),
-            Err(_) => Err(RequestError::Network("timed out".into())),
-        };
-        if let Err(e) = &result {
-            self.conn = None;
-            if let RequestError::Malformed(m) = e {
-                self.violation(format!("malformed answer to api {api_key}: {m}"));
-            }
+        let key = (routes::KEY_TRANSACTION, self.txn_id.clone());
+        let result = self
+            .routes
+            .ask_coordinator(&key, api_key, version, body, &self.shared)
+            .await;
+        if let Err(RequestError::Malformed(m)) = &result {
+            self.violation(format!("malformed answer to api {api_key}: {m}"));
         }
         result
     }
@@ -274,8 +277,13 @@ impl Instance {
     fn spawn_zombie(&self, alive: Arc<AtomicBool>) {
         alive.store(true, Ordering::Relaxed);
         self.shared.txns().stats.zombies += 1;
-        let mut zombie =
-            Instance::new(self.slot, self.params, self.addr, self.shared.clone(), true);
+        let mut zombie = Instance::new(
+            self.slot,
+            self.params,
+            self.brokers.clone(),
+            self.shared.clone(),
+            true,
+        );
         tracing::debug!(txn_id = %self.txn_id, instance = zombie.instance, "zombie starts");
         tokio::spawn(async move {
             let _ = zombie.run(None).await;
@@ -284,6 +292,17 @@ impl Instance {
     }
 
     async fn find_coordinator(&mut self) -> bool {
+        if self.routes.multi() {
+            let key = (routes::KEY_TRANSACTION, self.txn_id.clone());
+            return match self.routes.find_coordinator(&key, &self.shared).await {
+                Ok(_) => true,
+                Err(RequestError::Malformed(m)) => {
+                    self.violation(m);
+                    false
+                }
+                Err(RequestError::Network(_)) => false,
+            };
+        }
         let body = RequestBody::FindCoordinator(FindCoordinatorRequest {
             key: self.txn_id.clone(),
             key_type: 1,
@@ -299,7 +318,7 @@ impl Instance {
         {
             Ok(ResponseBody::FindCoordinator(r)) if r.error_code == 0 => {
                 let at = format!("{}:{}", r.host, r.port);
-                if r.node_id != 0 || at != self.addr.to_string() {
+                if r.node_id != 0 || at != self.routes.first().to_string() {
                     self.violation(format!(
                         "FindCoordinator named node {} at {at}, not this broker",
                         r.node_id
@@ -453,7 +472,7 @@ impl Instance {
     fn stall(&mut self, index: TxnIndex) -> Step {
         tracing::debug!(txn_id = %self.txn_id, instance = self.instance, index, "stalls mid-transaction");
         self.shared.txns().end(index, TxnEnd::Abandoned);
-        self.conn = None;
+        self.routes.disconnect_all();
         Step::Stalled
     }
 
@@ -620,7 +639,11 @@ impl Instance {
                 self.shared.txns().end(index, TxnEnd::Abandoned);
                 return Some(Step::GaveUp);
             }
-            let outcome = match round_trip(&mut self.conn, self.addr, &frame).await {
+            let sent = self
+                .routes
+                .produce(TXN_TOPIC, partition, &frame, &self.shared)
+                .await;
+            let outcome = match sent {
                 Ok(response) => decode_response(
                     produce_request::API_KEY,
                     PRODUCE_VERSION,
@@ -641,11 +664,15 @@ impl Instance {
                 Ok((code, _)) => code,
                 Err(RequestError::Malformed(e)) => {
                     self.violation(format!("malformed produce answer: {e}"));
-                    self.conn = None;
+                    self.routes.disconnect_all();
                     -1
                 }
                 Err(RequestError::Network(_)) => -1,
             };
+            if code != -1 {
+                self.routes
+                    .partition_outcome(TXN_TOPIC, Some(code), &self.shared);
+            }
             if is_fence(code) {
                 return Some(self.fenced(index));
             }
@@ -773,6 +800,22 @@ pub(crate) struct CommittedRead {
     pub(crate) aborted_dropped: u64,
 }
 
+impl CommittedRead {
+    /// A partition no answer came for (multi-broker routing: no leader
+    /// known, or its leader's request failed): error -1, retried.
+    pub(crate) fn failed(partition: i32, requested: i64) -> CommittedRead {
+        CommittedRead {
+            partition,
+            error_code: -1,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            records: Vec::new(),
+            next_offset: requested,
+            aborted_dropped: 0,
+        }
+    }
+}
+
 /// Delivers a read_committed partition's batches as the Java consumer
 /// does (`CompletedFetch.nextFetchedBatch`): before a batch with a producer
 /// id, every aborted transaction whose first offset is at or below the
@@ -871,6 +914,21 @@ pub(crate) async fn fetch_committed(
     positions: &BTreeMap<i32, i64>,
     max_wait_ms: i32,
 ) -> Result<Vec<CommittedRead>, RequestError> {
+    fetch_committed_at(conn, addr, topic, positions, &BTreeMap::new(), max_wait_ms).await
+}
+
+/// [`fetch_committed`] naming the leader epoch the client knows for each
+/// partition in `epochs` (KIP-320: a broker at another epoch answers
+/// FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH rather than serve); -1 for
+/// the others.
+pub(crate) async fn fetch_committed_at(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    topic: &str,
+    positions: &BTreeMap<i32, i64>,
+    epochs: &BTreeMap<i32, i32>,
+    max_wait_ms: i32,
+) -> Result<Vec<CommittedRead>, RequestError> {
     let c = ensure_connected(conn, addr)
         .await
         .map_err(RequestError::Network)?;
@@ -888,7 +946,7 @@ pub(crate) async fn fetch_committed(
                     partition,
                     fetch_offset: offset,
                     partition_max_bytes: FETCH_MAX_BYTES,
-                    current_leader_epoch: -1,
+                    current_leader_epoch: epochs.get(&partition).copied().unwrap_or(-1),
                     last_fetched_epoch: -1,
                     log_start_offset: -1,
                     ..Default::default()
@@ -932,17 +990,20 @@ pub(crate) async fn fetch_committed(
 
 /// Tails every partition of the transactional topic at read_committed
 /// while faults run, reporting what it delivers.
-pub async fn txn_consumer(params: SimParams, addr: SocketAddr, shared: Arc<Shared>) {
-    let mut conn = None;
+pub async fn txn_consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: Arc<Shared>) {
+    let mut routes = Routes::new("txn-consumer", &brokers);
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     while !shared.stop_fetching.load(Ordering::Relaxed) {
-        let fetched = match fetch_committed(&mut conn, addr, TXN_TOPIC, &positions, 200).await {
+        let fetched = match routes
+            .fetch_committed(TXN_TOPIC, &positions, 200, &shared)
+            .await
+        {
             Ok(f) => f,
             Err(e) => {
                 if let RequestError::Malformed(e) = e {
                     shared.txns().violation(e);
-                    conn = None;
+                    routes.disconnect_all();
                 }
                 backoff.wait().await;
                 continue;
@@ -977,7 +1038,7 @@ pub async fn txn_consumer(params: SimParams, addr: SocketAddr, shared: Arc<Share
 /// stable offset must catch up with it). Returns what a client delivers.
 pub async fn final_read(
     params: SimParams,
-    addr: SocketAddr,
+    brokers: Vec<SocketAddr>,
     shared: Arc<Shared>,
     deadline: Duration,
 ) -> Result<BTreeMap<i32, Vec<(i64, Bytes)>>, String> {
@@ -990,7 +1051,7 @@ pub async fn final_read(
     let open_bound = Duration::from_millis(params.txn_timeout_ms as u64 + 2 * 1_000 + 10_000)
         + Duration::from_secs(5);
     let mut last = String::new();
-    let mut conn: Option<Connection> = None;
+    let mut routes = Routes::new("txn-final", &brokers);
     let mut backoff = Backoff::new();
     let ids: Vec<String> = (0..params.txn_producers).map(transactional_id).collect();
     loop {
@@ -999,32 +1060,10 @@ pub async fn final_read(
                 "liveness: {open_bound:?} after the producers stopped, transactions are still open: {last}"
             ));
         }
-        let c = match ensure_connected(&mut conn, addr).await {
-            Ok(c) => c,
+        let states = match describe_transactions(&mut routes, &ids, &shared).await {
+            Ok(states) => states,
             Err(e) => {
                 last = e;
-                backoff.wait().await;
-                continue;
-            }
-        };
-        let body = RequestBody::DescribeTransactions(DescribeTransactionsRequest {
-            transactional_ids: ids.clone(),
-            ..Default::default()
-        });
-        let answer = timeout(
-            REQUEST_TIMEOUT,
-            c.send(
-                describe_transactions_request::API_KEY,
-                DESCRIBE_TRANSACTIONS_VERSION,
-                &body,
-            ),
-        )
-        .await;
-        let states = match answer {
-            Ok(Ok(ResponseBody::DescribeTransactions(r))) => r.transaction_states,
-            other => {
-                last = format!("DescribeTransactions: {other:?}");
-                conn = None;
                 backoff.wait().await;
                 continue;
             }
@@ -1075,7 +1114,10 @@ pub async fn final_read(
                 "liveness: could not read {TXN_TOPIC} at read_committed up to its high watermark within {deadline:?} (positions {positions:?}; {last})"
             ));
         }
-        let fetched = match fetch_committed(&mut conn, addr, TXN_TOPIC, &positions, 0).await {
+        let fetched = match routes
+            .fetch_committed(TXN_TOPIC, &positions, 0, &shared)
+            .await
+        {
             Ok(f) => f,
             Err(RequestError::Malformed(e)) => return Err(format!("final read: {e}")),
             Err(RequestError::Network(e)) => {
@@ -1123,4 +1165,44 @@ pub async fn final_read(
         }
     }
     Ok(logs)
+}
+
+/// The states of `ids`: with one broker in one DescribeTransactions, with
+/// several one per id, each to its coordinator (as Kafka's admin client
+/// groups them).
+async fn describe_transactions(
+    routes: &mut Routes,
+    ids: &[String],
+    shared: &Shared,
+) -> Result<Vec<TransactionState>, String> {
+    let groups: Vec<Vec<String>> = if routes.multi() {
+        ids.iter().map(|id| vec![id.clone()]).collect()
+    } else {
+        vec![ids.to_vec()]
+    };
+    let mut states = Vec::new();
+    for group in groups {
+        let key = (routes::KEY_TRANSACTION, group[0].clone());
+        let body = RequestBody::DescribeTransactions(DescribeTransactionsRequest {
+            transactional_ids: group,
+            ..Default::default()
+        });
+        let answer = routes
+            .ask_coordinator(
+                &key,
+                describe_transactions_request::API_KEY,
+                DESCRIBE_TRANSACTIONS_VERSION,
+                &body,
+                shared,
+            )
+            .await;
+        match answer {
+            Ok(ResponseBody::DescribeTransactions(r)) => states.extend(r.transaction_states),
+            Ok(other) => return Err(format!("DescribeTransactions: {other:?}")),
+            Err(RequestError::Network(e) | RequestError::Malformed(e)) => {
+                return Err(format!("DescribeTransactions: {e}"))
+            }
+        }
+    }
+    Ok(states)
 }

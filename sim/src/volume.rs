@@ -46,10 +46,20 @@
 //!   written look clean afterwards, a later fsync succeeds, and a crash
 //!   still loses them (zeroes them: the file size did reach the disk).
 //!
-//! One broker today: a crash drops every unsynced byte on the volume. With
-//! several brokers, a crash must drop only what *that* broker wrote, and
-//! each broker needs an NFS-like view (close-to-open, stale attributes);
-//! both hang off the same inode table (each file has one writer).
+//! - Several brokers: the harness of a multi-broker seed tells the volume
+//!   which broker issues each operation ([`set_caller`](SimVolume::set_caller),
+//!   madsim's current node). With it the volume records which brokers
+//!   wrote each file ([`writers`](SimVolume::writers), for the "one writer
+//!   per file and epoch" rule) and can cut one broker off
+//!   ([`set_unreachable`](SimVolume::set_unreachable)): its operations
+//!   fail with an IO error while the others' go on, as an NFS client cut
+//!   off from its server sees them (see `crate::env::SimIo` for the ones
+//!   that wait instead).
+//!
+//! Not modelled yet: a crash drops every unsynced byte on the volume; with
+//! several brokers, a crash of one host should drop only what *that*
+//! broker wrote, and each broker needs an NFS-like view (close-to-open,
+//! stale attributes); both can hang off the writers recorded here.
 
 use bytes::Bytes;
 use kaas_net::volume::{SegmentFile, Volume};
@@ -60,7 +70,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
 /// An operation a fault hook may fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultPoint {
     Read,
     WriteAtomic,
@@ -79,6 +89,10 @@ pub enum FaultPoint {
 /// Decides whether an operation on a path fails, and how. Must be
 /// deterministic (draw from the simulation's seeded rng).
 pub type FaultHook = Box<dyn FnMut(&FaultContext<'_>) -> Option<io::Error> + Send>;
+
+/// Which broker (its index) issues the operation running now; `None` for
+/// anyone else (the harness, the checkers).
+pub type CallerId = Box<dyn Fn() -> Option<usize> + Send>;
 
 /// What a fault hook is told about the operation it may fail.
 #[derive(Debug, Clone, Copy)]
@@ -119,6 +133,8 @@ pub struct VolumeStats {
     pub crashes: u64,
     pub power_cuts: u64,
     pub injected_faults: u64,
+    /// Operations failed because their broker could not reach the volume.
+    pub unreachable_failures: u64,
 }
 
 /// The error payload of a failure the fault hook injected.
@@ -160,12 +176,21 @@ struct State {
     cut_after: Option<u64>,
     fault_hook: Option<FaultHook>,
     stats: VolumeStats,
+    caller: Option<CallerId>,
+    /// Per file: the brokers that changed it, and how.
+    writers: BTreeMap<String, BTreeSet<(usize, FaultPoint)>>,
 }
 
 struct Inner {
     state: Mutex<State>,
     /// Counts power cuts, so the harness can wait for an armed one to fire.
     power_cuts: watch::Sender<u64>,
+    /// Brokers cut off from the volume. A watch, so that an IO runner can
+    /// wait for its broker's link to heal.
+    unreachable: watch::Sender<BTreeSet<usize>>,
+    /// IO jobs that waited for their broker's link and ran after it healed
+    /// (counted by the brokers' IO runners).
+    late_io: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The in-memory volume. Cloning gives another handle to the same volume.
@@ -280,6 +305,17 @@ impl State {
         Ok(false)
     }
 
+    /// Records that the broker issuing the operation changed `path` (a
+    /// successful change only: a lost exclusive create wrote nothing).
+    fn wrote(&mut self, path: &str, point: FaultPoint) {
+        if let Some(broker) = self.caller.as_ref().and_then(|c| c()) {
+            self.writers
+                .entry(path.to_string())
+                .or_default()
+                .insert((broker, point));
+        }
+    }
+
     fn require_dir(&self, dir: &str, path: &str) -> io::Result<()> {
         if self.dirs.contains(dir) {
             Ok(())
@@ -319,13 +355,73 @@ impl SimVolume {
             cut_after: None,
             fault_hook: None,
             stats: VolumeStats::default(),
+            caller: None,
+            writers: BTreeMap::new(),
         };
         SimVolume {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
                 power_cuts: watch::Sender::new(0),
+                unreachable: watch::Sender::new(BTreeSet::new()),
+                late_io: Arc::default(),
             }),
         }
+    }
+
+    /// Tells the volume how to know which broker issues an operation.
+    pub fn set_caller(&self, caller: Option<CallerId>) {
+        self.state().caller = caller;
+    }
+
+    /// Cuts broker `broker` off from the volume (`true`), or heals its
+    /// link. While cut off its operations fail (and its IO runner's jobs
+    /// wait); the other brokers' go on.
+    pub fn set_unreachable(&self, broker: usize, cut: bool) {
+        self.inner.unreachable.send_modify(|s| {
+            if cut {
+                s.insert(broker);
+            } else {
+                s.remove(&broker);
+            }
+        });
+    }
+
+    /// Whether broker `broker` is cut off from the volume now.
+    pub fn is_unreachable(&self, broker: usize) -> bool {
+        self.inner.unreachable.borrow().contains(&broker)
+    }
+
+    /// A receiver of the set of brokers cut off, for an IO runner to wait
+    /// on.
+    pub fn watch_unreachable(&self) -> watch::Receiver<BTreeSet<usize>> {
+        self.inner.unreachable.subscribe()
+    }
+
+    /// The counter of IO jobs that ran late, after their broker's link
+    /// healed: an IO runner adds to it.
+    pub fn late_io_counter(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.inner.late_io.clone()
+    }
+
+    /// Per file: the brokers that changed it (created, appended to,
+    /// replaced, truncated, removed), and how.
+    pub fn writers(&self) -> BTreeMap<String, BTreeSet<(usize, FaultPoint)>> {
+        self.state().writers.clone()
+    }
+
+    /// Fails the operation if the broker issuing it is cut off.
+    fn reachable(&self, state: &mut State) -> io::Result<()> {
+        let Some(broker) = state.caller.as_ref().and_then(|c| c()) else {
+            return Ok(());
+        };
+        if self.inner.unreachable.borrow().contains(&broker) {
+            state.stats.unreachable_failures += 1;
+            return Err(err(
+                io::ErrorKind::Other,
+                format!("broker {broker} cannot reach the volume (simulated network partition)"),
+            ));
+        }
+        Ok(())
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -475,6 +571,7 @@ impl Volume for SimVolume {
     fn read(&self, path: &str) -> io::Result<Option<Bytes>> {
         let path = normalize(path)?;
         let mut state = self.state();
+        self.reachable(&mut state)?;
         state.check(FaultPoint::Read, &path)?;
         if state.dirs.contains(&path) {
             return Err(err(
@@ -494,6 +591,7 @@ impl Volume for SimVolume {
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
         let path = normalize(path)?;
         let mut state = self.state();
+        self.reachable(&mut state)?;
         self.mutation(&mut state, FaultPoint::WriteAtomic, &path)?;
         state.require_dir(parent(&path), &path)?;
         if path.is_empty() || state.dirs.contains(&path) {
@@ -503,6 +601,7 @@ impl Volume for SimVolume {
             ));
         }
         let id = state.new_inode(data.to_vec());
+        state.wrote(&path, FaultPoint::WriteAtomic);
         state.files.insert(path, id);
         state.stats.atomic_writes += 1;
         Ok(())
@@ -511,6 +610,7 @@ impl Volume for SimVolume {
     fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
         let path = normalize(path)?;
         let mut state = self.state();
+        self.reachable(&mut state)?;
         self.mutation(&mut state, FaultPoint::CreateExclusive, &path)?;
         state.require_dir(parent(&path), &path)?;
         if path.is_empty() || state.dirs.contains(&path) || state.files.contains_key(&path) {
@@ -522,6 +622,7 @@ impl Volume for SimVolume {
         // Born synced: like `write_atomic`, the content is durable before
         // the name appears.
         let id = state.new_inode(data.to_vec());
+        state.wrote(&path, FaultPoint::CreateExclusive);
         state.files.insert(path, id);
         state.stats.atomic_writes += 1;
         Ok(())
@@ -530,6 +631,7 @@ impl Volume for SimVolume {
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
         let dir = normalize(dir)?;
         let mut state = self.state();
+        self.reachable(&mut state)?;
         state.check(FaultPoint::List, &dir)?;
         if state.files.contains_key(&dir) {
             return Err(err(
@@ -561,6 +663,7 @@ impl Volume for SimVolume {
     fn create_dir_all(&self, dir: &str) -> io::Result<()> {
         let dir = normalize(dir)?;
         let mut state = self.state();
+        self.reachable(&mut state)?;
         if state.dirs.contains(&dir) {
             // Nothing to do; not a mutation, as in `LocalVolume`.
             return state.check(FaultPoint::CreateDir, &dir);
@@ -586,6 +689,7 @@ impl Volume for SimVolume {
     fn remove(&self, path: &str) -> io::Result<()> {
         let path = normalize(path)?;
         let mut state = self.state();
+        self.reachable(&mut state)?;
         self.mutation(&mut state, FaultPoint::Remove, &path)?;
         if state.dirs.contains(&path) {
             return Err(err(
@@ -593,7 +697,9 @@ impl Volume for SimVolume {
                 format!("{path:?} is a directory"),
             ));
         }
-        state.files.remove(&path);
+        if state.files.remove(&path).is_some() {
+            state.wrote(&path, FaultPoint::Remove);
+        }
         Ok(())
     }
 
@@ -606,6 +712,7 @@ impl Volume for SimVolume {
             ));
         }
         let mut state = self.state();
+        self.reachable(&mut state)?;
         self.mutation(&mut state, FaultPoint::RemoveDirAll, &dir)?;
         if state.files.contains_key(&dir) {
             return Err(err(
@@ -621,6 +728,7 @@ impl Volume for SimVolume {
     fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>> {
         let path = normalize(path)?;
         let mut state = self.state();
+        self.reachable(&mut state)?;
         let existing = state.files.get(&path).copied();
         let inode = match (existing, create) {
             (Some(id), _) => {
@@ -644,6 +752,7 @@ impl Volume for SimVolume {
                     ));
                 }
                 let id = state.new_inode(Vec::new());
+                state.wrote(&path, FaultPoint::OpenSegment);
                 state.files.insert(path.clone(), id);
                 id
             }
@@ -675,6 +784,7 @@ impl SimSegment {
         f: impl FnOnce(&mut Inode, &mut VolumeStats) -> io::Result<T>,
     ) -> io::Result<T> {
         let mut state = self.volume.state();
+        self.volume.reachable(&mut state)?;
         if state.generation != self.generation {
             return Err(err(
                 io::ErrorKind::Other,
@@ -697,7 +807,11 @@ impl SimSegment {
                 format!("{}: inode vanished", self.path),
             )
         })?;
-        f(inode, stats)
+        let result = f(inode, stats)?;
+        if matches!(point, FaultPoint::Append | FaultPoint::Truncate) {
+            state.wrote(&self.path, point);
+        }
+        Ok(result)
     }
 }
 
@@ -770,6 +884,57 @@ mod tests {
     use super::*;
     use rand::rngs::SmallRng;
     use rand::SeedableRng;
+
+    /// A volume whose operations are issued by the broker `who` holds.
+    fn volume_with_caller() -> (SimVolume, Arc<std::sync::atomic::AtomicUsize>) {
+        let v = SimVolume::new();
+        let who = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let w = who.clone();
+        v.set_caller(Some(Box::new(move || {
+            Some(w.load(std::sync::atomic::Ordering::Relaxed))
+        })));
+        (v, who)
+    }
+
+    #[test]
+    fn a_broker_cut_off_fails_while_the_others_go_on() {
+        let (v, who) = volume_with_caller();
+        let f = v.open_segment("s", true).unwrap();
+        f.append(b"a").unwrap();
+        v.set_unreachable(0, true);
+        assert!(v.is_unreachable(0) && !v.is_unreachable(1));
+        assert!(f.append(b"b").is_err(), "an open file fails too");
+        assert!(v.read("s").is_err());
+        assert!(v.write_atomic("x", b"1").is_err());
+        who.store(1, std::sync::atomic::Ordering::Relaxed);
+        v.write_atomic("x", b"1").unwrap();
+        assert_eq!(v.read("s").unwrap().unwrap().as_ref(), b"a");
+        who.store(0, std::sync::atomic::Ordering::Relaxed);
+        v.set_unreachable(0, false);
+        f.append(b"c").unwrap();
+        assert_eq!(v.read("s").unwrap().unwrap().as_ref(), b"ac");
+        assert_eq!(v.stats().unreachable_failures, 3);
+    }
+
+    #[test]
+    fn writers_are_recorded_per_file_and_broker() {
+        let (v, who) = volume_with_caller();
+        let f = v.open_segment("s", true).unwrap();
+        f.append(b"a").unwrap();
+        who.store(2, std::sync::atomic::Ordering::Relaxed);
+        f.append(b"b").unwrap();
+        v.write_atomic("x", b"1").unwrap();
+        let w = v.writers();
+        assert_eq!(
+            w["s"],
+            BTreeSet::from([
+                (0, FaultPoint::OpenSegment),
+                (0, FaultPoint::Append),
+                (2, FaultPoint::Append)
+            ])
+        );
+        assert_eq!(w["x"], BTreeSet::from([(2, FaultPoint::WriteAtomic)]));
+    }
 
     #[test]
     fn unsynced_appends_are_lost_on_crash_and_synced_ones_kept() {

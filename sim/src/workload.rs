@@ -409,6 +409,20 @@ pub(crate) struct FetchedPartition {
     pub(crate) batches: Vec<FetchedBatch>,
 }
 
+impl FetchedPartition {
+    /// A partition no answer came for (multi-broker routing): error -1.
+    pub(crate) fn failed(partition: i32, requested: i64) -> FetchedPartition {
+        FetchedPartition {
+            partition,
+            error_code: -1,
+            high_watermark: -1,
+            records: Vec::new(),
+            next_offset: requested,
+            batches: Vec::new(),
+        }
+    }
+}
+
 /// Decodes the records of one partition, checking every batch's CRC: a
 /// consumer must never be served bytes that were not written as a whole.
 fn decode_fetched(
@@ -475,7 +489,7 @@ pub(crate) async fn fetch_once(
 /// Sends one fetch for `positions` that names each partition's leader
 /// epoch (KIP-320: a broker at another epoch answers FENCED_LEADER_EPOCH
 /// or UNKNOWN_LEADER_EPOCH instead of serving).
-async fn fetch_at_epochs(
+pub(crate) async fn fetch_at_epochs(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
     positions: &BTreeMap<i32, i64>,
