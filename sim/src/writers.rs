@@ -28,16 +28,15 @@ pub enum EpochFile {
     ProducerSnapshot,
     /// A claim file under `__cluster/epochs/` (partition or slot).
     Claim,
-    /// A coordinator slot's snapshot or journal, when the layout names
-    /// them per epoch (`slot-N.eE.json`, `slot-N.eE.log`).
+    /// A coordinator slot's snapshot or journal (`slot-N.json` /
+    /// `slot-N.log` at epoch 0, `slot-N.eE.json` / `slot-N.eE.log` after).
     SlotState,
 }
 
 /// The epoch a path belongs to, if the layout names it per epoch.
 ///
-/// The one place that knows the layout's per-epoch names: when the slot
-/// files become per epoch, only the [`EpochFile::SlotState`] arm needs to
-/// match their spelling.
+/// The one place that maps the layout's per-epoch names (each parsed by
+/// `kaas_core::layout`) to their epoch.
 pub fn epoch_file(path: &str) -> Option<(EpochFile, i32)> {
     let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
     if dir.starts_with(layout::PARTITIONS_DIR) {
@@ -51,20 +50,9 @@ pub fn epoch_file(path: &str) -> Option<(EpochFile, i32)> {
         return layout::parse_epoch_file(name).map(|e| (EpochFile::Claim, e));
     }
     if dir == layout::TXN_STATE_DIR || dir == layout::GROUP_STATE_DIR {
-        return slot_state_epoch(name).map(|e| (EpochFile::SlotState, e));
+        return layout::slot_state_of_file(name).map(|(_, e)| (EpochFile::SlotState, e));
     }
     None
-}
-
-/// `slot-<N>.e<E>.<ext>` -> E.
-fn slot_state_epoch(name: &str) -> Option<i32> {
-    let rest = name.strip_prefix("slot-")?;
-    let (_, rest) = rest.split_once(".e")?;
-    let (epoch, _ext) = rest.split_once('.')?;
-    if epoch.is_empty() || !epoch.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    epoch.parse().ok()
 }
 
 /// Counters for the seed's report.
@@ -151,11 +139,17 @@ mod tests {
             epoch_file(&format!("{}/slot-3.e5.log", layout::TXN_STATE_DIR)),
             Some((EpochFile::SlotState, 5))
         );
-        // Not per epoch: the slot files as today's layout spells them
-        // (literal, so this test outlives a change of `layout`'s slot file
-        // functions), the leader-epoch checkpoint, the broker files.
-        assert_eq!(epoch_file("__cluster/txn_state/slot-3.log"), None);
-        assert_eq!(epoch_file("__cluster/group_state/slot-3.json"), None);
+        // Epoch 0's slot files keep the epoch-less names.
+        assert_eq!(
+            epoch_file(&layout::txn_slot_journal(3, 0)),
+            Some((EpochFile::SlotState, 0))
+        );
+        assert_eq!(
+            epoch_file("__cluster/group_state/slot-3.json"),
+            Some((EpochFile::SlotState, 0))
+        );
+        // Not per epoch: the leader-epoch checkpoint, the broker files.
+        assert_eq!(epoch_file("__cluster/txn_state/slot-3.log.tmp"), None);
         assert_eq!(
             epoch_file("__cluster/group_state/slot-3.e12.json"),
             Some((EpochFile::SlotState, 12))
