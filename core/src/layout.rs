@@ -13,7 +13,8 @@
 //! topics/<topic>-<partition>/log-start-offset                   DeleteRecords low watermark
 //! topics/<topic>-<partition>/producer-state.snapshot            producer table as of an offset
 //! __cluster/cluster.json                                        cluster id
-//! __cluster/topics/<topic>.json                                 topic metadata
+//! __cluster/topics/<topic>.json                                 topic metadata, version 0 (writer: its creator)
+//! __cluster/topics/<topic>@<version>.json                       a later version of it (writer: whoever created it)
 //! __cluster/producer_ids/kaas-<broker>.json                     PID block end (writer: that broker)
 //! __cluster/producer_fences/from-<broker>.json                  fence log (writer: that broker)
 //! __cluster/txn_state/slot-<N>.json                             transaction slot snapshot (writer: slot owner)
@@ -239,14 +240,47 @@ pub const CLUSTER_FILE: &str = "__cluster/cluster.json";
 /// Topic metadata files.
 pub const TOPIC_FILES_DIR: &str = "__cluster/topics";
 
-/// The metadata file of topic `name`.
+/// The metadata file of topic `name` as created (version 0). Its
+/// existence is the topic's: deleting a topic removes it first.
 pub fn topic_file(name: &str) -> String {
-    format!("{TOPIC_FILES_DIR}/{name}.json")
+    topic_version_file(name, 0)
 }
 
-/// The topic named by an entry of [`TOPIC_FILES_DIR`], if it is a topic file.
+/// Version `version` of topic `name`'s metadata. Every change to a topic
+/// (CreatePartitions, AlterConfigs) creates the next version exclusively
+/// rather than rewriting the file in place, so each version has exactly one
+/// writer and two brokers changing one topic at once cannot both win.
+/// Version 0 is spelled without `@0`, as topic files were before versions.
+/// `@` is not a topic name character, so a version never reads as a name.
+pub fn topic_version_file(name: &str, version: u32) -> String {
+    if version == 0 {
+        format!("{TOPIC_FILES_DIR}/{name}.json")
+    } else {
+        format!("{TOPIC_FILES_DIR}/{name}@{version}.json")
+    }
+}
+
+/// The topic and version named by an entry of [`TOPIC_FILES_DIR`], if it
+/// is a topic file ([`topic_version_file`]).
+pub fn topic_version_of_file(entry: &str) -> Option<(&str, u32)> {
+    let stem = entry.strip_suffix(".json")?;
+    let (name, version) = match stem.split_once('@') {
+        None => (stem, 0),
+        Some((name, digits)) => {
+            // Spelled as written: no sign, no leading zero, never `@0`.
+            if digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            (name, digits.parse().ok()?)
+        }
+    };
+    (!name.is_empty() && !name.contains('@')).then_some((name, version))
+}
+
+/// The topic named by an entry of [`TOPIC_FILES_DIR`], if it is the
+/// topic's version-0 file (the one whose existence is the topic's).
 pub fn topic_of_file(entry: &str) -> Option<&str> {
-    entry.strip_suffix(".json").filter(|name| !name.is_empty())
+    topic_version_of_file(entry).and_then(|(name, version)| (version == 0).then_some(name))
 }
 
 /// Producer id block files.
@@ -693,6 +727,10 @@ mod tests {
         assert_eq!(CLUSTER_FILE, format!("{CLUSTER_DIR}/cluster.json"));
         assert_eq!(topic_file("orders"), "__cluster/topics/orders.json");
         assert_eq!(
+            topic_version_file("orders", 12),
+            "__cluster/topics/orders@12.json"
+        );
+        assert_eq!(
             producer_id_block_file(2),
             "__cluster/producer_ids/kaas-2.json"
         );
@@ -787,5 +825,33 @@ mod tests {
             Some(10)
         );
         assert_eq!(latest_epoch([]), None);
+    }
+
+    #[test]
+    fn topic_versions_parse_back_and_never_read_as_names() {
+        for (name, version) in [("t", 0), ("orders.v1", 0), ("a-b_c.d", 7), ("t", u32::MAX)] {
+            let path = topic_version_file(name, version);
+            let entry = path.rsplit('/').next().unwrap();
+            assert_eq!(
+                topic_version_of_file(entry),
+                Some((name, version)),
+                "{entry}"
+            );
+            assert_eq!(topic_of_file(entry), (version == 0).then_some(name));
+        }
+        for stray in [
+            ".json",
+            "@1.json",
+            "t@.json",
+            "t@0.json",
+            "t@01.json",
+            "t@-1.json",
+            "t@+1.json",
+            "t@1@2.json",
+            "t@99999999999.json",
+            "t.json.tmp",
+        ] {
+            assert_eq!(topic_version_of_file(stray), None, "{stray}");
+        }
     }
 }

@@ -274,17 +274,9 @@ async fn create_topic(conn: &mut Connection) {
 
 /// A restart needs the first broker's tasks gone: each broker runs in a
 /// runtime of its own, dropped before the next one opens the directory.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 #[test]
 fn a_member_keeps_its_member_id_and_generation_across_a_broker_restart() {
-    let first = runtime();
+    let first = support::runtime();
     let (dir, member_id, generation) = first.block_on(async {
         let tb = support::start_broker(|c| c.group.initial_rebalance_delay_ms = 0).await;
         let mut conn = Connection::connect(tb.addr).await.unwrap();
@@ -300,7 +292,7 @@ fn a_member_keeps_its_member_id_and_generation_across_a_broker_restart() {
     // The broker goes away right after those answers; its directory stays.
     drop(first);
 
-    runtime().block_on(async {
+    support::runtime().block_on(async {
         let tb = support::start_broker_in(dir, |c| c.group.initial_rebalance_delay_ms = 0).await;
         let mut conn = Connection::connect(tb.addr).await.unwrap();
         // No rejoin: the old member id and generation are still good.

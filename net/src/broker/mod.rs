@@ -46,6 +46,9 @@ pub struct Topic {
     pub id: Uuid,
     pub configs: BTreeMap<String, String>,
     pub partitions: Vec<Arc<Seat>>,
+    /// The version of the topic's metadata file this reflects
+    /// (`topic_file`): the ownership round follows newer ones.
+    pub version: u32,
 }
 
 impl Topic {
@@ -213,6 +216,7 @@ impl Broker {
                 id,
                 configs: file.configs,
                 partitions,
+                version: file.version,
             };
             broker.topics_mut().insert(file.name, Arc::new(topic));
         }
@@ -526,6 +530,7 @@ impl Broker {
             topic_id: format!("{:032x}", id.as_u128()),
             partitions,
             configs: configs.clone(),
+            version: 0,
         };
         // The topic file first, created exclusively: of brokers creating
         // one name at once exactly one succeeds, and a directory never
@@ -550,6 +555,7 @@ impl Broker {
             id,
             configs,
             partitions: seats,
+            version: 0,
         });
         self.topics_mut().insert(name.to_string(), topic.clone());
         tracing::info!(topic = name, partitions, %id, "created topic");
@@ -615,6 +621,7 @@ impl Broker {
             id,
             configs: file.configs,
             partitions: seats,
+            version: file.version,
         });
         self.topics_mut().insert(file.name, topic.clone());
         Ok(topic)
@@ -668,22 +675,7 @@ impl Broker {
         for (name, file) in on_volume {
             let result = match self.topic(&name) {
                 None => self.install(file).await.map(|_| ()),
-                Some(t) if (t.partitions.len() as i32) < file.partitions => {
-                    let current = t.partitions.len() as i32;
-                    self.take_partitions(&file, current..file.partitions)
-                        .await
-                        .map(|more| {
-                            let mut partitions = t.partitions.clone();
-                            partitions.extend(more);
-                            let grown = Topic {
-                                name: name.clone(),
-                                id: t.id,
-                                configs: t.configs.clone(),
-                                partitions,
-                            };
-                            self.topics_mut().insert(name.clone(), Arc::new(grown));
-                        })
-                }
+                Some(t) if file.version > t.version => self.follow(&t, file).await.map(|_| ()),
                 Some(_) => Ok(()),
             };
             if let Err(e) = result {
@@ -809,9 +801,11 @@ impl Broker {
             )
         })?;
         let volume = self.volume.clone();
-        let path = topic_file::path(name);
+        let (doomed, id) = (name.to_string(), format!("{:032x}", topic.id.as_u128()));
         self.env
-            .blocking(IoKind::Fsync, move || volume.remove(&path))
+            .blocking(IoKind::Fsync, move || {
+                topic_file::remove(volume.as_ref(), &doomed, &id)
+            })
             .await
             .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
         self.topics_mut().remove(name);
@@ -841,56 +835,151 @@ impl Broker {
         count: i32,
         validate_only: bool,
     ) -> Result<(), AdminError> {
+        self.change_topic(name, validate_only, |file| {
+            let current = file.partitions;
+            if count < current {
+                return Err(AdminError::new(
+                    ErrorCode::InvalidPartitions,
+                    format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
+                ));
+            }
+            if count == current {
+                return Err(AdminError::new(
+                    ErrorCode::InvalidPartitions,
+                    format!("Topic already has {current} partitions."),
+                ));
+            }
+            topic_config::check_partition_count(count)
+                .map_err(|m| AdminError::new(ErrorCode::InvalidPartitions, m))?;
+            Ok(TopicFile {
+                partitions: count,
+                ..file.clone()
+            })
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Replaces topic `name`'s configs with what `configs` makes of them
+    /// (AlterConfigs, IncrementalAlterConfigs): validated, published as the
+    /// topic's next version and applied at once on this broker (the others
+    /// follow in their ownership round).
+    pub async fn alter_topic_configs<F>(
+        &self,
+        name: &str,
+        validate_only: bool,
+        configs: F,
+    ) -> Result<(), AdminError>
+    where
+        F: Fn(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, AdminError>,
+    {
+        self.change_topic(name, validate_only, |file| {
+            Ok(TopicFile {
+                configs: configs(&file.configs)?,
+                ..file.clone()
+            })
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Changes topic `name`'s metadata: `change` builds the next version
+    /// from the newest one on the volume (another broker may have changed
+    /// the topic since this one last looked), refusing what does not apply
+    /// to it. The version is created exclusively (`topic_file::publish`);
+    /// when another broker published it first, the change is built again
+    /// on the winner's, so two brokers' changes never overwrite each other.
+    async fn change_topic<F>(
+        &self,
+        name: &str,
+        validate_only: bool,
+        change: F,
+    ) -> Result<Arc<Topic>, AdminError>
+    where
+        F: Fn(&TopicFile) -> Result<TopicFile, AdminError>,
+    {
+        /// Each lost race means another broker's change landed, so this
+        /// bounds only a burst of concurrent changes to one topic.
+        const ATTEMPTS: usize = 8;
         let _admin = self.admin.lock().await;
-        let topic = self.topic(name).ok_or_else(|| {
+        let unknown = || {
             AdminError::new(
                 ErrorCode::UnknownTopicOrPartition,
                 "This server does not host this topic.",
             )
-        })?;
+        };
+        let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
+        let topic = self.topic(name).ok_or_else(unknown)?;
+        for _ in 0..ATTEMPTS {
+            let volume = self.volume.clone();
+            let wanted = name.to_string();
+            let current = self
+                .env
+                .blocking(IoKind::Buffered, move || {
+                    topic_file::read_current(volume.as_ref(), &wanted)
+                })
+                .await
+                .map_err(storage)?
+                .filter(|c| c.file.id() == Some(topic.id))
+                .ok_or_else(unknown)?;
+            let next = TopicFile {
+                version: current.next_version,
+                ..change(&current.file)?
+            };
+            if validate_only {
+                return Ok(topic);
+            }
+            let volume = self.volume.clone();
+            let published = next.clone();
+            let outcome = self
+                .env
+                .blocking(IoKind::Fsync, move || {
+                    topic_file::publish(volume.as_ref(), &current, &published)
+                })
+                .await;
+            match outcome {
+                Ok(()) => {
+                    tracing::info!(topic = name, version = next.version, "changed topic");
+                    return self.follow(&topic, next).await;
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(storage(e)),
+            }
+        }
+        Err(AdminError::new(
+            ErrorCode::NotController,
+            format!("Topic {name} kept changing on other brokers; try again."),
+        ))
+    }
+
+    /// Serves a newer version of a topic's metadata: partitions it added
+    /// are taken (where placed here), and its configs apply at once,
+    /// including to the logs already open. The caller holds `admin`.
+    async fn follow(&self, topic: &Topic, file: TopicFile) -> Result<Arc<Topic>, AdminError> {
         let current = topic.partitions.len() as i32;
-        if count < current {
-            return Err(AdminError::new(
-                ErrorCode::InvalidPartitions,
-                format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
-            ));
-        }
-        if count == current {
-            return Err(AdminError::new(
-                ErrorCode::InvalidPartitions,
-                format!("Topic already has {current} partitions."),
-            ));
-        }
-        topic_config::check_partition_count(count)
-            .map_err(|m| AdminError::new(ErrorCode::InvalidPartitions, m))?;
-        if validate_only {
-            return Ok(());
-        }
-        let file = TopicFile {
-            name: name.to_string(),
-            topic_id: format!("{:032x}", topic.id.as_u128()),
-            partitions: count,
-            configs: topic.configs.clone(),
-        };
-        let volume = self.volume.clone();
-        let written = file.clone();
-        self.env
-            .blocking(IoKind::Fsync, move || {
-                topic_file::write(volume.as_ref(), &written)
-            })
-            .await
-            .map_err(|e| AdminError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
         let mut partitions = topic.partitions.clone();
-        partitions.extend(self.take_partitions(&file, current..count).await?);
-        let updated = Topic {
-            name: name.to_string(),
+        if file.partitions > current {
+            partitions.extend(
+                self.take_partitions(&file, current..file.partitions)
+                    .await?,
+            );
+        }
+        if file.configs != topic.configs {
+            let config = self.log_config(&file.configs);
+            for p in topic.partitions.iter().filter_map(|seat| seat.led()) {
+                p.apply_log_config(&config).await;
+            }
+        }
+        let updated = Arc::new(Topic {
+            name: topic.name.clone(),
             id: topic.id,
-            configs: topic.configs.clone(),
+            configs: file.configs,
             partitions,
-        };
+            version: file.version,
+        });
         self.topics_mut()
-            .insert(name.to_string(), Arc::new(updated));
-        Ok(())
+            .insert(topic.name.clone(), updated.clone());
+        Ok(updated)
     }
 
     /// Applies retention to every partition this broker leads (the

@@ -574,6 +574,11 @@ impl Partition {
         self.close();
     }
 
+    /// Applies a topic's changed configs to the open log (AlterConfigs).
+    pub async fn apply_log_config(&self, config: &LogConfig) {
+        self.log.lock().await.set_config(*config);
+    }
+
     /// Stops the flusher and refuses further requests (topic deletion).
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);

@@ -28,7 +28,7 @@ pub struct Entry {
 }
 
 /// The broker-wide default of each topic config.
-fn broker_default(broker: &Broker, name: &str) -> String {
+pub fn broker_default(broker: &Broker, name: &str) -> String {
     let d = &broker.config.log;
     match name {
         "cleanup.policy" => "delete".into(),

@@ -7,6 +7,7 @@
 
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
+mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -60,6 +61,8 @@ pub const SUPPORTED_APIS: &[(i16, i16, i16)] = &[
     (delete_records_request::API_KEY, 0, 2),
     (offset_for_leader_epoch_request::API_KEY, 2, 4),
     (describe_configs_request::API_KEY, 1, 4),
+    (alter_configs_request::API_KEY, 0, 2),
+    (incremental_alter_configs_request::API_KEY, 0, 1),
     (create_partitions_request::API_KEY, 0, 3),
     (describe_cluster_request::API_KEY, 0, 2),
     (init_producer_id_request::API_KEY, 0, 5),
@@ -249,6 +252,14 @@ pub async fn dispatch(
         RequestBody::DescribeConfigs(req) => respond(ResponseBody::DescribeConfigs(
             describe_configs::handle(broker, req, version),
         )),
+        RequestBody::AlterConfigs(req) => respond(ResponseBody::AlterConfigs(
+            alter_configs::handle(broker, req).await,
+        )),
+        RequestBody::IncrementalAlterConfigs(req) => {
+            respond(ResponseBody::IncrementalAlterConfigs(
+                alter_configs::handle_incremental(broker, req).await,
+            ))
+        }
         RequestBody::DescribeCluster(req) => respond(ResponseBody::DescribeCluster(
             describe_cluster::handle(broker, req),
         )),

@@ -92,6 +92,16 @@ impl PartitionLog {
         &self.config
     }
 
+    /// Applies a changed topic config (AlterConfigs) from the next append
+    /// on: a smaller `segment.bytes` rolls the active segment at the next
+    /// append that would pass it; written segments stay as they are.
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = LogConfig {
+            segment_bytes: config.segment_bytes.min(u64::from(u32::MAX)),
+            ..config
+        };
+    }
+
     /// The first offset that may be read (advanced by DeleteRecords and
     /// retention).
     pub fn log_start_offset(&self) -> i64 {

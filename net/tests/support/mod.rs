@@ -114,3 +114,14 @@ async fn open_broker(
     let broker = Broker::open(config, volume, kaas_net::env::Env::system()).expect("broker");
     (listener, addr, broker)
 }
+
+/// A runtime of its own, for a test that restarts a broker: dropping it
+/// ends the broker and every task of it, as a process exit would.
+#[allow(dead_code)] // not every test binary restarts
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}

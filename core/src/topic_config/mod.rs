@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+pub mod alter;
+
 /// How a config value is typed, as DescribeConfigs v3+ reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigType {

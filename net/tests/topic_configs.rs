@@ -1,0 +1,420 @@
+//! AlterConfigs and IncrementalAlterConfigs over the wire: a topic's configs
+//! change as Kafka changes them, DescribeConfigs answers the result, the
+//! change survives a restart and applies at once (a smaller segment.bytes
+//! rolls the open log), and two brokers on one volume changing one topic at
+//! once both land (each change is the topic file's next version, created
+//! exclusively).
+#![cfg(not(madsim))]
+// A test: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use kaas_core::cluster::membership::LeaseBounds;
+use kaas_core::protocol::messages::*;
+use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_core::record::{BatchBuilder, NewRecord};
+use kaas_net::client::Connection;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+const SUBTRACT: i8 = 3;
+/// DescribeConfigs sources: set on the topic, or the default.
+const SOURCE_TOPIC: i8 = 1;
+const SOURCE_DEFAULT: i8 = 5;
+
+/// One resource of an IncrementalAlterConfigs: (name, operation, value).
+fn resource(
+    kind: i8,
+    name: &str,
+    configs: &[(&str, i8, Option<&str>)],
+) -> incremental_alter_configs_request::AlterConfigsResource {
+    incremental_alter_configs_request::AlterConfigsResource {
+        resource_type: kind,
+        resource_name: name.into(),
+        configs: configs
+            .iter()
+            .map(
+                |(n, op, v)| incremental_alter_configs_request::AlterableConfig {
+                    name: (*n).into(),
+                    config_operation: *op,
+                    value: v.map(str::to_string),
+                    ..Default::default()
+                },
+            )
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// IncrementalAlterConfigs (v1, flexible); the error code of each resource.
+async fn incremental(
+    addr: SocketAddr,
+    resources: Vec<incremental_alter_configs_request::AlterConfigsResource>,
+    validate_only: bool,
+) -> Vec<i16> {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+        resources,
+        validate_only,
+        ..Default::default()
+    });
+    match conn
+        .send(incremental_alter_configs_request::API_KEY, 1, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::IncrementalAlterConfigs(r) => {
+            r.responses.iter().map(|r| r.error_code).collect()
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// AlterConfigs (v0) of one topic's whole set; its error code.
+async fn replace(addr: SocketAddr, topic: &str, configs: &[(&str, &str)]) -> i16 {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::AlterConfigs(AlterConfigsRequest {
+        resources: vec![alter_configs_request::AlterConfigsResource {
+            resource_type: TOPIC,
+            resource_name: topic.into(),
+            configs: configs
+                .iter()
+                .map(|(n, v)| alter_configs_request::AlterableConfig {
+                    name: (*n).into(),
+                    value: Some((*v).into()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        validate_only: false,
+        ..Default::default()
+    });
+    match conn
+        .send(alter_configs_request::API_KEY, 0, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::AlterConfigs(r) => r.responses[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// DescribeConfigs of a topic: name → (value, source).
+async fn described(addr: SocketAddr, topic: &str) -> BTreeMap<String, (String, i8)> {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::DescribeConfigs(DescribeConfigsRequest {
+        resources: vec![describe_configs_request::DescribeConfigsResource {
+            resource_type: TOPIC,
+            resource_name: topic.into(),
+            configuration_keys: None,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match conn
+        .send(describe_configs_request::API_KEY, 4, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::DescribeConfigs(r) => {
+            assert_eq!(r.results[0].error_code, 0, "{r:?}");
+            r.results[0]
+                .configs
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        (c.value.clone().unwrap_or_default(), c.config_source),
+                    )
+                })
+                .collect()
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn code(e: ErrorCode) -> i16 {
+    e.code()
+}
+
+#[tokio::test]
+async fn incremental_alter_configs_sets_deletes_appends_and_subtracts_as_kafka_does() {
+    let tb = support::start_broker(|_| {}).await;
+    tb.broker
+        .create_topic("t", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let set =
+        |configs: &[(&'static str, i8, Option<&'static str>)]| vec![resource(TOPIC, "t", configs)];
+    assert_eq!(
+        incremental(
+            tb.addr,
+            set(&[
+                ("retention.ms", SET, Some("60000")),
+                ("cleanup.policy", APPEND, Some("compact")),
+            ]),
+            false
+        )
+        .await,
+        [0]
+    );
+    let d = described(tb.addr, "t").await;
+    assert_eq!(d["retention.ms"], ("60000".into(), SOURCE_TOPIC));
+    assert_eq!(
+        d["cleanup.policy"],
+        ("delete,compact".into(), SOURCE_TOPIC),
+        "APPEND starts from the default"
+    );
+
+    // Refused whole, nothing of it applied: an invalid value beside a
+    // valid change, an unknown name, APPEND to a non-list, a SET of null.
+    for bad in [
+        vec![
+            ("retention.bytes", SET, Some("1")),
+            ("retention.ms", SET, Some("soon")),
+        ],
+        vec![("no.such.config", SET, Some("1"))],
+        vec![("retention.ms", APPEND, Some("1"))],
+    ] {
+        assert_eq!(
+            incremental(tb.addr, set(&bad), false).await,
+            [code(ErrorCode::InvalidConfig)],
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        incremental(tb.addr, set(&[("retention.ms", SET, None)]), false).await,
+        [code(ErrorCode::InvalidRequest)]
+    );
+    assert_eq!(
+        incremental(
+            tb.addr,
+            set(&[
+                ("retention.ms", SET, Some("1")),
+                ("retention.ms", DELETE, None)
+            ]),
+            false
+        )
+        .await,
+        [code(ErrorCode::InvalidRequest)],
+        "one name twice"
+    );
+    // validate_only decides and changes nothing.
+    assert_eq!(
+        incremental(tb.addr, set(&[("retention.ms", SET, Some("1"))]), true).await,
+        [0]
+    );
+    assert_eq!(described(tb.addr, "t").await, d, "nothing changed");
+
+    assert_eq!(
+        incremental(
+            tb.addr,
+            set(&[
+                ("retention.ms", DELETE, None),
+                ("cleanup.policy", SUBTRACT, Some("delete")),
+            ]),
+            false
+        )
+        .await,
+        [0]
+    );
+    let d = described(tb.addr, "t").await;
+    assert_eq!(d["retention.ms"].1, SOURCE_DEFAULT, "back to the default");
+    assert_eq!(d["cleanup.policy"], ("compact".into(), SOURCE_TOPIC));
+
+    // Per resource: an unknown topic, a resource named twice, a broker's
+    // static config, a resource type kaas has no configs for.
+    let answers = incremental(
+        tb.addr,
+        vec![
+            resource(TOPIC, "missing", &[("retention.ms", SET, Some("1"))]),
+            resource(TOPIC, "t", &[("retention.ms", SET, Some("1"))]),
+            resource(TOPIC, "t", &[("retention.bytes", SET, Some("1"))]),
+            resource(BROKER, "0", &[("log.retention.ms", SET, Some("1"))]),
+            resource(8, "0", &[("kafka", SET, Some("DEBUG"))]),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(
+        answers,
+        [
+            code(ErrorCode::UnknownTopicOrPartition),
+            code(ErrorCode::InvalidRequest),
+            code(ErrorCode::InvalidRequest),
+            code(ErrorCode::InvalidRequest),
+            code(ErrorCode::InvalidRequest),
+        ]
+    );
+    assert_eq!(described(tb.addr, "t").await, d, "nothing changed");
+}
+
+#[test]
+fn alter_configs_replaces_the_whole_set_and_it_survives_a_restart() {
+    let first = support::runtime();
+    let (dir, before) = first.block_on(async {
+        let tb = support::start_broker(|_| {}).await;
+        tb.broker
+            .create_topic(
+                "t",
+                1,
+                1,
+                BTreeMap::from([("retention.ms".to_string(), "60000".to_string())]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            replace(tb.addr, "t", &[("retention.bytes", "5000")]).await,
+            0
+        );
+        assert_eq!(
+            replace(tb.addr, "t", &[("segment.bytes", "-5")]).await,
+            code(ErrorCode::InvalidConfig)
+        );
+        assert_eq!(
+            replace(tb.addr, "missing", &[("retention.bytes", "5000")]).await,
+            code(ErrorCode::UnknownTopicOrPartition)
+        );
+        let before = described(tb.addr, "t").await;
+        assert_eq!(before["retention.bytes"], ("5000".into(), SOURCE_TOPIC));
+        assert_eq!(
+            before["retention.ms"].1, SOURCE_DEFAULT,
+            "a config not named returns to its default"
+        );
+        (tb._dir, before)
+    });
+    // The broker goes away with its runtime; its directory stays.
+    drop(first);
+    support::runtime().block_on(async {
+        let tb = support::start_broker_in(dir, |_| {}).await;
+        assert_eq!(described(tb.addr, "t").await, before);
+    });
+}
+
+/// Appends `n` records of 100 bytes to t-0, each durable.
+async fn produce(tb: &support::TestBroker, n: usize) {
+    let p = tb.broker.partition("t", 0, -1).unwrap();
+    for i in 0..n {
+        let mut b = BatchBuilder::new();
+        let key = format!("k{i}");
+        b.push(NewRecord::new(0, Some(key.as_bytes()), Some(&[b'v'; 100])));
+        let d = p.append(b.build()).await.unwrap();
+        p.wait_durable(d.end_offset()).await.unwrap();
+    }
+}
+
+fn segments(tb: &support::TestBroker) -> usize {
+    std::fs::read_dir(tb._dir.path().join("topics/t-0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".log")
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_smaller_segment_bytes_applies_to_the_open_log_at_once() {
+    let tb = support::start_broker(|_| {}).await;
+    tb.broker
+        .create_topic("t", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    produce(&tb, 5).await;
+    assert_eq!(segments(&tb), 1);
+    assert_eq!(
+        incremental(
+            tb.addr,
+            vec![resource(TOPIC, "t", &[("segment.bytes", SET, Some("300"))])],
+            false
+        )
+        .await,
+        [0]
+    );
+    produce(&tb, 5).await;
+    assert!(segments(&tb) >= 3, "rolled: {} segments", segments(&tb));
+}
+
+#[tokio::test]
+async fn two_brokers_changing_one_topic_at_once_both_land_and_each_sees_the_other() {
+    const BOUNDS: LeaseBounds = LeaseBounds {
+        lease_ms: 300,
+        clock_skew_ms: 50,
+        volume_staleness_ms: 100,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = support::start_shared_broker(dir.path(), |c| {
+        c.broker_id = 0;
+        c.lease = BOUNDS;
+    })
+    .await;
+    let b = support::start_shared_broker(dir.path(), |c| {
+        c.broker_id = 1;
+        c.lease = BOUNDS;
+    })
+    .await;
+    a.broker
+        .create_topic("t", 2, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    // Until b serves the topic (its ownership round follows the volume).
+    for _ in 0..100 {
+        if b.broker.topic("t").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(b.broker.topic("t").is_some());
+    // Each broker sets a different config, many times, at once: each
+    // change builds on the other's, so the last of each holds.
+    let changes = |addr: SocketAddr, name: &'static str| async move {
+        for i in 0..10 {
+            let value = (1_000_000 + i).to_string();
+            let answer = incremental(
+                addr,
+                vec![resource(TOPIC, "t", &[(name, SET, Some(&value))])],
+                false,
+            )
+            .await;
+            assert_eq!(answer, [0], "{name}={value}");
+        }
+    };
+    tokio::join!(
+        changes(a.addr, "retention.ms"),
+        changes(b.addr, "retention.bytes")
+    );
+    for addr in [a.addr, b.addr] {
+        let mut last = BTreeMap::new();
+        for _ in 0..100 {
+            last = described(addr, "t").await;
+            if last["retention.ms"].0 == "1000009" && last["retention.bytes"].0 == "1000009" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(last["retention.ms"], ("1000009".into(), SOURCE_TOPIC));
+        assert_eq!(last["retention.bytes"], ("1000009".into(), SOURCE_TOPIC));
+    }
+    let versions: Vec<String> = std::fs::read_dir(dir.path().join("__cluster/topics"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("t"))
+        .collect();
+    assert!(
+        versions.contains(&"t.json".to_string()) && versions.len() <= 4,
+        "version 0 and the newest (a replaced one may linger): {versions:?}"
+    );
+    b.stop().await;
+    a.stop().await;
+}
