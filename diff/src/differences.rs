@@ -28,20 +28,6 @@ impl Known {
     }
 }
 
-const CONFIGS_LATER: &str =
-    "Topic configs are fixed at creation until the config APIs issue adds AlterConfigs and IncrementalAlterConfigs.";
-
-/// An API Kafka advertises with `kafka` versions and kaas does not serve.
-const fn unserved(step: &'static str, kafka: &'static str, why: &'static str) -> Known {
-    Known {
-        scenario: "versions/api-versions",
-        step,
-        kafka,
-        kaas: "null",
-        why,
-    }
-}
-
 fn parse(s: &str) -> Option<Value> {
     serde_json::from_str(s).ok()
 }
@@ -61,8 +47,6 @@ pub static KNOWN: &[Known] = &[
         kaas: "[1,2]",
         why: "kaas also serves v2 (KIP-1228, Kafka 4.2: each marker names its transaction version, and a version-2 marker must carry an epoch above the producer's). Kafka 4.1, the oracle, has only v1; v1 is answered alike.",
     },
-    unserved("33 AlterConfigs", "[0,2]", CONFIGS_LATER),
-    unserved("44 IncrementalAlterConfigs", "[0,1]", CONFIGS_LATER),
     Known {
         scenario: "versions/api-versions",
         step: "35 DescribeLogDirs",

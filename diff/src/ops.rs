@@ -582,6 +582,78 @@ impl Session {
         Ok(())
     }
 
+    /// IncrementalAlterConfigs of `resources`, each (resource type, name,
+    /// [(config, operation, value)]); observes each resource's error.
+    pub async fn incremental_alter_configs(
+        &mut self,
+        step: &str,
+        resources: &[(i8, &str, &[(&str, i8, Option<&str>)])],
+        validate_only: bool,
+    ) -> Step {
+        let version = self.version(incremental_alter_configs_request::API_KEY)?;
+        let body = RequestBody::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+            resources: resources
+                .iter()
+                .map(|(kind, name, configs)| {
+                    incremental_alter_configs_request::AlterConfigsResource {
+                        resource_type: *kind,
+                        resource_name: (*name).into(),
+                        configs: configs
+                            .iter()
+                            .map(|(config, op, value)| {
+                                incremental_alter_configs_request::AlterableConfig {
+                                    name: (*config).into(),
+                                    config_operation: *op,
+                                    value: value.map(str::to_string),
+                                    ..Default::default()
+                                }
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }
+                })
+                .collect(),
+            validate_only,
+            ..Default::default()
+        });
+        let r = call_as!(self, IncrementalAlterConfigs, version, body, step);
+        let errors: Vec<_> = r.responses.iter().map(|r| err(r.error_code)).collect();
+        self.observe(step, json!({ "errors": errors }));
+        Ok(())
+    }
+
+    /// AlterConfigs of one topic's whole set; observes the error.
+    pub async fn alter_configs(
+        &mut self,
+        step: &str,
+        topic: &str,
+        configs: &[(&str, Option<&str>)],
+        validate_only: bool,
+    ) -> Step {
+        let version = self.version(alter_configs_request::API_KEY)?;
+        let body = RequestBody::AlterConfigs(AlterConfigsRequest {
+            resources: vec![alter_configs_request::AlterConfigsResource {
+                resource_type: 2,
+                resource_name: topic.into(),
+                configs: configs
+                    .iter()
+                    .map(|(name, value)| alter_configs_request::AlterableConfig {
+                        name: (*name).into(),
+                        value: value.map(str::to_string),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            validate_only,
+            ..Default::default()
+        });
+        let r = call_as!(self, AlterConfigs, version, body, step);
+        let code = r.responses.first().map_or(-100, |r| r.error_code);
+        self.observe(step, json!({"error": err(code)}));
+        Ok(())
+    }
+
     /// CreatePartitions of `topic` to `count`; observes the error.
     pub async fn create_partitions(&mut self, step: &str, topic: &str, count: i32) -> Step<i16> {
         let version = self.version(create_partitions_request::API_KEY)?;

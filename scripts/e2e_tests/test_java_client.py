@@ -154,17 +154,18 @@ def test_java_admin_configs(kaas_or_kafka, topic_name, java_client_classpath):
                                    "read_only": False}, r
     assert r["max_message_bytes_present"] is True, r
     assert r["describe_missing_topic"] == "UnknownTopicOrPartitionException", r
+    assert r["incremental_alter"] == "ok", r
+    assert r["retention_ms_after_alter"] == dict(override, value="3600000"), r
+    assert r["append_and_delete"] == "ok", r
+    assert r["invalid_value"] == "InvalidConfigurationException", r
+    assert r["unknown_name"] == "InvalidConfigurationException", r
+    assert r["cleanup_policy_after_append"] == dict(override, value="delete,compact"), r
+    assert r["retention_ms_after_delete"]["source"] == "DEFAULT_CONFIG", r
     if kaas_or_kafka.name == "kafka":
         assert r["entries"] > 30, r
-        assert r["incremental_alter"] == "ok", r
-        assert r["retention_ms_after_alter"] == dict(override, value="3600000"), r
     else:
-        # Differences (docs/oracle.md): kaas describes only the topic configs it acts on,
-        # and serves no IncrementalAlterConfigs; ApiVersions says so, and the client
-        # refuses the call itself.
+        # A difference (docs/oracle.md): kaas describes only the topic configs it acts on.
         assert 5 <= r["entries"] < 30, r
-        assert r["incremental_alter"] == "UnsupportedVersionException", r
-        assert r["retention_ms_after_alter"] == override, r
 
 
 def test_java_admin_groups_and_offsets(kaas_or_kafka, topic_name, java_client_classpath):

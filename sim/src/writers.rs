@@ -31,6 +31,10 @@ pub enum EpochFile {
     /// A coordinator slot's snapshot or journal (`slot-N.json` /
     /// `slot-N.log` at epoch 0, `slot-N.eE.json` / `slot-N.eE.log` after).
     SlotState,
+    /// A version of a topic's metadata (`<topic>.json`, `<topic>@N.json`),
+    /// its version standing for the epoch: each is created once,
+    /// exclusively, by the broker that made that change.
+    TopicVersion,
 }
 
 /// The epoch a path belongs to, if the layout names it per epoch.
@@ -51,6 +55,11 @@ pub fn epoch_file(path: &str) -> Option<(EpochFile, i32)> {
     }
     if dir == layout::TXN_STATE_DIR || dir == layout::GROUP_STATE_DIR {
         return layout::slot_state_of_file(name).map(|(_, e)| (EpochFile::SlotState, e));
+    }
+    if dir == layout::TOPIC_FILES_DIR {
+        return layout::topic_version_of_file(name)
+            .and_then(|(_, version)| i32::try_from(version).ok())
+            .map(|v| (EpochFile::TopicVersion, v));
     }
     None
 }
@@ -134,6 +143,14 @@ mod tests {
         assert_eq!(
             epoch_file(&layout::txn_slot_epoch_file(3, 2)),
             Some((EpochFile::Claim, 2))
+        );
+        assert_eq!(
+            epoch_file(&layout::topic_version_file("sim", 4)),
+            Some((EpochFile::TopicVersion, 4))
+        );
+        assert_eq!(
+            epoch_file(&layout::topic_file("sim")),
+            Some((EpochFile::TopicVersion, 0))
         );
         assert_eq!(
             epoch_file(&format!("{}/slot-3.e5.log", layout::TXN_STATE_DIR)),

@@ -86,7 +86,8 @@ final class AdminScenarios {
         return out;
     }
 
-    /** DescribeConfigs of a topic created with one override; IncrementalAlterConfigs of it. */
+    /** DescribeConfigs of a topic created with one override; IncrementalAlterConfigs of it: SET,
+     *  APPEND to a list, DELETE back to the default, an invalid value and an unknown name. */
     static Map<String, Object> configs() throws Exception {
         Map<String, Object> out = new LinkedHashMap<>();
         try (Admin admin = admin()) {
@@ -103,6 +104,25 @@ final class AdminScenarios {
             out.put("incremental_alter", outcome(admin.incrementalAlterConfigs(Map.of(res, List.of(set))).all()));
             Config after = admin.describeConfigs(List.of(res)).all().get(WAIT_S, TimeUnit.SECONDS).get(res);
             out.put("retention_ms_after_alter", entry(after, "retention.ms"));
+
+            AlterConfigOp append = new AlterConfigOp(new ConfigEntry("cleanup.policy", "compact"), AlterConfigOp.OpType.APPEND);
+            AlterConfigOp reset = new AlterConfigOp(new ConfigEntry("retention.ms", null), AlterConfigOp.OpType.DELETE);
+            out.put("append_and_delete", outcome(admin.incrementalAlterConfigs(Map.of(res, List.of(append, reset))).all()));
+            AlterConfigOp bad = new AlterConfigOp(new ConfigEntry("retention.ms", "soon"), AlterConfigOp.OpType.SET);
+            out.put("invalid_value", outcome(admin.incrementalAlterConfigs(Map.of(res, List.of(bad))).all()));
+            AlterConfigOp unknown = new AlterConfigOp(new ConfigEntry("no.such.config", "1"), AlterConfigOp.OpType.SET);
+            out.put("unknown_name", outcome(admin.incrementalAlterConfigs(Map.of(res, List.of(unknown))).all()));
+            // An accepted change reaches DescribeConfigs a moment later on Kafka (its broker
+            // applies it from the metadata log), so read until it shows, boundedly.
+            Config last = null;
+            for (int i = 0; i < 100; i++) {
+                last = admin.describeConfigs(List.of(res)).all().get(WAIT_S, TimeUnit.SECONDS).get(res);
+                ConfigEntry policy = last.get("cleanup.policy");
+                if (policy != null && "delete,compact".equals(policy.value())) break;
+                Thread.sleep(100);
+            }
+            out.put("cleanup_policy_after_append", entry(last, "cleanup.policy"));
+            out.put("retention_ms_after_delete", entry(last, "retention.ms"));
 
             ConfigResource missing = new ConfigResource(ConfigResource.Type.TOPIC, topic + "-missing");
             out.put("describe_missing_topic", outcome(admin.describeConfigs(List.of(missing)).all()));
