@@ -541,6 +541,10 @@ pub fn metadata_body(topics: Option<&[&str]>, auto_create: bool) -> RequestBody 
 }
 
 /// Config keys every client reads and both brokers should agree on.
+/// The configs of one IncrementalAlterConfigs resource: (config,
+/// operation, value).
+pub type AlterOps<'a> = &'a [(&'a str, i8, Option<&'a str>)];
+
 pub const TOPIC_KEYS: &[&str] = &[
     "cleanup.policy",
     "retention.ms",
@@ -583,11 +587,11 @@ impl Session {
     }
 
     /// IncrementalAlterConfigs of `resources`, each (resource type, name,
-    /// [(config, operation, value)]); observes each resource's error.
+    /// [`AlterOps`]); observes each resource's error.
     pub async fn incremental_alter_configs(
         &mut self,
         step: &str,
-        resources: &[(i8, &str, &[(&str, i8, Option<&str>)])],
+        resources: &[(i8, &str, AlterOps<'_>)],
         validate_only: bool,
     ) -> Step {
         let version = self.version(incremental_alter_configs_request::API_KEY)?;

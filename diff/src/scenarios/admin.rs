@@ -4,7 +4,7 @@
 
 use super::{scenario, Scenario};
 use crate::observe::err;
-use crate::ops::{batch_with_keyless, plain_batch, TOPIC_KEYS};
+use crate::ops::{batch_with_keyless, plain_batch, AlterOps, TOPIC_KEYS};
 use crate::session::{Session, Step};
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{RequestBody, Uuid};
@@ -416,9 +416,8 @@ const SUBTRACT: i8 = 3;
 async fn incremental_alter_configs(s: &mut Session) -> Step {
     let t = s.name("t");
     s.create_topic_with("create", &t, 1, &[]).await?;
-    type Configs<'a> = &'a [(&'a str, i8, Option<&'a str>)];
     let name = t.as_str();
-    let one = |configs: Configs<'static>| [(TOPIC, name, configs)];
+    let one = |configs: AlterOps<'static>| [(TOPIC, name, configs)];
     s.incremental_alter_configs(
         "set retention.ms, append compact",
         &one(&[
@@ -429,7 +428,7 @@ async fn incremental_alter_configs(s: &mut Session) -> Step {
     )
     .await?;
     s.describe_configs("after set", &t, ALTERED_KEYS).await?;
-    let refused: [(&str, &[(&str, i8, Option<&str>)]); 6] = [
+    let refused: [(&str, AlterOps<'static>); 6] = [
         (
             "a bad value beside a good one",
             &[
@@ -480,7 +479,7 @@ async fn incremental_alter_configs(s: &mut Session) -> Step {
     )
     .await?;
     let missing = s.name("missing");
-    let set_ms: &[(&str, i8, Option<&str>)] = &[("retention.ms", SET, Some("1"))];
+    let set_ms: AlterOps<'static> = &[("retention.ms", SET, Some("1"))];
     s.incremental_alter_configs(
         "an unknown topic, a topic twice",
         &[
