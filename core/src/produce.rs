@@ -100,17 +100,73 @@ pub fn keyless_record_messages(
     let one = format!(
         "Compacted topic cannot accept message without key in topic partition {topic}-{partition}"
     );
-    let shown: Vec<String> = keyless
+    let each: Vec<(i32, String)> = keyless.iter().map(|&i| (i, one.clone())).collect();
+    (record_errors_summary(&each), vec![one; keyless.len()])
+}
+
+/// Kafka's message for a batch refused for some of its records: the count,
+/// and the first three (index in the batch, message).
+pub fn record_errors_summary(errors: &[(i32, String)]) -> String {
+    let shown: Vec<String> = errors
         .iter()
         .take(3)
-        .map(|i| format!("RecordError(batchIndex={i}, message='{one}')"))
+        .map(|(i, message)| format!("RecordError(batchIndex={i}, message='{message}')"))
         .collect();
-    let summary = format!(
+    format!(
         "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
-        keyless.len(),
+        errors.len(),
         shown.join(", ")
-    );
-    (summary, vec![one; keyless.len()])
+    )
+}
+
+/// How far a record's CreateTime may be from the broker's clock (KIP-937:
+/// the topic's `message.timestamp.before.max.ms` and
+/// `message.timestamp.after.max.ms`; Kafka 4 refuses a timestamp more than
+/// an hour ahead by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampBounds {
+    pub before_max_ms: i64,
+    pub after_max_ms: i64,
+}
+
+/// The records of `batch` whose timestamp is out of `bounds` at `now_ms`,
+/// each as (index in the batch, Kafka's message): Kafka refuses such a
+/// batch whole with INVALID_TIMESTAMP and names each record in
+/// `record_errors`. A record without a timestamp (-1) is not checked. A
+/// compressed batch is not decoded (kaas does not decompress yet): its
+/// header's first and largest timestamps stand for its records, and an
+/// offence is reported against its first record.
+pub fn records_out_of_time(
+    batch: &RecordBatch,
+    now_ms: i64,
+    bounds: TimestampBounds,
+) -> Result<Vec<(i32, String)>, ErrorCode> {
+    let earliest = now_ms.saturating_sub(bounds.before_max_ms);
+    let latest = now_ms.saturating_add(bounds.after_max_ms);
+    let outside = |ts: i64| ts != -1 && (ts < earliest || ts > latest);
+    let message = |ts: i64, offset: i64| {
+        format!(
+            "Timestamp {ts} of message with offset {offset} is out of range. The timestamp should be within [{earliest}, {latest}]"
+        )
+    };
+    let mut out = Vec::new();
+    for (index, record) in (0..).zip(batch.records()) {
+        match record {
+            Ok(r) if outside(r.timestamp) => out.push((index, message(r.timestamp, r.offset))),
+            Ok(_) => {}
+            Err(RecordError::Compressed(_)) => {
+                let first = batch.base_timestamp();
+                let worst = [first, batch.max_timestamp()]
+                    .into_iter()
+                    .find(|&t| outside(t));
+                return Ok(worst
+                    .map(|ts| vec![(0, message(ts, batch.base_offset()))])
+                    .unwrap_or_default());
+            }
+            Err(_) => return Err(ErrorCode::CorruptMessage),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -233,5 +289,51 @@ mod tests {
     fn acks_must_be_none_leader_or_all() {
         assert!(valid_acks(-1) && valid_acks(0) && valid_acks(1));
         assert!(!valid_acks(2) && !valid_acks(-2));
+    }
+
+    #[test]
+    fn records_with_timestamps_out_of_bounds_are_named_each() {
+        let now = 1_000_000_000;
+        let hour = 3_600_000;
+        let bounds = TimestampBounds {
+            before_max_ms: i64::MAX,
+            after_max_ms: hour,
+        };
+        let mut b = BatchBuilder::new();
+        for ts in [now, now + hour + 1, -1, now + hour, now + 2 * hour, 0] {
+            b = b.push_record(NewRecord::new(ts, Some(b"k"), Some(b"v")));
+        }
+        let batch = b.build();
+        let out = records_out_of_time(&batch, now, bounds).unwrap();
+        let indexes: Vec<i32> = out.iter().map(|(i, _)| *i).collect();
+        assert_eq!(
+            indexes,
+            [1, 4],
+            "the bound itself is in range; -1 is no timestamp"
+        );
+        assert_eq!(
+            out[0].1,
+            format!(
+                "Timestamp {} of message with offset 1 is out of range. The timestamp should be within [{}, {}]",
+                now + hour + 1,
+                now - i64::MAX,
+                now + hour
+            )
+        );
+        let strict = TimestampBounds {
+            before_max_ms: 1000,
+            after_max_ms: hour,
+        };
+        let late: Vec<i32> = records_out_of_time(&batch, now, strict)
+            .unwrap()
+            .iter()
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(late, [1, 4, 5], "a timestamp too old is refused too");
+        assert!(records_out_of_time(&batch, now + hour, bounds)
+            .unwrap()
+            .is_empty());
+        assert!(record_errors_summary(&out)
+            .starts_with("One or more records have been rejected due to 2 record errors in total"));
     }
 }

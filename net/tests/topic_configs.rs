@@ -11,6 +11,7 @@
 mod support;
 
 use kaas_core::cluster::membership::LeaseBounds;
+use kaas_core::protocol::messages::produce_response;
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{BatchBuilder, NewRecord};
@@ -417,4 +418,153 @@ async fn two_brokers_changing_one_topic_at_once_both_land_and_each_sees_the_othe
     );
     b.stop().await;
     a.stop().await;
+}
+
+/// Every topic config of Kafka 4.1 at its default, as a client that
+/// copies a topic's full description into CreateTopics sends them.
+const KAFKA_DEFAULTS: &[(&str, &str)] = &[
+    ("cleanup.policy", "delete"),
+    ("compression.gzip.level", "-1"),
+    ("compression.lz4.level", "9"),
+    ("compression.type", "producer"),
+    ("compression.zstd.level", "3"),
+    ("delete.retention.ms", "86400000"),
+    ("file.delete.delay.ms", "60000"),
+    ("flush.messages", "9223372036854775807"),
+    ("flush.ms", "9223372036854775807"),
+    ("follower.replication.throttled.replicas", ""),
+    ("index.interval.bytes", "4096"),
+    ("leader.replication.throttled.replicas", ""),
+    ("local.retention.bytes", "-2"),
+    ("local.retention.ms", "-2"),
+    ("max.compaction.lag.ms", "9223372036854775807"),
+    ("max.message.bytes", "1048588"),
+    ("message.timestamp.after.max.ms", "3600000"),
+    ("message.timestamp.before.max.ms", "9223372036854775807"),
+    ("message.timestamp.type", "CreateTime"),
+    ("min.cleanable.dirty.ratio", "0.5"),
+    ("min.compaction.lag.ms", "0"),
+    ("min.insync.replicas", "1"),
+    ("preallocate", "false"),
+    ("remote.log.copy.disable", "false"),
+    ("remote.log.delete.on.disable", "false"),
+    ("remote.storage.enable", "false"),
+    ("retention.bytes", "-1"),
+    ("retention.ms", "604800000"),
+    ("segment.bytes", "1073741824"),
+    ("segment.index.bytes", "10485760"),
+    ("segment.jitter.ms", "0"),
+    ("segment.ms", "604800000"),
+    ("unclean.leader.election.enable", "false"),
+];
+
+#[tokio::test]
+async fn every_kafka_topic_config_is_accepted_and_described_and_invalid_values_are_refused() {
+    let tb = support::start_broker(|_| {}).await;
+    tb.broker
+        .create_topic("t", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let d = described(tb.addr, "t").await;
+    let names: Vec<&str> = d.keys().map(String::as_str).collect();
+    let kafka: Vec<&str> = KAFKA_DEFAULTS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, kafka, "DescribeConfigs lists Kafka's topic configs");
+    for (name, value) in KAFKA_DEFAULTS {
+        assert_eq!(d[*name], ((*value).into(), SOURCE_DEFAULT), "{name}");
+    }
+    let every: Vec<_> = KAFKA_DEFAULTS
+        .iter()
+        .map(|(n, v)| (*n, SET, Some(*v)))
+        .collect();
+    assert_eq!(
+        incremental(tb.addr, vec![resource(TOPIC, "t", &every)], false).await,
+        [0]
+    );
+    let d = described(tb.addr, "t").await;
+    for (name, value) in KAFKA_DEFAULTS {
+        assert_eq!(d[*name], ((*value).into(), SOURCE_TOPIC), "{name}");
+    }
+    for refused in [
+        ("message.timestamp.type", "LogAppendTime"),
+        ("remote.storage.enable", "true"),
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("compression.gzip.level", "10"),
+        ("leader.replication.throttled.replicas", "0:x"),
+        ("segment.ms", "0"),
+    ] {
+        let answer = incremental(
+            tb.addr,
+            vec![resource(TOPIC, "t", &[(refused.0, SET, Some(refused.1))])],
+            false,
+        )
+        .await;
+        assert_eq!(answer, [code(ErrorCode::InvalidConfig)], "{refused:?}");
+    }
+}
+
+/// Produces one batch of records stamped `timestamps` to t-0 at Produce v9
+/// (record errors from v8); the partition's answer.
+async fn produce_stamped(
+    addr: SocketAddr,
+    timestamps: &[i64],
+) -> produce_response::PartitionProduceResponse {
+    let mut b = BatchBuilder::new();
+    for &ts in timestamps {
+        b.push(NewRecord::new(ts, Some(b"k"), Some(b"v")));
+    }
+    let req =
+        kaas_net::client::single_partition_produce("t", 0, b.build().into_bytes(), -1, 10_000);
+    let mut conn = Connection::connect(addr).await.unwrap();
+    match conn.send(produce_request::API_KEY, 9, &req).await.unwrap() {
+        ResponseBody::Produce(r) => r.responses[0].partition_responses[0].clone(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_timestamp_more_than_the_topics_bound_ahead_is_invalid_timestamp() {
+    let tb = support::start_broker(|_| {}).await;
+    tb.broker
+        .create_topic("t", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let now = tb.broker.env.now_ms();
+    let hour = 3_600_000;
+    let refused = produce_stamped(tb.addr, &[now, now + 2 * hour, now + 3 * hour]).await;
+    assert_eq!(refused.error_code, code(ErrorCode::InvalidTimestamp));
+    let indexes: Vec<i32> = refused
+        .record_errors
+        .iter()
+        .map(|e| e.batch_index)
+        .collect();
+    assert_eq!(indexes, [1, 2], "Kafka 4's default: at most an hour ahead");
+    assert_eq!(tb.broker.partition("t", 0, -1).unwrap().high_watermark(), 0);
+    assert_eq!(
+        produce_stamped(tb.addr, &[0, now]).await.error_code,
+        0,
+        "old is fine"
+    );
+
+    // A topic may allow more, or less.
+    assert_eq!(
+        incremental(
+            tb.addr,
+            vec![resource(
+                TOPIC,
+                "t",
+                &[
+                    ("message.timestamp.after.max.ms", SET, Some("14400000")),
+                    ("message.timestamp.before.max.ms", SET, Some("60000")),
+                ]
+            )],
+            false
+        )
+        .await,
+        [0]
+    );
+    let ok = produce_stamped(tb.addr, &[now + 3 * hour]).await;
+    assert_eq!(ok.error_code, 0, "{ok:?}");
+    let old = produce_stamped(tb.addr, &[now, 0]).await;
+    assert_eq!(old.error_code, code(ErrorCode::InvalidTimestamp));
+    assert_eq!(old.record_errors[0].batch_index, 1);
 }

@@ -22,15 +22,51 @@ pub enum ConfigType {
     Password = 9,
 }
 
-/// One topic config kaas understands.
+/// One topic config: Kafka's definition, and what kaas does with it.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigDef {
     pub name: &'static str,
     pub kind: ConfigType,
-    /// Allowed values for enumerated strings; empty means any.
-    pub choices: &'static [&'static str],
-    /// The broker-wide config that supplies the default.
-    pub broker_name: &'static str,
+    /// What a value must be (Kafka's validator).
+    pub check: Check,
+    /// The broker-wide config that supplies the default, where Kafka has one.
+    pub broker_name: Option<&'static str>,
+    /// Kafka's default, where the broker sets none (the broker's own
+    /// settings override some: `Broker::topic_default`).
+    pub default: &'static str,
+    /// Whether kaas acts on it.
+    pub effect: Effect,
+}
+
+/// A config value's constraint, as Kafka's `ConfigDef` validators state it.
+#[derive(Debug, Clone, Copy)]
+pub enum Check {
+    /// A number of the config's type, at least this.
+    AtLeast(i64),
+    /// A number of the config's type within these bounds, or one of the
+    /// listed extra values (gzip's -1, "the codec's default").
+    Between(i64, i64, &'static [i64]),
+    /// A fraction in [0, 1].
+    Ratio,
+    /// `true` or `false`.
+    Bool,
+    /// One of these strings.
+    OneOf(&'static [&'static str]),
+    /// A comma-separated list, each item one of these.
+    ListOf(&'static [&'static str]),
+    /// Kafka's throttled-replicas list: empty, `*`, or `partition:broker`
+    /// pairs.
+    ThrottledReplicas,
+}
+
+/// What kaas does with a config a topic sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Acted on as Kafka acts on it.
+    Honoured,
+    /// Accepted, validated, stored and described, but it changes nothing in
+    /// kaas, for the reason given (docs/protocol.md lists each).
+    NoEffect(&'static str),
 }
 
 pub const RETENTION_MS: &str = "retention.ms";
@@ -38,6 +74,11 @@ pub const RETENTION_BYTES: &str = "retention.bytes";
 pub const SEGMENT_BYTES: &str = "segment.bytes";
 pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
+pub const INDEX_INTERVAL_BYTES: &str = "index.interval.bytes";
+pub const TIMESTAMP_AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
+pub const TIMESTAMP_BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
+/// Kafka 4's default `message.timestamp.after.max.ms`: an hour.
+pub const DEFAULT_TIMESTAMP_AFTER_MAX_MS: i64 = 3_600_000;
 
 /// The most partitions one topic may have. Kafka sets no limit, but here
 /// every partition is a directory, open files and a flusher task, and
@@ -58,66 +99,94 @@ pub fn check_partition_count(count: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// The topic configs kaas accepts. `cleanup.policy` is a list of `delete`
-/// and `compact` (see [`cleanup_deletes`]): a topic whose policy has
-/// `compact` keeps every record, which is what Kafka's compaction promises
-/// at the least (compaction only ever drops a record that a later one with
-/// the same key supersedes, whenever the cleaner gets to it), so kaas's log
-/// is a log the cleaner has not visited yet. Kafka Streams asks for it for
-/// every changelog topic.
+const NO_REPLICAS: &str =
+    "one copy of each partition on the shared volume: no replicas to elect, throttle or count";
+const NO_CLEANER: &str = "no log cleaner yet (issue 12): a compacted topic keeps every record";
+const NO_TIERING: &str = "no tiered storage: the volume holds the whole log";
+const NO_RECOMPRESSION: &str = "batches are stored as the producer compressed them";
+const MAX: &str = "9223372036854775807";
+
+/// Every topic config of Kafka 4.1 (DescribeConfigs of a topic lists
+/// these), sorted by name: kaas accepts each value Kafka accepts, acts on
+/// those marked [`Effect::Honoured`], and says why not for the rest.
+/// `cleanup.policy` with `compact` keeps every record until the cleaner
+/// exists, which is what Kafka's compaction promises at the least (it only
+/// ever drops a record that a later one with the same key supersedes,
+/// whenever it gets to it). Two values Kafka accepts are refused with a
+/// clear message ([`refused_value`]). One row per config, kept as a table.
+#[rustfmt::skip]
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
-    ConfigDef {
-        name: CLEANUP_POLICY,
-        kind: ConfigType::List,
-        choices: &["compact", "delete"],
-        broker_name: "log.cleanup.policy",
-    },
-    ConfigDef {
-        name: "compression.type",
-        kind: ConfigType::String,
-        choices: &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"],
-        broker_name: "compression.type",
-    },
-    ConfigDef {
-        name: MAX_MESSAGE_BYTES,
-        kind: ConfigType::Int,
-        choices: &[],
-        broker_name: "message.max.bytes",
-    },
-    ConfigDef {
-        name: "message.timestamp.type",
-        kind: ConfigType::String,
-        choices: &["CreateTime"],
-        broker_name: "log.message.timestamp.type",
-    },
-    ConfigDef {
-        name: "min.insync.replicas",
-        kind: ConfigType::Int,
-        choices: &[],
-        broker_name: "min.insync.replicas",
-    },
-    ConfigDef {
-        name: RETENTION_BYTES,
-        kind: ConfigType::Long,
-        choices: &[],
-        broker_name: "log.retention.bytes",
-    },
-    ConfigDef {
-        name: RETENTION_MS,
-        kind: ConfigType::Long,
-        choices: &[],
-        broker_name: "log.retention.ms",
-    },
-    ConfigDef {
-        name: SEGMENT_BYTES,
-        kind: ConfigType::Int,
-        choices: &[],
-        broker_name: "log.segment.bytes",
-    },
+    def(CLEANUP_POLICY, ConfigType::List, Check::ListOf(&["compact", "delete"]), Some("log.cleanup.policy"), "delete", Effect::Honoured),
+    def("compression.gzip.level", ConfigType::Int, Check::Between(1, 9, &[-1]), Some("compression.gzip.level"), "-1", Effect::NoEffect(NO_RECOMPRESSION)),
+    def("compression.lz4.level", ConfigType::Int, Check::Between(1, 17, &[]), Some("compression.lz4.level"), "9", Effect::NoEffect(NO_RECOMPRESSION)),
+    def("compression.type", ConfigType::String, Check::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]), Some("compression.type"), "producer", Effect::NoEffect(NO_RECOMPRESSION)),
+    def("compression.zstd.level", ConfigType::Int, Check::Between(-131072, 22, &[]), Some("compression.zstd.level"), "3", Effect::NoEffect(NO_RECOMPRESSION)),
+    def("delete.retention.ms", ConfigType::Long, Check::AtLeast(0), Some("log.cleaner.delete.retention.ms"), "86400000", Effect::NoEffect(NO_CLEANER)),
+    def("file.delete.delay.ms", ConfigType::Long, Check::AtLeast(0), Some("log.segment.delete.delay.ms"), "60000", Effect::NoEffect("a deleted segment's file goes at once; a reader that has it open keeps reading it")),
+    def("flush.messages", ConfigType::Long, Check::AtLeast(1), Some("log.flush.interval.messages"), MAX, Effect::NoEffect("kaas syncs every batch before an acks=all answer and the rest within its flush interval; this could only ask for fewer syncs")),
+    def("flush.ms", ConfigType::Long, Check::AtLeast(0), None, MAX, Effect::NoEffect("as flush.messages")),
+    def("follower.replication.throttled.replicas", ConfigType::List, Check::ThrottledReplicas, None, "", Effect::NoEffect(NO_REPLICAS)),
+    def(INDEX_INTERVAL_BYTES, ConfigType::Int, Check::AtLeast(0), Some("log.index.interval.bytes"), "4096", Effect::Honoured),
+    def("leader.replication.throttled.replicas", ConfigType::List, Check::ThrottledReplicas, None, "", Effect::NoEffect(NO_REPLICAS)),
+    def("local.retention.bytes", ConfigType::Long, Check::AtLeast(-2), Some("log.local.retention.bytes"), "-2", Effect::NoEffect(NO_TIERING)),
+    def("local.retention.ms", ConfigType::Long, Check::AtLeast(-2), Some("log.local.retention.ms"), "-2", Effect::NoEffect(NO_TIERING)),
+    def("max.compaction.lag.ms", ConfigType::Long, Check::AtLeast(1), Some("log.cleaner.max.compaction.lag.ms"), MAX, Effect::NoEffect(NO_CLEANER)),
+    def(MAX_MESSAGE_BYTES, ConfigType::Int, Check::AtLeast(0), Some("message.max.bytes"), "1048588", Effect::Honoured),
+    def(TIMESTAMP_AFTER_MAX_MS, ConfigType::Long, Check::AtLeast(0), Some("log.message.timestamp.after.max.ms"), "3600000" /* DEFAULT_TIMESTAMP_AFTER_MAX_MS */, Effect::Honoured),
+    def(TIMESTAMP_BEFORE_MAX_MS, ConfigType::Long, Check::AtLeast(0), Some("log.message.timestamp.before.max.ms"), MAX, Effect::Honoured),
+    def("message.timestamp.type", ConfigType::String, Check::OneOf(&["CreateTime", "LogAppendTime"]), Some("log.message.timestamp.type"), "CreateTime", Effect::Honoured),
+    def("min.cleanable.dirty.ratio", ConfigType::Double, Check::Ratio, Some("log.cleaner.min.cleanable.ratio"), "0.5", Effect::NoEffect(NO_CLEANER)),
+    def("min.compaction.lag.ms", ConfigType::Long, Check::AtLeast(0), Some("log.cleaner.min.compaction.lag.ms"), "0", Effect::NoEffect(NO_CLEANER)),
+    def("min.insync.replicas", ConfigType::Int, Check::AtLeast(1), Some("min.insync.replicas"), "1", Effect::NoEffect(NO_REPLICAS)),
+    def("preallocate", ConfigType::Boolean, Check::Bool, Some("log.preallocate"), "false", Effect::NoEffect("segments grow as written")),
+    def("remote.log.copy.disable", ConfigType::Boolean, Check::Bool, None, "false", Effect::NoEffect(NO_TIERING)),
+    def("remote.log.delete.on.disable", ConfigType::Boolean, Check::Bool, None, "false", Effect::NoEffect(NO_TIERING)),
+    def("remote.storage.enable", ConfigType::Boolean, Check::Bool, None, "false", Effect::NoEffect(NO_TIERING)),
+    def(RETENTION_BYTES, ConfigType::Long, Check::AtLeast(i64::MIN), Some("log.retention.bytes"), "-1", Effect::Honoured),
+    def(RETENTION_MS, ConfigType::Long, Check::AtLeast(-1), None, "604800000", Effect::Honoured),
+    // Kafka's minimum is 1 MiB; kaas takes any segment one batch header fits.
+    def(SEGMENT_BYTES, ConfigType::Int, Check::AtLeast(14), Some("log.segment.bytes"), "1073741824", Effect::Honoured),
+    def("segment.index.bytes", ConfigType::Int, Check::AtLeast(4), Some("log.index.size.max.bytes"), "10485760", Effect::NoEffect("kaas's index is sparse and sized by its segment")),
+    def("segment.jitter.ms", ConfigType::Long, Check::AtLeast(0), None, "0", Effect::NoEffect("as segment.ms")),
+    def("segment.ms", ConfigType::Long, Check::AtLeast(1), None, "604800000", Effect::NoEffect("not yet: segments roll by size (segment.bytes) only")),
+    def("unclean.leader.election.enable", ConfigType::Boolean, Check::Bool, Some("unclean.leader.election.enable"), "false", Effect::NoEffect(NO_REPLICAS)),
 ];
+
+const fn def(
+    name: &'static str,
+    kind: ConfigType,
+    check: Check,
+    broker_name: Option<&'static str>,
+    default: &'static str,
+    effect: Effect,
+) -> ConfigDef {
+    ConfigDef {
+        name,
+        kind,
+        check,
+        broker_name,
+        default,
+        effect,
+    }
+}
 
 pub fn find(name: &str) -> Option<&'static ConfigDef> {
     TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// Values Kafka accepts that kaas refuses, with the reason (INVALID_CONFIG).
+/// Kafka itself refuses `remote.storage.enable=true` with this message
+/// when tiered storage is off, as it always is here.
+pub fn refused_value(name: &str, value: &str) -> Option<String> {
+    match (name, value.trim()) {
+        ("message.timestamp.type", "LogAppendTime") => Some(
+            "kaas does not support message.timestamp.type=LogAppendTime: it stores batches as the producer stamped them".into(),
+        ),
+        ("remote.storage.enable", v) if v.eq_ignore_ascii_case("true") => Some(
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.".into(),
+        ),
+        _ => None,
+    }
 }
 
 /// Checks one config a client wants to set; the error is the message for
@@ -125,27 +194,47 @@ pub fn find(name: &str) -> Option<&'static ConfigDef> {
 pub fn validate(name: &str, value: Option<&str>) -> Result<(), String> {
     let def = find(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
     let value = value.ok_or_else(|| format!("Null value not supported for topic config {name}"))?;
-    let ok = match def.kind {
-        ConfigType::Int => value
-            .trim()
-            .parse::<i32>()
-            .is_ok_and(|v| i64::from(v) >= minimum(name)),
-        ConfigType::Long => value
-            .trim()
-            .parse::<i64>()
-            .is_ok_and(|v| v >= minimum(name)),
-        ConfigType::Boolean => matches!(value, "true" | "false"),
+    if let Some(why) = refused_value(name, value) {
+        return Err(format!(
+            "Invalid value {value} for configuration {name}: {why}"
+        ));
+    }
+    let v = value.trim();
+    let number = || -> Option<i64> {
+        match def.kind {
+            ConfigType::Int | ConfigType::Short => v.parse::<i32>().ok().map(i64::from),
+            _ => v.parse::<i64>().ok(),
+        }
+    };
+    let ok = match def.check {
+        Check::AtLeast(min) => number().is_some_and(|n| n >= min),
+        Check::Between(lo, hi, extra) => {
+            number().is_some_and(|n| (lo..=hi).contains(&n) || extra.contains(&n))
+        }
+        Check::Ratio => v.parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r)),
+        // Kafka parses booleans ignoring case.
+        Check::Bool => v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false"),
+        Check::OneOf(choices) => choices.contains(&v),
         // Kafka's ValidList: every comma-separated item one of the choices.
-        ConfigType::List => value
-            .split(',')
-            .all(|item| def.choices.contains(&item.trim())),
-        _ => def.choices.is_empty() || def.choices.contains(&value.trim()),
+        Check::ListOf(choices) => v.split(',').all(|item| choices.contains(&item.trim())),
+        Check::ThrottledReplicas => throttled_replicas(v),
     };
     if ok {
         Ok(())
     } else {
         Err(format!("Invalid value {value} for configuration {name}"))
     }
+}
+
+/// Kafka's throttled-replicas syntax: empty, `*`, or `partition:broker`
+/// pairs separated by commas.
+fn throttled_replicas(v: &str) -> bool {
+    let pair = |item: &str| {
+        item.trim().split_once(':').is_some_and(|(p, b)| {
+            p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+        })
+    };
+    v.is_empty() || v == "*" || v.split(',').all(pair)
 }
 
 /// Whether a topic's `cleanup.policy` deletes: retention (`retention.ms`,
@@ -164,17 +253,6 @@ pub fn cleanup_compacts(configs: &BTreeMap<String, String>) -> bool {
     configs
         .get(CLEANUP_POLICY)
         .is_some_and(|policy| policy.split(',').any(|item| item.trim() == "compact"))
-}
-
-/// Smallest legal value of a numeric config.
-fn minimum(name: &str) -> i64 {
-    match name {
-        SEGMENT_BYTES => 14, // one batch header must fit
-        MAX_MESSAGE_BYTES => 0,
-        "min.insync.replicas" => 1,
-        RETENTION_MS | RETENTION_BYTES => -1,
-        _ => i64::MIN,
-    }
 }
 
 /// Reads a numeric config a topic sets, or `default`.
@@ -234,5 +312,26 @@ mod tests {
         assert!(cleanup_deletes(&with("compact,delete")));
         assert!(cleanup_deletes(&with("delete, compact")));
         assert!(!cleanup_deletes(&with("compact")));
+    }
+
+    #[test]
+    fn every_config_is_listed_once_in_order_and_its_default_is_valid() {
+        let names: Vec<&str> = TOPIC_CONFIGS.iter().map(|d| d.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(names, sorted, "sorted by name, each once, as Kafka lists them");
+        assert_eq!(names.len(), 33, "Kafka 4.1's topic configs");
+        for d in TOPIC_CONFIGS {
+            assert_eq!(validate(d.name, Some(d.default)), Ok(()), "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn values_kafka_takes_that_kaas_cannot_honour_are_refused_saying_why() {
+        let e = validate("message.timestamp.type", Some("LogAppendTime")).unwrap_err();
+        assert!(e.contains("kaas does not support"), "{e}");
+        assert!(validate("remote.storage.enable", Some("TRUE")).is_err());
+        assert!(validate("remote.storage.enable", Some("False")).is_ok());
     }
 }

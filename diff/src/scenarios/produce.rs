@@ -24,6 +24,11 @@ pub fn scenarios() -> Vec<Scenario> {
             invalid_acks
         ),
         scenario!(
+            "produce/timestamp-bounds",
+            "record timestamps too far ahead (Kafka 4: an hour by default) or, per topic, too old",
+            timestamp_bounds
+        ),
+        scenario!(
             "produce/unknown-topic",
             "produce to a topic that does not exist",
             unknown_topic
@@ -88,6 +93,55 @@ async fn invalid_acks(s: &mut Session) -> Step {
     s.produce("acks=-2", &t, 0, plain_batch(s.t0, 0, 1), -2)
         .await?;
     s.list_offset("nothing appended", &t, 0, -1, 0).await?;
+    Ok(())
+}
+
+async fn timestamp_bounds(s: &mut Session) -> Step {
+    const HOUR: i64 = 3_600_000;
+    let t = s.create_topic("t", 1).await?;
+    s.produce(
+        "two hours ahead",
+        &t,
+        0,
+        plain_batch(s.t0 + 2 * HOUR, 0, 3),
+        -1,
+    )
+    .await?;
+    s.produce("now", &t, 0, plain_batch(s.t0, 0, 2), -1).await?;
+    s.produce("a day ago", &t, 0, plain_batch(s.t0 - 24 * HOUR, 2, 1), -1)
+        .await?;
+    s.incremental_alter_configs(
+        "allow four hours ahead, one minute behind",
+        &[(
+            2,
+            t.as_str(),
+            &[
+                ("message.timestamp.after.max.ms", 0, Some("14400000")),
+                ("message.timestamp.before.max.ms", 0, Some("60000")),
+            ],
+        )],
+        false,
+    )
+    .await?;
+    // Kafka's broker applies a config change from its metadata log, a
+    // moment after the answer; both are given a moment.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    s.produce(
+        "two hours ahead, allowed",
+        &t,
+        0,
+        plain_batch(s.t0 + 2 * HOUR, 3, 3),
+        -1,
+    )
+    .await?;
+    s.produce(
+        "a day ago, now too old",
+        &t,
+        0,
+        plain_batch(s.t0 - 24 * HOUR, 6, 1),
+        -1,
+    )
+    .await?;
     Ok(())
 }
 

@@ -28,6 +28,7 @@ use crate::volume::Volume;
 use kaas_core::cluster::placement::Item;
 use kaas_core::cluster::{self, Claim, ClusterView, Step};
 use kaas_core::layout::{self, CLUSTER_FILE, PARTITIONS_DIR, TOPIC_FILES_DIR};
+use kaas_core::produce::TimestampBounds;
 use kaas_core::protocol::{ErrorCode, Uuid};
 use kaas_core::topic_config::{
     self, MAX_MESSAGE_BYTES, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
@@ -255,7 +256,12 @@ impl Broker {
         LogConfig {
             segment_bytes: topic_config::get_i64(configs, SEGMENT_BYTES, d.segment_bytes as i64)
                 .max(14) as u64,
-            ..LogConfig::default()
+            index_interval_bytes: topic_config::get_i64(
+                configs,
+                topic_config::INDEX_INTERVAL_BYTES,
+                LogConfig::default().index_interval_bytes as i64,
+            )
+            .max(0) as u64,
         }
     }
 
@@ -270,6 +276,23 @@ impl Broker {
             topic_config::get_i64(&topic.configs, RETENTION_BYTES, d.retention_bytes),
             topic_config::get_i64(&topic.configs, RETENTION_MS, d.retention_ms),
         )
+    }
+
+    /// How far a record's CreateTime may be from this broker's clock on
+    /// `topic` (`message.timestamp.before.max.ms` / `after.max.ms`).
+    pub fn timestamp_bounds(&self, topic: &Topic) -> TimestampBounds {
+        TimestampBounds {
+            before_max_ms: topic_config::get_i64(
+                &topic.configs,
+                topic_config::TIMESTAMP_BEFORE_MAX_MS,
+                i64::MAX,
+            ),
+            after_max_ms: topic_config::get_i64(
+                &topic.configs,
+                topic_config::TIMESTAMP_AFTER_MAX_MS,
+                topic_config::DEFAULT_TIMESTAMP_AFTER_MAX_MS,
+            ),
+        }
     }
 
     pub fn max_message_bytes(&self, topic: &Topic) -> i64 {

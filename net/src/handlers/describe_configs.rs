@@ -6,7 +6,7 @@ use kaas_core::protocol::messages::describe_configs_response::{
 };
 use kaas_core::protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kaas_core::protocol::ErrorCode;
-use kaas_core::topic_config::{ConfigType, TOPIC_CONFIGS};
+use kaas_core::topic_config::{self, ConfigType, TOPIC_CONFIGS};
 use std::collections::BTreeMap;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -27,19 +27,18 @@ pub struct Entry {
     pub synonyms: Vec<(String, String, i8)>,
 }
 
-/// The broker-wide default of each topic config.
+/// The default of a topic config on this broker: the broker's own setting
+/// where `kaas serve` has one, else Kafka's default.
 pub fn broker_default(broker: &Broker, name: &str) -> String {
     let d = &broker.config.log;
     match name {
-        "cleanup.policy" => "delete".into(),
-        "compression.type" => "producer".into(),
         "max.message.bytes" => d.max_message_bytes.to_string(),
-        "message.timestamp.type" => "CreateTime".into(),
-        "min.insync.replicas" => "1".into(),
         "retention.bytes" => d.retention_bytes.to_string(),
         "retention.ms" => d.retention_ms.to_string(),
         "segment.bytes" => d.segment_bytes.to_string(),
-        _ => String::new(),
+        _ => topic_config::find(name)
+            .map(|def| def.default.to_string())
+            .unwrap_or_default(),
     }
 }
 
@@ -57,7 +56,9 @@ pub fn topic_entries(broker: &Broker, configs: &BTreeMap<String, String>) -> Vec
                 }
                 None => (default.clone(), SOURCE_DEFAULT),
             };
-            synonyms.push((def.broker_name.to_string(), default, SOURCE_DEFAULT));
+            if let Some(broker_name) = def.broker_name {
+                synonyms.push((broker_name.to_string(), default, SOURCE_DEFAULT));
+            }
             Entry {
                 name: def.name.to_string(),
                 value: Some(value),

@@ -5,7 +5,8 @@ use crate::broker::{Broker, Partition, Topic};
 use crate::cluster::txn_asks;
 use kaas_core::partition::AppendDecision;
 use kaas_core::produce::{
-    admit_batch, keyless_record_messages, records_without_key, valid_acks, validate_produce_records,
+    admit_batch, keyless_record_messages, record_errors_summary, records_out_of_time,
+    records_without_key, valid_acks, validate_produce_records,
 };
 use kaas_core::producer::BatchIdentity;
 use kaas_core::protocol::messages::produce_response::{
@@ -230,20 +231,57 @@ fn check_keys(topic: &Topic, partition: &Partition, batch: &RecordBatch) -> Resu
         return Ok(());
     }
     let (summary, messages) = keyless_record_messages(&topic.name, partition.index, &keyless);
-    let each = keyless
-        .iter()
-        .zip(messages)
-        .map(|(&batch_index, message)| BatchIndexAndErrorMessage {
+    let each = keyless.into_iter().zip(messages).collect();
+    Err(refuse_records(
+        ErrorCode::InvalidRecord,
+        partition,
+        summary,
+        each,
+    ))
+}
+
+/// Record timestamps too far from this broker's clock
+/// (`kaas_core::produce::records_out_of_time`): the batch is refused
+/// whole, INVALID_TIMESTAMP, each such record named.
+fn check_timestamps(
+    broker: &Broker,
+    topic: &Topic,
+    partition: &Partition,
+    batch: &RecordBatch,
+) -> Result<(), Refused> {
+    let late = records_out_of_time(batch, broker.env.now_ms(), broker.timestamp_bounds(topic))?;
+    if late.is_empty() {
+        return Ok(());
+    }
+    let summary = record_errors_summary(&late);
+    Err(refuse_records(
+        ErrorCode::InvalidTimestamp,
+        partition,
+        summary,
+        late,
+    ))
+}
+
+/// A batch refused for the records `each` names (index, message).
+fn refuse_records(
+    code: ErrorCode,
+    partition: &Partition,
+    summary: String,
+    each: Vec<(i32, String)>,
+) -> Refused {
+    let each = each
+        .into_iter()
+        .map(|(batch_index, message)| BatchIndexAndErrorMessage {
             batch_index,
             batch_index_error_message: Some(message),
             ..Default::default()
         })
         .collect();
-    Err(Refused {
-        code: ErrorCode::InvalidRecord,
+    Refused {
+        code,
         log_start_offset: partition.log_start_offset(),
         records: Some(RecordErrors { summary, each }),
-    })
+    }
 }
 
 /// A partition's place in the response (topic, partition) and what the
@@ -271,6 +309,7 @@ fn check_one(
     let batch = validate_produce_records(records, broker.max_message_bytes(topic))?;
     admit_batch(&batch, transactional_id)?;
     check_keys(topic, &partition, &batch)?;
+    check_timestamps(broker, topic, &partition, &batch)?;
     let transactional = BatchIdentity::of(&batch).filter(|id| id.is_transactional);
     Ok(Checked {
         partition,
