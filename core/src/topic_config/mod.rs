@@ -320,7 +320,10 @@ mod tests {
         let mut sorted = names.clone();
         sorted.sort_unstable();
         sorted.dedup();
-        assert_eq!(names, sorted, "sorted by name, each once, as Kafka lists them");
+        assert_eq!(
+            names, sorted,
+            "sorted by name, each once, as Kafka lists them"
+        );
         assert_eq!(names.len(), 33, "Kafka 4.1's topic configs");
         for d in TOPIC_CONFIGS {
             assert_eq!(validate(d.name, Some(d.default)), Ok(()), "{}", d.name);
