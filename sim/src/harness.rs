@@ -124,6 +124,8 @@ pub struct SeedReport {
     /// Volume IO jobs of a cut-off broker that waited and ran after the
     /// link healed.
     pub volume_late_io: u64,
+    /// Listings a broker was answered from its stale cache.
+    pub stale_listings: u64,
     pub simulated: Duration,
     /// Equal between two runs of a seed iff they behaved the same.
     pub fingerprint: u64,
@@ -233,7 +235,7 @@ impl fmt::Display for SeedReport {
             let coordinator_moved = !coordinated || c.coordinator_moves > 0;
             write!(
                 f,
-                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({}{} moves seen), {} volume partitions ({} operations failed, {} ran late), {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
+                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({}{} moves seen), {} volume partitions ({} operations failed, {} ran late), {} stale listings (cached up to {} ms), {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
                 p.brokers,
                 p.lease_ms,
                 if moved { "" } else { "NO MOVE, " },
@@ -256,6 +258,8 @@ impl fmt::Display for SeedReport {
                 self.faults.volume_partitions,
                 self.volume_unreachable_failures,
                 self.volume_late_io,
+                self.stale_listings,
+                p.listing_cache_ms,
                 self.writers.epoch_files,
                 self.writers.claims,
                 self.writers.foreign_truncations,
@@ -907,6 +911,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             let node = madsim::plugin::node();
             nodes.iter().position(|&n| n == node)
         })));
+        let origin = tokio::time::Instant::now();
+        volume.set_listing_cache(
+            params.listing_cache_ms,
+            Box::new(move || u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)),
+        );
     }
     let client = handle.create_node().name("client").ip(CLIENT_IP).build();
 
@@ -1334,6 +1343,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         syncs: volume.stats().syncs,
         volume_unreachable_failures: volume.stats().unreachable_failures,
         volume_late_io: volume.late_io_counter().load(Relaxed),
+        stale_listings: volume.stats().stale_listings,
         simulated: started.elapsed(),
         fingerprint: history.fingerprint(&logs, &{
             let mut extra = format!(

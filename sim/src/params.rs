@@ -113,15 +113,21 @@ pub struct SimParams {
     /// is cut off from the volume for a while (its clients still reach
     /// it).
     pub volume_partition_percent: u32,
+    /// Multi-broker seeds: how stale a broker's cached directory listing
+    /// may be (an NFS client's `acdirmax`; `SimVolume::set_listing_cache`),
+    /// always under [`VOLUME_STALENESS_BOUND_MS`], which is what the
+    /// brokers' bounds assume of the volume.
+    pub listing_cache_ms: u64,
 }
 
 /// The clock-skew bound of a multi-broker seed: brokers' clocks drift up to
 /// `MAX_DRIFT_PPM` each, so two differ by at most 400 ppm, well under 1 ms
 /// over a lease of 2 s; 50 ms leaves a wide margin.
 pub const CLOCK_SKEW_BOUND_MS: i64 = 50;
-/// The volume-staleness bound: `SimVolume` is never stale (every read sees
-/// every completed write), so any bound holds; a few hundred milliseconds,
-/// as an NFS mount with a short attribute cache would need.
+/// The volume-staleness bound: how stale what a broker reads of the volume
+/// may be. In multi-broker seeds each broker's directory listings are
+/// cached for up to `listing_cache_ms`, under this bound; file contents
+/// and single-name lookups are exact.
 pub const VOLUME_STALENESS_BOUND_MS: i64 = 300;
 /// Largest clock drift of a simulated broker, parts per million.
 pub const MAX_DRIFT_PPM: i64 = 200;
@@ -198,6 +204,7 @@ impl SimParams {
             brokers: 1,
             lease_ms: 0,
             volume_partition_percent: 0,
+            listing_cache_ms: 0,
         }
     }
 
@@ -248,6 +255,8 @@ impl SimParams {
             if self.group_members > 0 {
                 self.max_uptime = lease * 5;
             }
+            // The last draw, so the others stay as they were.
+            self.listing_cache_ms = [50, 150, 290][rng.gen_range(0..3)];
         }
         self
     }
@@ -284,6 +293,10 @@ mod tests {
             if a.multi_broker() {
                 assert!((1_000..=2_000).contains(&a.lease_ms));
                 assert!(a.volume_partition_percent <= 100);
+                assert!(
+                    a.listing_cache_ms > 0 && a.listing_cache_ms < VOLUME_STALENESS_BOUND_MS as u64,
+                    "{a:?}"
+                );
                 // The cluster draw may drop a workload, never add one.
                 let single = SimParams::draw(&mut SmallRng::seed_from_u64(seed));
                 assert!(a.group_members == 0 || a.group_members == single.group_members);

@@ -56,10 +56,17 @@
 //!   off from its server sees them (see `crate::env::SimIo` for the ones
 //!   that wait instead).
 //!
+//! - Each broker's NFS directory-listing cache
+//!   ([`set_listing_cache`](SimVolume::set_listing_cache)): a broker may
+//!   be answered a listing up to a seeded age old, missing what other
+//!   brokers created or removed since, as an NFS client's `acdirmax` lets
+//!   it; its own changes it sees at once.
+//!
 //! Not modelled yet: a crash drops every unsynced byte on the volume; with
 //! several brokers, a crash of one host should drop only what *that*
-//! broker wrote, and each broker needs an NFS-like view (close-to-open,
-//! stale attributes); both can hang off the writers recorded here.
+//! broker wrote; and of an NFS client's view only the listing cache is
+//! modelled (not stale attributes of an open file, nor close-to-open
+//! revalidation: contents and single-name lookups are always exact).
 
 use bytes::Bytes;
 use kaas_net::volume::{SegmentFile, Volume};
@@ -135,6 +142,9 @@ pub struct VolumeStats {
     pub injected_faults: u64,
     /// Operations failed because their broker could not reach the volume.
     pub unreachable_failures: u64,
+    /// Listings a broker was answered from its cache that differed from
+    /// the directory as it was ([`SimVolume::set_listing_cache`]).
+    pub stale_listings: u64,
 }
 
 /// The error payload of a failure the fault hook injected.
@@ -179,6 +189,22 @@ struct State {
     caller: Option<CallerId>,
     /// Per file: the brokers that changed it, and how.
     writers: BTreeMap<String, BTreeSet<(usize, FaultPoint)>>,
+    /// Each broker's cached directory listings, when NFS's are modelled.
+    listings: Option<ListingCache>,
+}
+
+/// Directory listings as an NFS client caches them: a broker's `list` of a
+/// directory is answered from what it listed there before, for up to
+/// `max_age_ms` (the client's `acdirmax`), unless the broker itself
+/// changed an entry there since (a client sees its own changes at once).
+/// Other brokers' creations, removals and renames show up late; file
+/// contents and single-name lookups stay exact (close-to-open consistency,
+/// and kaas's required `lookupcache=none`; docs/cluster.md).
+struct ListingCache {
+    max_age_ms: u64,
+    now_ms: Box<dyn Fn() -> u64 + Send>,
+    /// (broker, directory) -> (when it was listed, what it held).
+    entries: BTreeMap<(usize, String), (u64, Vec<String>)>,
 }
 
 struct Inner {
@@ -314,6 +340,38 @@ impl State {
                 .or_default()
                 .insert((broker, point));
         }
+        self.changed_entry(path);
+    }
+
+    /// The broker issuing the operation changed the entry `path` (created,
+    /// removed, replaced it): its own cached listing of the parent goes.
+    fn changed_entry(&mut self, path: &str) {
+        let broker = self.caller.as_ref().and_then(|c| c());
+        if let (Some(broker), Some(cache)) = (broker, self.listings.as_mut()) {
+            cache.entries.remove(&(broker, parent(path).to_string()));
+        }
+    }
+
+    /// `fresh`, the listing of `dir` as it is, or what the calling broker's
+    /// cache still holds of it ([`ListingCache`]).
+    fn listing_seen(&mut self, dir: &str, fresh: Vec<String>) -> Vec<String> {
+        let broker = self.caller.as_ref().and_then(|c| c());
+        let (Some(broker), Some(cache)) = (broker, self.listings.as_mut()) else {
+            return fresh;
+        };
+        let now = (cache.now_ms)();
+        let key = (broker, dir.to_string());
+        if let Some((at, cached)) = cache.entries.get(&key) {
+            if now.saturating_sub(*at) < cache.max_age_ms {
+                let cached = cached.clone();
+                if cached != fresh {
+                    self.stats.stale_listings += 1;
+                }
+                return cached;
+            }
+        }
+        cache.entries.insert(key, (now, fresh.clone()));
+        fresh
     }
 
     fn require_dir(&self, dir: &str, path: &str) -> io::Result<()> {
@@ -357,6 +415,7 @@ impl SimVolume {
             stats: VolumeStats::default(),
             caller: None,
             writers: BTreeMap::new(),
+            listings: None,
         };
         SimVolume {
             inner: Arc::new(Inner {
@@ -369,6 +428,18 @@ impl SimVolume {
     }
 
     /// Tells the volume how to know which broker issues an operation.
+    /// Models each broker's NFS directory-listing cache ([`ListingCache`]):
+    /// a listing is answered from the caller's cache for up to
+    /// `max_age_ms` of `now_ms` (the simulation's clock). Needs a caller
+    /// ([`set_caller`](Self::set_caller)); 0 turns it off.
+    pub fn set_listing_cache(&self, max_age_ms: u64, now_ms: Box<dyn Fn() -> u64 + Send>) {
+        self.state().listings = (max_age_ms > 0).then(|| ListingCache {
+            max_age_ms,
+            now_ms,
+            entries: BTreeMap::new(),
+        });
+    }
+
     pub fn set_caller(&self, caller: Option<CallerId>) {
         self.state().caller = caller;
     }
@@ -657,7 +728,7 @@ impl Volume for SimVolume {
             .filter_map(child)
             .collect();
         names.sort();
-        Ok(names)
+        Ok(state.listing_seen(&dir, names))
     }
 
     fn create_dir_all(&self, dir: &str) -> io::Result<()> {
@@ -681,7 +752,10 @@ impl Volume for SimVolume {
                     format!("{prefix:?} is a file"),
                 ));
             }
-            state.dirs.insert(prefix.clone());
+            if state.dirs.insert(prefix.clone()) {
+                let made = prefix.clone();
+                state.changed_entry(&made);
+            }
         }
         Ok(())
     }
@@ -722,6 +796,13 @@ impl Volume for SimVolume {
         }
         state.files.retain(|p, _| !is_below(p, &dir));
         state.dirs.retain(|d| d != &dir && !is_below(d, &dir));
+        state.changed_entry(&dir);
+        let broker = state.caller.as_ref().and_then(|c| c());
+        if let (Some(broker), Some(cache)) = (broker, state.listings.as_mut()) {
+            cache
+                .entries
+                .retain(|(b, d), _| *b != broker || (d != &dir && !is_below(d, &dir)));
+        }
         Ok(())
     }
 
@@ -886,6 +967,49 @@ mod tests {
     use rand::SeedableRng;
 
     /// A volume whose operations are issued by the broker `who` holds.
+    #[test]
+    fn a_listing_cache_shows_other_brokers_changes_late_and_its_own_at_once() {
+        let (v, who) = volume_with_caller();
+        let clock = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let now = clock.clone();
+        v.set_listing_cache(
+            100,
+            Box::new(move || now.load(std::sync::atomic::Ordering::SeqCst)),
+        );
+        let as_broker = |b: usize| who.store(b, std::sync::atomic::Ordering::SeqCst);
+        let at = |ms: u64| clock.store(ms, std::sync::atomic::Ordering::SeqCst);
+        as_broker(0);
+        v.create_dir_all("d").unwrap();
+        assert!(v.list("d").unwrap().is_empty());
+        as_broker(1);
+        assert!(
+            v.list("d").unwrap().is_empty(),
+            "broker 1 caches its listing"
+        );
+        v.create_exclusive("d/a", b"1").unwrap();
+        assert_eq!(v.list("d").unwrap(), ["a"], "its own creation at once");
+        as_broker(0);
+        at(99);
+        assert!(v.list("d").unwrap().is_empty(), "broker 0 sees it late");
+        assert_eq!(
+            v.read("d/a").unwrap().as_deref(),
+            Some(&b"1"[..]),
+            "lookups are exact"
+        );
+        at(100);
+        assert_eq!(
+            v.list("d").unwrap(),
+            ["a"],
+            "after max_age the listing is fresh"
+        );
+        as_broker(1);
+        v.remove("d/a").unwrap();
+        as_broker(0);
+        at(150);
+        assert_eq!(v.list("d").unwrap(), ["a"], "a removal shows late too");
+        assert!(v.stats().stale_listings >= 2);
+    }
+
     fn volume_with_caller() -> (SimVolume, Arc<std::sync::atomic::AtomicUsize>) {
         let v = SimVolume::new();
         let who = Arc::new(std::sync::atomic::AtomicUsize::new(0));
