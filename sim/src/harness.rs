@@ -259,7 +259,7 @@ impl fmt::Display for SeedReport {
                 self.volume_unreachable_failures,
                 self.volume_late_io,
                 self.stale_listings,
-                p.listing_cache_ms,
+                listing_cache_ms(p),
                 self.writers.epoch_files,
                 self.writers.claims,
                 self.writers.foreign_truncations,
@@ -454,6 +454,16 @@ fn crash_gates_met(params: &SimParams, shared: &Shared) -> bool {
             && e.observations >= MIN_EOS_OBSERVATIONS
     };
     group && generations && idempotent && txns && eos
+}
+
+/// How stale a broker's listings may be: the seed's draw, or
+/// `KAAS_SIM_LISTING_CACHE_MS` to break the brokers' staleness assumption
+/// on purpose (a mutation run: do the checkers notice? docs/simulation.md).
+fn listing_cache_ms(params: &SimParams) -> u64 {
+    std::env::var("KAAS_SIM_LISTING_CACHE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(params.listing_cache_ms)
 }
 
 /// Kills and restarts the broker at seeded moments until `fault_phase`
@@ -913,7 +923,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         })));
         let origin = tokio::time::Instant::now();
         volume.set_listing_cache(
-            params.listing_cache_ms,
+            listing_cache_ms(&params),
             Box::new(move || u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)),
         );
     }

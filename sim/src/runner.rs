@@ -27,6 +27,10 @@
 //!   timestamps; best with `scripts/sim --seed n`.
 //! - `KAAS_SIM_SEED_TIMEOUT_SECS=s`: real time after which a seed's process
 //!   is killed and the seed reported hung (default 300).
+//! - `KAAS_SIM_LISTING_CACHE_MS=ms`: how stale each broker's directory
+//!   listings may be in multi-broker seeds, instead of the seed's draw; set
+//!   above the 300 ms staleness bound, it breaks what the brokers assume
+//!   (a mutation run).
 
 use crate::harness::run_seed;
 use madsim::runtime::Runtime;
