@@ -54,6 +54,11 @@ pub struct Current {
     pub next_version: u32,
 }
 
+/// Versions of a topic kept on the volume besides version 0: a reader whose
+/// listing lags behind finds the newer ones by name as long as the one it
+/// listed is among them. Topic changes are rare; a handful of small files.
+const KEPT_VERSIONS: u32 = 16;
+
 /// How often a reader lists again when a version it listed was removed
 /// under it (a newer one replaced it). Each retry follows a completed
 /// change, so this bounds only a pathological stream of them.
@@ -76,8 +81,8 @@ pub fn create(volume: &dyn Volume, file: &TopicFile) -> io::Result<()> {
 /// `next.version == current.next_version`) is created exclusively. Fails
 /// with `AlreadyExists` when another broker published that version first:
 /// the caller reads again and rebuilds its change on the winner's. Once
-/// `next` is durable the version it replaced is removed (best effort: a
-/// leftover is never read, the newest version wins).
+/// `next` is durable, the version `KEPT_VERSIONS` older is removed (best
+/// effort: a leftover is never read, the newest version wins).
 pub fn publish(volume: &dyn Volume, current: &Current, next: &TopicFile) -> io::Result<()> {
     if next.version != current.next_version || next.topic_id != current.file.topic_id {
         return Err(io::Error::new(
@@ -89,10 +94,13 @@ pub fn publish(volume: &dyn Volume, current: &Current, next: &TopicFile) -> io::
         &layout::topic_version_file(&next.name, next.version),
         &encode(next)?,
     )?;
-    if current.file.version > 0 {
-        let replaced = layout::topic_version_file(&next.name, current.file.version);
+    // The last KEPT_VERSIONS stay, so that a reader whose listing lags
+    // (`beyond_the_listing`) finds the newer ones by name, one after the
+    // other; older ones go (best effort: a leftover is never read).
+    if let Some(old) = next.version.checked_sub(KEPT_VERSIONS).filter(|&v| v > 0) {
+        let replaced = layout::topic_version_file(&next.name, old);
         if let Err(e) = volume.remove(&replaced) {
-            tracing::warn!(file = %replaced, error = %e, "cannot remove a replaced topic version");
+            tracing::warn!(file = %replaced, error = %e, "cannot remove an old topic version");
         }
     }
     Ok(())
@@ -130,12 +138,32 @@ pub fn read_current(volume: &dyn Volume, name: &str) -> io::Result<Option<Curren
         let entries = volume.list(TOPIC_FILES_DIR)?;
         let versions = versions_by_topic(&entries).remove(name).unwrap_or_default();
         match resolve(volume, name, &versions)? {
-            Resolved::Found(current) => return Ok(Some(current)),
+            Resolved::Found(current) => return beyond_the_listing(volume, current).map(Some),
             Resolved::Absent => return Ok(None),
             Resolved::Replaced => continue,
         }
     }
     Err(replaced_too_often(name))
+}
+
+/// Newer versions than the listing showed, looked up by name: a listing
+/// may be stale (an NFS client's cached directory), a lookup is exact, and
+/// a change built on an old version would only lose its race for the next
+/// one again and again.
+fn beyond_the_listing(volume: &dyn Volume, mut current: Current) -> io::Result<Current> {
+    let name = current.file.name.clone();
+    loop {
+        let next = current.next_version;
+        let Some(bytes) = volume.read(&layout::topic_version_file(&name, next))? else {
+            return Ok(current);
+        };
+        current.next_version = next.saturating_add(1);
+        if let Some(file) = parse(&name, next, &bytes) {
+            if file.topic_id == current.file.topic_id {
+                current.file = file;
+            }
+        }
+    }
 }
 
 /// Every topic's newest metadata. A file that does not parse is reported
@@ -280,8 +308,8 @@ mod tests {
         assert_eq!(current.next_version, 4);
         assert_eq!(
             v.list(TOPIC_FILES_DIR).unwrap(),
-            ["t.json", "t@3.json"],
-            "each replaced version is removed once its successor is durable"
+            ["t.json", "t@1.json", "t@2.json", "t@3.json"],
+            "the newest versions are kept"
         );
         assert_eq!(read_all(&v).unwrap(), vec![current.file]);
     }
@@ -329,6 +357,49 @@ mod tests {
         // Removing the new incarnation leaves nothing of it, and only it.
         remove(&v, "t", &format!("{:032x}", 2)).unwrap();
         assert_eq!(v.list(TOPIC_FILES_DIR).unwrap(), ["t@1.json"]);
+    }
+
+    #[test]
+    fn only_the_newest_versions_are_kept() {
+        let (_dir, v) = volume();
+        create(&v, &topic("t", 1, 1)).unwrap();
+        for partitions in 2..=30 {
+            let current = read_current(&v, "t").unwrap().unwrap();
+            publish(
+                &v,
+                &current,
+                &changed(&current, |f| f.partitions = partitions),
+            )
+            .unwrap();
+        }
+        let listed = v.list(TOPIC_FILES_DIR).unwrap();
+        assert_eq!(listed.len(), 1 + KEPT_VERSIONS as usize, "{listed:?}");
+        assert!(
+            listed.contains(&"t@29.json".to_string()) && listed.contains(&"t@14.json".to_string())
+        );
+        assert_eq!(read(&v, "t").unwrap().unwrap().partitions, 30);
+    }
+
+    #[test]
+    fn versions_a_stale_listing_hides_are_found_by_name() {
+        let (_dir, v) = volume();
+        create(&v, &topic("t", 1, 1)).unwrap();
+        for partitions in 2..=3 {
+            let current = read_current(&v, "t").unwrap().unwrap();
+            publish(
+                &v,
+                &current,
+                &changed(&current, |f| f.partitions = partitions),
+            )
+            .unwrap();
+        }
+        let stale = crate::volume::stale_listing::StaleListing {
+            inner: std::sync::Arc::new(v),
+            hidden: vec!["t@2.json".into()],
+        };
+        let current = read_current(&stale, "t").unwrap().unwrap();
+        assert_eq!((current.file.version, current.file.partitions), (2, 3));
+        assert_eq!(current.next_version, 3);
     }
 
     #[test]

@@ -75,6 +75,7 @@ pub(crate) fn recover(
             Entry::Other => {}
         }
     }
+    let listed = ids.clone();
     let mut entries = read_checkpoint(volume, dir)?;
     let newest_file = ids.iter().map(|id| id.epoch).max();
     let previous = match open_as(&entries, newest_file, epoch) {
@@ -186,6 +187,8 @@ pub(crate) fn recover(
             }
             segments.push(segment);
             if next_base.is_some_and(|n| reached != n) {
+                let next_epoch = read[i + 1].0.epoch;
+                refuse_unlisted_successor(volume, dir, &listed, reached, id.epoch..=next_epoch)?;
                 // The older epoch's log lost its tail here (its leader
                 // crashed before those segments were durable): it ends
                 // here, and the rest never was part of it.
@@ -229,6 +232,13 @@ pub(crate) fn recover(
         // offsets after the hole; none of it was durable (the flusher
         // fsyncs a rolled segment before any later one counts), so nothing
         // acknowledged goes with them.
+        refuse_unlisted_successor(
+            volume,
+            dir,
+            &listed,
+            segment.next_offset,
+            id.epoch..=id.epoch,
+        )?;
         tracing::warn!(
             dir,
             ?id,
@@ -255,6 +265,24 @@ pub(crate) fn recover(
     }
     let first_base = segments.first().map(|s| s.base_offset);
     log_start_offset = log_start_offset.max(first_base.unwrap_or(log_start_offset));
+    // Where the listed log ends, no older epoch may have a segment the
+    // listing did not show: the end this opening records for them (and
+    // appends from) would cut it off.
+    let end = segments.last().map_or(log_start_offset, |l| l.next_offset);
+    let listed_epoch = segments
+        .last()
+        .map(|l| l.epoch)
+        .into_iter()
+        .chain(entries.last().map(|e| e.epoch))
+        .max()
+        .unwrap_or(0);
+    refuse_unlisted_successor(
+        volume,
+        dir,
+        &listed,
+        end,
+        listed_epoch..=epoch.saturating_sub(1),
+    )?;
 
     let mut changed = false;
     let active = match segments.pop() {
@@ -307,6 +335,47 @@ pub(crate) fn recover(
         log_start_offset,
         leader_epochs: entries,
     })
+}
+
+/// Fails the opening if a segment of one of `epochs` starts at `offset`
+/// although the directory listing did not show it. Segments are contiguous,
+/// so the file that follows a log ending at `offset` is named
+/// `<offset>_<epoch>`, and a lookup by that name is exact where a listing
+/// may be stale (an NFS client's cached directory, up to its `acdirmax`,
+/// if that exceeds `--volume-staleness-bound-ms`). Believing such a listing
+/// would cut the older leader's log short and append over acknowledged
+/// records; refusing keeps them, and the ownership round opens the
+/// partition again once the listing caught up: a violated bound costs
+/// availability, not data.
+fn refuse_unlisted_successor(
+    volume: &dyn Volume,
+    dir: &str,
+    listed: &BTreeSet<SegmentId>,
+    offset: i64,
+    epochs: std::ops::RangeInclusive<i32>,
+) -> io::Result<()> {
+    for epoch in epochs {
+        let id = SegmentId {
+            base_offset: offset,
+            epoch,
+        };
+        if listed.contains(&id) {
+            continue;
+        }
+        let path = layout::segment_path(dir, offset, epoch);
+        match volume.open_segment(&path, false) {
+            Ok(_) => {
+                return Err(io::Error::other(format!(
+                    "{path} exists but the listing of {dir} did not show it (a stale \
+                     directory listing: is the volume's directory cache longer than \
+                     --volume-staleness-bound-ms?); not opening the partition on it"
+                )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The checkpoint's entries; none if there is no checkpoint. An unreadable

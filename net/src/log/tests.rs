@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{LogConfig, PartitionLog, ReadError};
+use crate::volume::stale_listing::StaleListing;
 use crate::volume::{LocalVolume, Volume};
 use kaas_core::layout;
 use kaas_core::partition::leader_epochs::{decode_checkpoint, EpochEntry};
@@ -1164,4 +1165,58 @@ fn a_second_takeover_past_an_unwritten_epoch_keeps_both_earlier_epochs() {
     drop(third);
     let again = open_at(&fx, LogConfig::default(), 3);
     assert_eq!(values(&again), vec![(0, 0), (1, 1)]);
+}
+
+/// Found by the simulator with listings staler than the staleness bound
+/// (KAAS_SIM_LISTING_CACHE_MS=5000): a new leader whose listing missed the
+/// old epoch's newest segment opened the log short of it and appended over
+/// acknowledged records. Now the opening looks up the segment that would
+/// follow the listed log by name and refuses while the listing lags: the
+/// partition waits (unavailable) and nothing is lost.
+#[test]
+fn a_takeover_refuses_a_listing_that_misses_an_old_epochs_segment() {
+    let fx = Fixture::new();
+    let mut old = open_at(&fx, small_segments(), 0);
+    for i in 0..12 {
+        old.append_batch(&batch(2, i * 10, 100)).unwrap();
+    }
+    old.sync().unwrap();
+    let end = old.end_offset();
+    let mut bases: Vec<i64> = fx
+        .volume
+        .list(DIR)
+        .unwrap()
+        .iter()
+        .filter_map(|n| match layout::classify(n) {
+            layout::Entry::Segment(id) => Some(id.base_offset),
+            _ => None,
+        })
+        .collect();
+    bases.sort_unstable();
+    assert!(bases.len() >= 3, "the old epoch rolled twice: {bases:?}");
+    drop(old);
+
+    // The newest segment missing from the listing (the log would end
+    // early), or one in the middle (the log would seem to have lost its
+    // tail there, and what follows would be deleted).
+    for hidden in [bases[bases.len() - 1], bases[1]] {
+        let stale: Arc<dyn Volume> = Arc::new(StaleListing {
+            inner: fx.volume.clone(),
+            hidden: vec![layout::segment_path(DIR, hidden, 0)
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()],
+        });
+        let refused = PartitionLog::open(stale, DIR.to_string(), small_segments(), 1);
+        assert!(refused.is_err(), "segment {hidden} hidden: must not open");
+    }
+    // Nothing was changed: once the listing is whole, the takeover keeps
+    // every record of the old epoch.
+    let leader = open_at(&fx, small_segments(), 1);
+    assert_eq!(leader.end_offset(), end);
+    assert_eq!(
+        checkpoint(&fx),
+        vec![EpochEntry::new(0, 0), EpochEntry::new(1, end)]
+    );
 }

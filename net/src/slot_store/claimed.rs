@@ -53,6 +53,13 @@ pub fn load_claimed<F: CoordinatorSlot>(
         slot_journal_path(dir, slot, claim.epoch),
     );
     if !epochs.contains(&claim.epoch) {
+        refuse_unlisted_epochs(
+            volume,
+            dir,
+            slot,
+            older.last().map_or(0, |e| e + 1),
+            claim.epoch,
+        )?;
         if let Some(&from) = older.last() {
             let carried = read_state(
                 volume,
@@ -87,6 +94,39 @@ pub fn load_claimed<F: CoordinatorSlot>(
         state,
         journal: loaded.journal,
     })
+}
+
+/// Fails the load if an epoch in `from..to` has slot files the listing did
+/// not show. The state to carry forward is the newest earlier epoch's, and
+/// the predecessor's files are the newest of all, written moments before
+/// this claim: a stale listing (an NFS client's cached directory, older
+/// than `--volume-staleness-bound-ms` allows) would hide exactly them, and
+/// carrying an older epoch's state forward would forget what the
+/// predecessor acknowledged. Lookups by name are exact, so each epoch in
+/// between is looked up; refusing leaves the slot unserved until the
+/// ownership round loads it again.
+fn refuse_unlisted_epochs(
+    volume: &dyn Volume,
+    dir: &str,
+    slot: u32,
+    from: i32,
+    to: i32,
+) -> io::Result<()> {
+    for epoch in from..to {
+        for path in [
+            slot_snapshot_path(dir, slot, epoch),
+            slot_journal_path(dir, slot, epoch),
+        ] {
+            if volume.read(&path)?.is_some() {
+                return Err(io::Error::other(format!(
+                    "{path} exists but the listing of {dir} did not show it (a stale directory \
+                     listing: is the volume's directory cache longer than \
+                     --volume-staleness-bound-ms?); not loading slot {slot} on it"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The epochs slot `slot` has files of in `dir`, ascending.
@@ -223,6 +263,35 @@ mod tests {
         assert!(add(&v, &mut second, "c"));
         let reloaded = load_claimed::<Words>(&v, SLOT, claim(1, 3)).unwrap();
         assert_eq!(reloaded.state.words, ["a", "b", "c"]);
+    }
+
+    /// A listing staler than the staleness bound misses the predecessor's
+    /// files, the newest there are: the load refuses rather than carry an
+    /// older epoch's state forward, and succeeds once the listing is whole.
+    #[test]
+    fn a_listing_that_misses_the_predecessors_files_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let v: std::sync::Arc<dyn Volume> = std::sync::Arc::new(volume(&dir));
+        let mut first = take(v.as_ref(), 0, 0);
+        assert!(add(v.as_ref(), &mut first, "a"));
+        let mut second = take(v.as_ref(), 1, 2);
+        assert!(add(v.as_ref(), &mut second, "b"));
+        assert_eq!(files(v.as_ref()), ["slot-4.e2.json", "slot-4.e2.log"]);
+
+        let stale = crate::volume::stale_listing::StaleListing {
+            inner: v.clone(),
+            hidden: vec!["slot-4.e2.json".into(), "slot-4.e2.log".into()],
+        };
+        stale
+            .write_atomic(&Words::claim_file(SLOT, 5), b"{}")
+            .unwrap();
+        assert!(load_claimed::<Words>(&stale, SLOT, claim(2, 5)).is_err());
+        let third = load_claimed::<Words>(v.as_ref(), SLOT, claim(2, 5)).unwrap();
+        assert_eq!(
+            third.state.words,
+            ["a", "b"],
+            "nothing the predecessor wrote is lost"
+        );
     }
 
     /// Lease bounds violated: the holder of epoch 1 goes on writing after
