@@ -41,7 +41,7 @@ pub use builder::{BatchBuilder, NewRecord};
 pub use control::{
     build_control_batch, parse_end_txn_marker, ControlType, EndTxnMarker, END_TXN_MARKER_VERSION,
 };
-pub use records::{Record, RecordError, RecordHeader, Records};
+pub use records::{Record, RecordError, RecordHeader, Records, Stamp, Stamps};
 pub use split::{split_batches, Batches, Tail};
 
 #[cfg(test)]

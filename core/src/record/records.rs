@@ -91,22 +91,30 @@ impl Records {
         }
     }
 
-    fn fail(&mut self, err: RecordError) -> Option<Result<Record, RecordError>> {
+    fn fail<T>(&mut self, err: RecordError) -> Option<Result<T, RecordError>> {
         self.failed = true;
         Some(Err(err))
     }
 
-    fn decode_one(&mut self) -> Option<Record> {
+    /// The start every record has: its length, its attributes (unused in
+    /// v2, but present), its timestamp and offset deltas. Returns where the
+    /// record ends and the two deltas, with `pos` just past them.
+    fn decode_head(&self, pos: &mut usize) -> Option<(usize, i64, i32)> {
         let buf = &self.body[..];
-        let mut pos = self.pos;
-        let length = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
+        let length = usize::try_from(get_varint(buf, pos)?).ok()?;
         let end = pos.checked_add(length)?;
         let record = buf.get(..end)?;
-        // attributes: unused in v2, but present.
-        record.get(pos)?;
-        pos += 1;
-        let timestamp_delta = get_varlong(record, &mut pos)?;
-        let offset_delta = get_varint(record, &mut pos)?;
+        record.get(*pos)?;
+        *pos += 1;
+        let timestamp_delta = get_varlong(record, pos)?;
+        let offset_delta = get_varint(record, pos)?;
+        Some((end, timestamp_delta, offset_delta))
+    }
+
+    fn decode_one(&mut self) -> Option<Record> {
+        let mut pos = self.pos;
+        let (end, timestamp_delta, offset_delta) = self.decode_head(&mut pos)?;
+        let record = self.body.get(..end)?;
         let key = self.get_nullable(record, &mut pos)?;
         let value = self.get_nullable(record, &mut pos)?;
         let header_count = usize::try_from(get_varint(record, &mut pos)?).ok()?;
@@ -134,6 +142,59 @@ impl Records {
         })
     }
 
+    /// The next record's offset and timestamp, its key, value and headers
+    /// skipped over by its length, unread: what a check of timestamps
+    /// needs, without a copy or an allocation per record.
+    fn decode_stamp(&mut self) -> Option<Stamp> {
+        let mut pos = self.pos;
+        let (end, timestamp_delta, offset_delta) = self.decode_head(&mut pos)?;
+        self.pos = end;
+        Some(Stamp {
+            offset: self.base_offset.checked_add(i64::from(offset_delta))?,
+            timestamp: self.base_timestamp.checked_add(timestamp_delta)?,
+        })
+    }
+
+    /// The records' offsets and timestamps only ([`Stamps`]).
+    pub fn stamps(self) -> Stamps {
+        Stamps(self)
+    }
+
+    /// One step of either iterator: the checks every record passes (the
+    /// batch uncompressed, the declared count), then `decode`.
+    fn step<T>(&mut self, decode: fn(&mut Self) -> Option<T>) -> Option<Result<T, RecordError>> {
+        if self.failed {
+            return None;
+        }
+        if self.compression != Compression::None {
+            return self.fail(RecordError::Compressed(self.compression));
+        }
+        if self.index >= self.declared {
+            if self.pos < self.body.len() {
+                let declared = self.declared;
+                return self.fail(RecordError::CountMismatch {
+                    declared,
+                    found: declared.saturating_add(1),
+                });
+            }
+            return None;
+        }
+        if self.pos >= self.body.len() {
+            let (declared, found) = (self.declared, self.index);
+            return self.fail(RecordError::CountMismatch { declared, found });
+        }
+        match decode(self) {
+            Some(item) => {
+                self.index += 1;
+                Some(Ok(item))
+            }
+            None => {
+                let index = self.index;
+                self.fail(RecordError::Malformed { index })
+            }
+        }
+    }
+
     /// A length-prefixed byte string; the outer `None` means malformed, the
     /// inner `None` a null (length -1).
     fn get_nullable(&self, record: &[u8], pos: &mut usize) -> Option<Option<Bytes>> {
@@ -155,36 +216,28 @@ impl Iterator for Records {
     type Item = Result<Record, RecordError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        if self.compression != Compression::None {
-            return self.fail(RecordError::Compressed(self.compression));
-        }
-        if self.index >= self.declared {
-            if self.pos < self.body.len() {
-                let declared = self.declared;
-                return self.fail(RecordError::CountMismatch {
-                    declared,
-                    found: declared.saturating_add(1),
-                });
-            }
-            return None;
-        }
-        if self.pos >= self.body.len() {
-            let (declared, found) = (self.declared, self.index);
-            return self.fail(RecordError::CountMismatch { declared, found });
-        }
-        match self.decode_one() {
-            Some(record) => {
-                self.index += 1;
-                Some(Ok(record))
-            }
-            None => {
-                let index = self.index;
-                self.fail(RecordError::Malformed { index })
-            }
-        }
+        self.step(Self::decode_one)
+    }
+}
+
+/// A record's offset and timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub offset: i64,
+    pub timestamp: i64,
+}
+
+/// Iterator over the offsets and timestamps of a batch's records
+/// ([`Records::stamps`]). Only the record framing is checked, not the
+/// keys, values and headers inside each record. Yields at most one error,
+/// then stops.
+pub struct Stamps(Records);
+
+impl Iterator for Stamps {
+    type Item = Result<Stamp, RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.step(Records::decode_stamp)
     }
 }
 
@@ -244,5 +297,25 @@ mod tests {
                 found: 1
             })
         );
+    }
+
+    #[test]
+    fn stamps_are_the_records_offsets_and_timestamps() {
+        let mut b = BatchBuilder::new().with_base_offset(10);
+        for ts in [500, 400, 900] {
+            b = b.push_record(NewRecord::new(ts, Some(b"k"), Some(b"value")));
+        }
+        let batch = b.build();
+        let full: Vec<(i64, i64)> = batch
+            .records()
+            .map(|r| r.map(|r| (r.offset, r.timestamp)).unwrap())
+            .collect();
+        let stamps: Vec<(i64, i64)> = batch
+            .records()
+            .stamps()
+            .map(|s| s.map(|s| (s.offset, s.timestamp)).unwrap())
+            .collect();
+        assert_eq!(stamps, full);
+        assert_eq!(stamps, [(10, 500), (11, 400), (12, 900)]);
     }
 }

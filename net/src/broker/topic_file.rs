@@ -287,6 +287,21 @@ mod tests {
         }
     }
 
+    /// Topic `t` created with 1 partition, then grown to each count of
+    /// `counts` in turn, one version each.
+    fn grown(v: &dyn Volume, counts: std::ops::RangeInclusive<i32>) {
+        create(v, &topic("t", 1, 1)).unwrap();
+        for partitions in counts {
+            let current = read_current(v, "t").unwrap().unwrap();
+            publish(
+                v,
+                &current,
+                &changed(&current, |f| f.partitions = partitions),
+            )
+            .unwrap();
+        }
+    }
+
     fn changed(current: &Current, f: impl FnOnce(&mut TopicFile)) -> TopicFile {
         let mut next = current.file.clone();
         next.version = current.next_version;
@@ -297,12 +312,7 @@ mod tests {
     #[test]
     fn each_change_is_a_new_version_and_the_newest_is_read() {
         let (_dir, v) = volume();
-        create(&v, &topic("t", 1, 1)).unwrap();
-        for partitions in 2..=4 {
-            let current = read_current(&v, "t").unwrap().unwrap();
-            let next = changed(&current, |f| f.partitions = partitions);
-            publish(&v, &current, &next).unwrap();
-        }
+        grown(&v, 2..=4);
         let current = read_current(&v, "t").unwrap().unwrap();
         assert_eq!((current.file.version, current.file.partitions), (3, 4));
         assert_eq!(current.next_version, 4);
@@ -362,16 +372,7 @@ mod tests {
     #[test]
     fn only_the_newest_versions_are_kept() {
         let (_dir, v) = volume();
-        create(&v, &topic("t", 1, 1)).unwrap();
-        for partitions in 2..=30 {
-            let current = read_current(&v, "t").unwrap().unwrap();
-            publish(
-                &v,
-                &current,
-                &changed(&current, |f| f.partitions = partitions),
-            )
-            .unwrap();
-        }
+        grown(&v, 2..=30);
         let listed = v.list(TOPIC_FILES_DIR).unwrap();
         assert_eq!(listed.len(), 1 + KEPT_VERSIONS as usize, "{listed:?}");
         assert!(
@@ -383,20 +384,9 @@ mod tests {
     #[test]
     fn versions_a_stale_listing_hides_are_found_by_name() {
         let (_dir, v) = volume();
-        create(&v, &topic("t", 1, 1)).unwrap();
-        for partitions in 2..=3 {
-            let current = read_current(&v, "t").unwrap().unwrap();
-            publish(
-                &v,
-                &current,
-                &changed(&current, |f| f.partitions = partitions),
-            )
-            .unwrap();
-        }
-        let stale = crate::volume::stale_listing::StaleListing {
-            inner: std::sync::Arc::new(v),
-            hidden: vec!["t@2.json".into()],
-        };
+        grown(&v, 2..=3);
+        let stale = crate::volume::hooked::HookedVolume::new(v, |_| Ok(()))
+            .hiding_from_listings(|name| name == "t@2.json");
         let current = read_current(&stale, "t").unwrap().unwrap();
         assert_eq!((current.file.version, current.file.partitions), (2, 3));
         assert_eq!(current.next_version, 3);

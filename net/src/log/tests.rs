@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{LogConfig, PartitionLog, ReadError};
-use crate::volume::stale_listing::StaleListing;
 use crate::volume::{LocalVolume, Volume};
 use kaas_core::layout;
 use kaas_core::partition::leader_epochs::{decode_checkpoint, EpochEntry};
@@ -1200,14 +1199,17 @@ fn a_takeover_refuses_a_listing_that_misses_an_old_epochs_segment() {
     // early), or one in the middle (the log would seem to have lost its
     // tail there, and what follows would be deleted).
     for hidden in [bases[bases.len() - 1], bases[1]] {
-        let stale: Arc<dyn Volume> = Arc::new(StaleListing {
-            inner: fx.volume.clone(),
-            hidden: vec![layout::segment_path(DIR, hidden, 0)
-                .rsplit('/')
-                .next()
-                .unwrap()
-                .to_string()],
-        });
+        let name = layout::segment_path(DIR, hidden, 0)
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_string();
+        let stale: Arc<dyn Volume> = Arc::new(
+            crate::volume::hooked::HookedVolume::new(LocalVolume::new(&fx.root).unwrap(), |_| {
+                Ok(())
+            })
+            .hiding_from_listings(move |n| n == name),
+        );
         let refused = PartitionLog::open(stale, DIR.to_string(), small_segments(), 1);
         assert!(refused.is_err(), "segment {hidden} hidden: must not open");
     }

@@ -271,22 +271,20 @@ mod tests {
     #[test]
     fn a_listing_that_misses_the_predecessors_files_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let v: std::sync::Arc<dyn Volume> = std::sync::Arc::new(volume(&dir));
-        let mut first = take(v.as_ref(), 0, 0);
-        assert!(add(v.as_ref(), &mut first, "a"));
-        let mut second = take(v.as_ref(), 1, 2);
-        assert!(add(v.as_ref(), &mut second, "b"));
-        assert_eq!(files(v.as_ref()), ["slot-4.e2.json", "slot-4.e2.log"]);
+        let v = volume(&dir);
+        let mut first = take(&v, 0, 0);
+        assert!(add(&v, &mut first, "a"));
+        let mut second = take(&v, 1, 2);
+        assert!(add(&v, &mut second, "b"));
+        assert_eq!(files(&v), ["slot-4.e2.json", "slot-4.e2.log"]);
 
-        let stale = crate::volume::stale_listing::StaleListing {
-            inner: v.clone(),
-            hidden: vec!["slot-4.e2.json".into(), "slot-4.e2.log".into()],
-        };
+        let stale = crate::volume::hooked::HookedVolume::new(volume(&dir), |_| Ok(()))
+            .hiding_from_listings(|name| name.starts_with("slot-4.e2."));
         stale
             .write_atomic(&Words::claim_file(SLOT, 5), b"{}")
             .unwrap();
         assert!(load_claimed::<Words>(&stale, SLOT, claim(2, 5)).is_err());
-        let third = load_claimed::<Words>(v.as_ref(), SLOT, claim(2, 5)).unwrap();
+        let third = load_claimed::<Words>(&v, SLOT, claim(2, 5)).unwrap();
         assert_eq!(
             third.state.words,
             ["a", "b"],

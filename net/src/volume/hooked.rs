@@ -3,7 +3,10 @@
 //!
 //! One wrapper instead of a hand-written delegating `Volume` per test: the
 //! hook sees which wait it is and the path, and either lets it through
-//! (`Ok`), fails it (`Err`), or blocks until the test lets it go.
+//! (`Ok`), fails it (`Err`), or blocks until the test lets it go. It can
+//! also leave names out of listings, as an NFS client's stale cached
+//! directory listing does while lookups by name stay exact
+//! ([`hiding_from_listings`](HookedVolume::hiding_from_listings)).
 
 use super::{SegmentFile, Volume};
 use bytes::Bytes;
@@ -24,10 +27,14 @@ pub enum DiskWait<'a> {
 /// Called before each [`DiskWait`]; an error fails the operation.
 pub type Hook = Arc<dyn Fn(DiskWait<'_>) -> io::Result<()> + Send + Sync>;
 
+/// Says which entry names listings leave out.
+pub type Hidden = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// `inner` with `hook` in front of its disk waits.
 pub struct HookedVolume<V> {
     pub inner: V,
     hook: Hook,
+    hidden: Option<Hidden>,
 }
 
 impl<V: Volume> HookedVolume<V> {
@@ -38,7 +45,18 @@ impl<V: Volume> HookedVolume<V> {
         HookedVolume {
             inner,
             hook: Arc::new(hook),
+            hidden: None,
         }
+    }
+
+    /// Listings leave out the entries (last path components) for which
+    /// `hidden` is true.
+    pub fn hiding_from_listings(
+        mut self,
+        hidden: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.hidden = Some(Arc::new(hidden));
+        self
     }
 }
 
@@ -80,7 +98,11 @@ impl<V: Volume> Volume for HookedVolume<V> {
         self.inner.create_exclusive(path, data)
     }
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
-        self.inner.list(dir)
+        let mut names = self.inner.list(dir)?;
+        if let Some(hidden) = &self.hidden {
+            names.retain(|name| !hidden(name));
+        }
+        Ok(names)
     }
     fn create_dir_all(&self, dir: &str) -> io::Result<()> {
         self.inner.create_dir_all(dir)

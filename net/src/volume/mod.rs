@@ -13,9 +13,6 @@ mod fd_cache;
 pub mod hooked;
 mod local;
 
-#[cfg(test)]
-pub(crate) mod stale_listing;
-
 pub use fd_cache::StaleHandle;
 pub use local::{default_open_file_limit, LocalVolume};
 
