@@ -213,20 +213,55 @@ pub fn parse_base(digits: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
-/// The content of the log start offset file: one decimal number.
-pub fn encode_log_start_offset(offset: i64) -> Vec<u8> {
-    format!("{offset}\n").into_bytes()
+/// What a partition's `log-start-offset` file records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogStart {
+    /// The low watermark: no offset below it is served.
+    pub offset: i64,
+    /// The log's first segment when the file was written: every deletion
+    /// (DeleteRecords and retention alike) records the segment that will
+    /// be first before it removes any file, and an opening that finds the
+    /// first segment changed records it too. A lookup by this name tells a
+    /// segment a stale directory listing hides from one that was deleted,
+    /// which the log start alone cannot. `None` in files written before
+    /// kaas recorded it.
+    pub first_segment: Option<SegmentId>,
 }
 
-/// The log start offset in a file's content; `None` for anything that is
-/// not one non-negative decimal number.
-pub fn decode_log_start_offset(data: &[u8]) -> Option<i64> {
-    std::str::from_utf8(data)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-        .filter(|o: &i64| *o >= 0)
+/// The content of the log start offset file: the offset, then the first
+/// segment's base offset and epoch, as decimal numbers on one line.
+pub fn encode_log_start(start: &LogStart) -> Vec<u8> {
+    match start.first_segment {
+        Some(first) => format!("{} {} {}\n", start.offset, first.base_offset, first.epoch),
+        None => format!("{}\n", start.offset),
+    }
+    .into_bytes()
+}
+
+/// The log start in a file's content: one non-negative number (as kaas
+/// wrote it before it recorded the first segment), or three. `None` for
+/// anything else.
+pub fn decode_log_start(data: &[u8]) -> Option<LogStart> {
+    let text = std::str::from_utf8(data).ok()?;
+    let mut numbers = text.split_ascii_whitespace();
+    let offset: i64 = numbers.next()?.parse().ok().filter(|o| *o >= 0)?;
+    let first_segment = match (numbers.next(), numbers.next()) {
+        (None, _) => None,
+        (Some(base), Some(epoch)) => Some(SegmentId::new(
+            base.parse()
+                .ok()
+                .filter(|b: &i64| (0..=offset).contains(b))?,
+            epoch.parse().ok().filter(|e: &i32| *e >= 0)?,
+        )),
+        (Some(_), None) => return None,
+    };
+    if numbers.next().is_some() {
+        return None;
+    }
+    Some(LogStart {
+        offset,
+        first_segment,
+    })
 }
 
 // --------------------------------------------------------------- cluster files
@@ -670,13 +705,30 @@ mod tests {
 
     #[test]
     fn log_start_offset_round_trips_and_rejects_garbage() {
+        for first_segment in [None, Some(SegmentId::new(40, 3))] {
+            let start = LogStart {
+                offset: 42,
+                first_segment,
+            };
+            assert_eq!(decode_log_start(&encode_log_start(&start)), Some(start));
+        }
+        // As kaas wrote it before it recorded the first segment.
         assert_eq!(
-            decode_log_start_offset(&encode_log_start_offset(42)),
-            Some(42)
+            decode_log_start(b"30\n").map(|s| (s.offset, s.first_segment)),
+            Some((30, None))
         );
-        assert_eq!(decode_log_start_offset(b"-1"), None);
-        assert_eq!(decode_log_start_offset(b"x"), None);
-        assert_eq!(decode_log_start_offset(&[0xff]), None);
+        for garbage in [
+            &b"-1"[..],
+            b"x",
+            &[0xff],
+            b"",
+            b"42 40",
+            b"42 40 3 1",
+            b"42 43 3",
+            b"42 40 -3",
+        ] {
+            assert_eq!(decode_log_start(garbage), None, "{garbage:?}");
+        }
     }
 
     #[test]

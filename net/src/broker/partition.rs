@@ -20,11 +20,11 @@
 use super::producer_state;
 use crate::env::{Env, IoKind};
 pub use crate::log::partition_dir;
-use crate::log::{persist_log_start_offset, remove_segments, LogConfig, PartitionLog, ReadError};
+use crate::log::{persist_log_start, remove_segments, LogConfig, PartitionLog, ReadError};
 use crate::volume::Volume;
 use bytes::Bytes;
 use kaas_core::cluster::Claim;
-use kaas_core::layout::{self, SegmentId};
+use kaas_core::layout::{self, LogStart, SegmentId};
 use kaas_core::partition::{
     AppendDecision, Effects, IncomingBatch, IncomingMarker, PartitionState, Recovered,
 };
@@ -460,13 +460,12 @@ impl Partition {
             }
         }
         self.ensure_snapshot_covers(target).await?;
-        let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
-        self.env
-            .blocking(IoKind::Fsync, move || {
-                persist_log_start_offset(volume.as_ref(), &dir, target)
-            })
+        let start = self
+            .log
+            .lock()
             .await
-            .map_err(storage_error)?;
+            .log_start_after_deleting_before(target);
+        self.persist_log_start(start).await?;
         let (low, detached) = self
             .log
             .lock()
@@ -506,10 +505,26 @@ impl Partition {
             return Ok(());
         }
         self.ensure_snapshot_covers(new_start).await?;
+        let start = self.log.lock().await.log_start_after_retention(count);
+        self.persist_log_start(start).await?;
         let outcome = self.log.lock().await.apply_retention(count);
         self.state().records_deleted(outcome.log_start_offset);
         self.remove_detached(outcome.deleted_segments).await;
         Ok(())
+    }
+
+    /// Persists the log start a deletion leaves, before the deletion takes
+    /// any segment out (`persist_log_start`). Only deletions change the
+    /// front of the log, and `deleting` keeps them one at a time, so
+    /// `start` stays what the log will be.
+    async fn persist_log_start(&self, start: LogStart) -> Result<(), ErrorCode> {
+        let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
+        self.env
+            .blocking(IoKind::Fsync, move || {
+                persist_log_start(volume.as_ref(), &dir, &start)
+            })
+            .await
+            .map_err(storage_error)
     }
 
     /// Takes a snapshot unless one at or past `offset` is already written,

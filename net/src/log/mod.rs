@@ -4,7 +4,7 @@
 //! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch>].log    batches, as received, offsets assigned
 //! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch>].index  sparse index, written when the segment is sealed
 //! topics/<topic>-<partition>/leader-epoch-checkpoint                  where each leader epoch's log starts
-//! topics/<topic>-<partition>/log-start-offset                         advanced by DeleteRecords
+//! topics/<topic>-<partition>/log-start-offset                         the log start and first segment, before every deletion
 //! ```
 //!
 //! A log is opened at a leader epoch and writes only files named with it;
@@ -31,7 +31,7 @@ mod tests;
 
 pub use kaas_core::layout::partition_dir;
 pub use partition_log::{remove_segments, PartitionLog, SyncDone, SyncPlan};
-pub use retention::{persist_log_start_offset, RetentionOutcome};
+pub use retention::{persist_log_start, RetentionOutcome};
 
 use bytes::Bytes;
 use std::fmt;

@@ -28,7 +28,7 @@ use super::scan::{BatchReader, Step, RECOVERY_CHUNK};
 use super::segment::{BatchMeta, Segment};
 use super::{invalid_data, LogConfig};
 use crate::volume::{SegmentFile, Volume};
-use kaas_core::layout::{self, Entry, SegmentId};
+use kaas_core::layout::{self, Entry, LogStart, SegmentId};
 use kaas_core::partition::leader_epochs::{
     assign_epoch, decode_checkpoint, encode_checkpoint, file_reach, open_as, trim_before_log_start,
     EpochEntry, FileReach, OpenAs,
@@ -138,7 +138,20 @@ pub(crate) fn recover(
         }
     }
 
-    let mut log_start_offset = read_log_start_offset(volume, dir)?;
+    let recorded = read_log_start(volume, dir)?;
+    if let Some(first) = recorded.first_segment {
+        // The first segment a deletion left, or an opening found, must be
+        // listed unless it is gone: a listing staler than the bound would
+        // otherwise move the log start past records nobody deleted.
+        refuse_unlisted(
+            volume,
+            dir,
+            &listed,
+            first.base_offset,
+            first.epoch..=first.epoch,
+        )?;
+    }
+    let mut log_start_offset = recorded.offset;
     // Finish deletions DeleteRecords persisted but did not complete: a
     // segment is entirely below the log start when the next one starts at
     // or before it.
@@ -188,7 +201,7 @@ pub(crate) fn recover(
             segments.push(segment);
             if next_base.is_some_and(|n| reached != n) {
                 let next_epoch = read[i + 1].0.epoch;
-                refuse_unlisted_successor(volume, dir, &listed, reached, id.epoch..=next_epoch)?;
+                refuse_unlisted(volume, dir, &listed, reached, id.epoch..=next_epoch)?;
                 // The older epoch's log lost its tail here (its leader
                 // crashed before those segments were durable): it ends
                 // here, and the rest never was part of it.
@@ -232,7 +245,7 @@ pub(crate) fn recover(
         // offsets after the hole; none of it was durable (the flusher
         // fsyncs a rolled segment before any later one counts), so nothing
         // acknowledged goes with them.
-        refuse_unlisted_successor(
+        refuse_unlisted(
             volume,
             dir,
             &listed,
@@ -276,7 +289,7 @@ pub(crate) fn recover(
         .chain(entries.last().map(|e| e.epoch))
         .max()
         .unwrap_or(0);
-    refuse_unlisted_successor(
+    refuse_unlisted(
         volume,
         dir,
         &listed,
@@ -323,6 +336,19 @@ pub(crate) fn recover(
     }
     let mut sealed = segments;
     let mut active = active;
+    let start = LogStart {
+        offset: log_start_offset,
+        first_segment: Some(sealed.first().unwrap_or(&active).id()),
+    };
+    if start != recorded {
+        // A new partition, a directory from before the first segment was
+        // recorded, or an opening that changed the front: from here on a
+        // listing that hides the first segment is refused (above).
+        volume.write_atomic(
+            &layout::log_start_offset_path(dir),
+            &layout::encode_log_start(&start),
+        )?;
+    }
     for segment in sealed.iter_mut().chain(std::iter::once(&mut active)) {
         let id = segment.id();
         if let Some(&(_, written_by)) = txn_indexed.iter().find(|(t, _)| *t == id) {
@@ -340,14 +366,16 @@ pub(crate) fn recover(
 /// Fails the opening if a segment of one of `epochs` starts at `offset`
 /// although the directory listing did not show it. Segments are contiguous,
 /// so the file that follows a log ending at `offset` is named
-/// `<offset>_<epoch>`, and a lookup by that name is exact where a listing
+/// `<offset>_<epoch>`, and the log's first segment is named in the
+/// log-start file; a lookup by such a name is exact where a listing
 /// may be stale (an NFS client's cached directory, up to its `acdirmax`,
 /// if that exceeds `--volume-staleness-bound-ms`). Believing such a listing
 /// would cut the older leader's log short and append over acknowledged
-/// records; refusing keeps them, and the ownership round opens the
+/// records (or, for the first segment, move the log start past them);
+/// refusing keeps them, and the ownership round opens the
 /// partition again once the listing caught up: a violated bound costs
 /// availability, not data.
-fn refuse_unlisted_successor(
+fn refuse_unlisted(
     volume: &dyn Volume,
     dir: &str,
     listed: &BTreeSet<SegmentId>,
@@ -401,18 +429,24 @@ pub(crate) fn write_checkpoint(
     )
 }
 
-fn read_log_start_offset(volume: &dyn Volume, dir: &str) -> io::Result<i64> {
-    let Some(data) = volume.read(&layout::log_start_offset_path(dir))? else {
-        return Ok(0);
+/// The recorded log start; offset 0 and no first segment if there is no
+/// file (a partition kaas has not opened yet).
+fn read_log_start(volume: &dyn Volume, dir: &str) -> io::Result<LogStart> {
+    let none = LogStart {
+        offset: 0,
+        first_segment: None,
     };
-    Ok(layout::decode_log_start_offset(&data).unwrap_or_else(|| {
+    let Some(data) = volume.read(&layout::log_start_offset_path(dir))? else {
+        return Ok(none);
+    };
+    Ok(layout::decode_log_start(&data).unwrap_or_else(|| {
         // Written atomically, so this is outside damage. Falling back to
         // the first segment only re-exposes records DeleteRecords hid.
         tracing::warn!(
             dir,
             "unreadable log-start-offset file; using the first segment"
         );
-        0
+        none
     }))
 }
 

@@ -5,7 +5,7 @@ use std::io;
 use super::partition_log::PartitionLog;
 use super::ReadError;
 use crate::volume::Volume;
-use kaas_core::layout::{self, SegmentId};
+use kaas_core::layout::{self, LogStart, SegmentId};
 
 /// What a retention pass did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,18 +16,49 @@ pub struct RetentionOutcome {
     pub log_start_offset: i64,
 }
 
-/// Persists a new log start (DeleteRecords), atomically and durably.
-pub fn persist_log_start_offset(volume: &dyn Volume, dir: &str, offset: i64) -> io::Result<()> {
+/// Persists a new log start and the segment that will be first,
+/// atomically and durably: before any deletion removes a file, so that an
+/// opening can tell a deleted first segment from one a stale directory
+/// listing hides (`recovery`).
+pub fn persist_log_start(volume: &dyn Volume, dir: &str, start: &LogStart) -> io::Result<()> {
     volume.write_atomic(
         &layout::log_start_offset_path(dir),
-        &layout::encode_log_start_offset(offset),
+        &layout::encode_log_start(start),
     )
 }
 
 impl PartitionLog {
+    /// What DeleteRecords up to `offset` leaves as the log start, for the
+    /// caller to persist ([`persist_log_start`]) before
+    /// [`delete_records_before`](Self::delete_records_before): `offset`,
+    /// and the segment holding it, which will be first.
+    pub fn log_start_after_deleting_before(&self, offset: i64) -> LogStart {
+        let mut segments = self.sealed.iter().chain(std::iter::once(&self.active));
+        let mut first = segments.next().unwrap_or(&self.active);
+        for later in segments.take_while(|s| s.base_offset <= offset) {
+            first = later;
+        }
+        LogStart {
+            offset: offset.max(self.log_start_offset),
+            first_segment: Some(first.id()),
+        }
+    }
+
+    /// What retention of the `count` oldest sealed segments leaves as the
+    /// log start, for the caller to persist before
+    /// [`apply_retention`](Self::apply_retention): the first remaining
+    /// segment and where it starts.
+    pub fn log_start_after_retention(&self, count: usize) -> LogStart {
+        let first = self.sealed.get(count).unwrap_or(&self.active);
+        LogStart {
+            offset: first.base_offset.max(self.log_start_offset),
+            first_segment: Some(first.id()),
+        }
+    }
+
     /// DeleteRecords: makes `offset` the new log start and takes the
     /// segments entirely below it out of the log. Memory only: the caller
-    /// persists the new start first ([`persist_log_start_offset`], so a
+    /// persists the new start first ([`persist_log_start`], so a
     /// crash cannot resurrect records) and removes the detached segments'
     /// files afterwards, both outside the lane. Returns the new log start
     /// (the low watermark) and the detached segments' names. The leader
@@ -103,8 +134,8 @@ impl PartitionLog {
 
     /// Takes the `count` oldest sealed segments out of the log (memory
     /// only; see [`retention_plan`](Self::retention_plan)). The log start
-    /// moves with the first remaining segment; it is not persisted: on
-    /// reopen it is at least the first segment's base.
+    /// moves with the first remaining segment; the caller persists it
+    /// first ([`log_start_after_retention`](Self::log_start_after_retention)).
     pub fn apply_retention(&mut self, count: usize) -> RetentionOutcome {
         let mut detached = Vec::with_capacity(count);
         for _ in 0..count {

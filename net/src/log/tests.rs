@@ -52,7 +52,8 @@ impl Fixture {
 /// segments below it, remove their files.
 fn delete_before(fx: &Fixture, log: &mut PartitionLog, offset: i64) -> Result<i64, ReadError> {
     if offset <= log.end_offset() && offset > log.log_start_offset() {
-        super::persist_log_start_offset(fx.volume.as_ref(), DIR, offset)?;
+        let start = log.log_start_after_deleting_before(offset);
+        super::persist_log_start(fx.volume.as_ref(), DIR, &start)?;
     }
     let (low, detached) = log.delete_records_before(offset)?;
     super::remove_segments(fx.volume.as_ref(), DIR, &detached)?;
@@ -68,6 +69,10 @@ fn retain(
     retention_ms: i64,
 ) -> super::RetentionOutcome {
     let (count, _) = log.retention_plan(now_ms, retention_bytes, retention_ms);
+    if count > 0 {
+        let start = log.log_start_after_retention(count);
+        super::persist_log_start(fx.volume.as_ref(), DIR, &start).unwrap();
+    }
     let outcome = log.apply_retention(count);
     super::remove_segments(fx.volume.as_ref(), DIR, &outcome.deleted_segments).unwrap();
     outcome
@@ -530,10 +535,8 @@ fn delete_records_before_moves_the_start_and_drops_whole_segments() {
         Some(cut)
     );
     assert_eq!(
-        fs::read_to_string(fx.file("log-start-offset"))
-            .unwrap()
-            .trim(),
-        cut.to_string()
+        fs::read_to_string(fx.file("log-start-offset")).unwrap(),
+        format!("{cut} {} 0\n", bases[2])
     );
     drop(log);
 
@@ -1221,4 +1224,158 @@ fn a_takeover_refuses_a_listing_that_misses_an_old_epochs_segment() {
         checkpoint(&fx),
         vec![EpochEntry::new(0, 0), EpochEntry::new(1, end)]
     );
+}
+
+/// A volume over the fixture's directory whose listings hide the segment
+/// files `hidden` names (by base offset), as a stale NFS directory cache
+/// would: every other operation, lookups by name included, sees the truth.
+fn hiding_segments(
+    fx: &Fixture,
+    hidden: impl Fn(i64) -> bool + Send + Sync + 'static,
+) -> Arc<dyn Volume> {
+    Arc::new(
+        crate::volume::hooked::HookedVolume::new(LocalVolume::new(&fx.root).unwrap(), |_| Ok(()))
+            .hiding_from_listings(move |name| match layout::classify(name) {
+                layout::Entry::Segment(id) => hidden(id.base_offset),
+                _ => false,
+            }),
+    )
+}
+
+fn recorded_log_start(fx: &Fixture) -> layout::LogStart {
+    let data = fx.volume.read(&layout::log_start_offset_path(DIR)).unwrap();
+    layout::decode_log_start(&data.expect("a log-start file")).unwrap()
+}
+
+/// Retention deleted the first segments, so the log starts at a later one.
+/// A listing missing the segments after that must not move the log start
+/// past them: without a record of the first segment, a missing first
+/// segment looks exactly like a deleted one, and its records would be
+/// lost without a word. The opening refuses; the partition is unavailable
+/// until the listing catches up, and then nothing is missing.
+#[test]
+fn a_listing_that_hides_the_first_segments_is_refused() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..30 {
+        log.append_batch(&batch(2, i, 60)).unwrap();
+    }
+    log.sync().unwrap();
+    let outcome = retain(&fx, &mut log, 0, 1_500, -1);
+    assert!(!outcome.deleted_segments.is_empty());
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 3, "{bases:?}");
+    assert_eq!(
+        recorded_log_start(&fx),
+        layout::LogStart {
+            offset: bases[0],
+            first_segment: Some(layout::SegmentId::new(bases[0], 0)),
+        },
+        "retention records the log start and first segment before it deletes"
+    );
+    let end = log.end_offset();
+    drop(log);
+
+    for (what, hidden) in [
+        ("the first segment", vec![bases[0]]),
+        ("the first two", vec![bases[0], bases[1]]),
+        ("every segment", bases.clone()),
+    ] {
+        let stale = hiding_segments(&fx, move |base| hidden.contains(&base));
+        for epoch in [0, 1] {
+            let refused =
+                PartitionLog::open(stale.clone(), DIR.to_string(), small_segments(), epoch);
+            assert!(
+                refused.is_err(),
+                "{what} hidden, opening at epoch {epoch}: must not open"
+            );
+        }
+    }
+    let log = fx.open(small_segments());
+    assert_eq!((log.log_start_offset(), log.end_offset()), (bases[0], end));
+    assert_eq!(log.segment_base_offsets(), bases);
+}
+
+/// DeleteRecords records the segment holding the new log start, which may
+/// begin below it; hiding that segment is refused as well.
+#[test]
+fn delete_records_records_the_segment_holding_the_new_start() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..30 {
+        log.append_batch(&batch(2, i, 60)).unwrap();
+    }
+    log.sync().unwrap();
+    let bases = log.segment_base_offsets();
+    let target = bases[2] + 1;
+    assert_eq!(delete_before(&fx, &mut log, target).unwrap(), target);
+    assert_eq!(
+        recorded_log_start(&fx),
+        layout::LogStart {
+            offset: target,
+            first_segment: Some(layout::SegmentId::new(bases[2], 0)),
+        }
+    );
+    drop(log);
+    let first = bases[2];
+    let stale = hiding_segments(&fx, move |base| base == first);
+    assert!(PartitionLog::open(stale, DIR.to_string(), small_segments(), 1).is_err());
+    let log = fx.open(small_segments());
+    assert_eq!(log.log_start_offset(), target);
+    assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
+}
+
+/// A log-start file as kaas wrote it before it recorded the first segment
+/// (one number), or none at all: the opening trusts its listing once, as
+/// kaas did then, and records the first segment from then on.
+#[test]
+fn an_opening_records_the_first_segment_where_no_file_did() {
+    let fx = Fixture::new();
+    let log = fx.open(small_segments());
+    assert_eq!(
+        recorded_log_start(&fx),
+        layout::LogStart {
+            offset: 0,
+            first_segment: Some(layout::SegmentId::new(0, 0)),
+        },
+        "a new partition records its first segment"
+    );
+    drop(log);
+    fx.volume
+        .write_atomic(&layout::log_start_offset_path(DIR), b"0\n")
+        .unwrap();
+    let mut log = fx.open(small_segments());
+    assert_eq!(
+        recorded_log_start(&fx).first_segment,
+        Some(layout::SegmentId::new(0, 0))
+    );
+    for i in 0..30 {
+        log.append_batch(&batch(2, i, 60)).unwrap();
+    }
+    log.sync().unwrap();
+    drop(log);
+    let stale = hiding_segments(&fx, |base| base == 0);
+    assert!(PartitionLog::open(stale, DIR.to_string(), small_segments(), 0).is_err());
+}
+
+/// After takeovers the record names a file of the log, whatever epoch
+/// wrote the first segment.
+#[test]
+fn after_takeovers_the_recorded_first_segment_is_the_logs() {
+    let fx = Fixture::new();
+    drop(open_at(&fx, small_segments(), 0));
+    let mut leader = open_at(&fx, small_segments(), 1);
+    leader.append_batch(&batch(2, 0, 60)).unwrap();
+    leader.sync().unwrap();
+    drop(leader);
+    let leader = open_at(&fx, small_segments(), 2);
+    assert_eq!(leader.end_offset(), 2);
+    let first = recorded_log_start(&fx).first_segment.unwrap();
+    assert_eq!(first.base_offset, leader.segment_base_offsets()[0]);
+    assert!(fx
+        .volume
+        .list(DIR)
+        .unwrap()
+        .iter()
+        .any(|n| layout::classify(n) == layout::Entry::Segment(first)));
 }
