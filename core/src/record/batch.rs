@@ -43,6 +43,10 @@ const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_BIT: i16 = 0x08;
 const TRANSACTIONAL_BIT: i16 = 0x10;
 const CONTROL_BIT: i16 = 0x20;
+/// Attribute bit 6 (KIP-534): `baseTimestamp` holds the batch's delete
+/// horizon, the time after which the log cleaner may remove its tombstones
+/// and transaction markers; record timestamps stay `baseTimestamp + delta`.
+pub(crate) const DELETE_HORIZON_BIT: i16 = 0x40;
 
 // Kafka error codes the batch errors map to.
 const CORRUPT_MESSAGE: i16 = 2;
@@ -401,6 +405,12 @@ impl RecordBatch {
     }
     pub fn is_control(&self) -> bool {
         self.attributes() & CONTROL_BIT != 0
+    }
+    /// The delete horizon a log cleaner stamped on this batch (KIP-534):
+    /// its tombstones and markers may go once the clock reaches it. `None`
+    /// until a cleaning pass has rewritten the batch with one.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes() & DELETE_HORIZON_BIT != 0).then(|| self.base_timestamp())
     }
     /// True if the batch carries a producer id (idempotent or transactional).
     pub fn has_producer_id(&self) -> bool {

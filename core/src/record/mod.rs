@@ -28,6 +28,7 @@
 mod batch;
 mod builder;
 mod control;
+mod filter;
 mod records;
 mod split;
 mod varint;
@@ -41,6 +42,10 @@ pub use builder::{BatchBuilder, NewRecord};
 pub use control::{
     build_control_batch, parse_end_txn_marker, ControlType, EndTxnMarker, END_TXN_MARKER_VERSION,
 };
+pub(crate) use filter::record_spans;
+#[cfg(test)]
+pub(crate) use filter::reseal;
+pub use filter::FilterError;
 pub use records::{Record, RecordError, RecordHeader, Records, Stamp, Stamps};
 pub use split::{split_batches, Batches, Tail};
 

@@ -1,0 +1,252 @@
+//! Pass 2: the fate of every batch from the log start to the end of the
+//! mapped section, decided one batch at a time in offset order.
+
+use super::fate::Fate;
+use super::key_map::KeyMap;
+use super::producers::ActiveProducers;
+use super::summary::CleanSummary;
+use super::txn::TxnTracker;
+use super::view::{BatchContent, BatchView, ViewRecord};
+use crate::partition::AbortedTxn;
+use crate::record::ControlType;
+
+/// The time a pass runs at, and the topic's `delete.retention.ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassTime {
+    /// Wall-clock time of the pass (what delete horizons are compared to).
+    pub now_ms: i64,
+    /// How long tombstones and markers stay readable once a pass has found
+    /// them removable (`delete.retention.ms`).
+    pub delete_retention_ms: i64,
+}
+
+impl PassTime {
+    /// The horizon a batch first rewritten now gets: `now + retention`.
+    pub fn new_horizon(&self) -> i64 {
+        self.now_ms.saturating_add(self.delete_retention_ms)
+    }
+
+    /// True if `horizon` (a batch's) has passed.
+    pub fn has_passed(&self, horizon: Option<i64>) -> bool {
+        horizon.is_some_and(|h| self.now_ms >= h)
+    }
+}
+
+/// Why one record goes, or that it stays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Kept,
+    Superseded,
+    Keyless,
+    TombstoneExpired,
+}
+
+/// The decision of one cleaning pass, fed the batches from the log start
+/// in offset order ([`next`](Self::next)); it keeps only the transaction
+/// state of the walk, so segments of any size stream through it.
+///
+/// Batches that do not end before the key map's [`end`](KeyMap::end) are
+/// past this round: they are [`Fate::KeepWhole`] (but still walked, so the
+/// transaction state stays right for the caller that feeds the rest of the
+/// last segment).
+#[derive(Debug, Clone)]
+pub struct Decider<'a> {
+    map: &'a KeyMap,
+    producers: &'a ActiveProducers,
+    time: PassTime,
+    txns: TxnTracker,
+    summary: CleanSummary,
+    aborted_to_index: Vec<AbortedTxn>,
+}
+
+impl<'a> Decider<'a> {
+    /// A pass over the log with the key map of its dirty section.
+    /// `aborted` are the aborted transactions from the log start to the
+    /// map's end (the partition's whole aborted index is fine), `producers`
+    /// the active producers when the pass starts.
+    pub fn new(
+        map: &'a KeyMap,
+        aborted: &[AbortedTxn],
+        producers: &'a ActiveProducers,
+        time: PassTime,
+    ) -> Decider<'a> {
+        Decider {
+            map,
+            producers,
+            time,
+            txns: TxnTracker::new(aborted),
+            summary: CleanSummary::default(),
+            aborted_to_index: Vec::new(),
+        }
+    }
+
+    /// The fate of the next batch.
+    pub fn next(&mut self, batch: &BatchView) -> Fate {
+        let fate = self.decide(batch);
+        self.summary.count_batch(batch, &fate);
+        fate
+    }
+
+    /// What the pass did so far.
+    pub fn summary(&self) -> &CleanSummary {
+        &self.summary
+    }
+
+    /// The aborted transactions whose markers stay and whose data was still
+    /// in the log this pass, in marker order: the entries of the cleaned
+    /// segments' aborted-transaction indexes (each goes with the segment
+    /// holding its marker, at `last_offset`). An aborted transaction whose
+    /// data is gone needs no entry: there is nothing left to filter.
+    pub fn aborted_to_index(&self) -> &[AbortedTxn] {
+        &self.aborted_to_index
+    }
+
+    fn decide(&mut self, batch: &BatchView) -> Fate {
+        if batch.next_offset() > self.map.end() {
+            self.walk_past_the_round(batch);
+            return Fate::KeepWhole;
+        }
+        match &batch.content {
+            BatchContent::Data(records) => self.decide_data(batch, records),
+            BatchContent::Control {
+                marker,
+                record_count,
+                ..
+            } => self.decide_control(batch, *marker, *record_count),
+            BatchContent::Opaque { .. } => {
+                self.walk_opaque(batch);
+                Fate::KeepWhole
+            }
+        }
+    }
+
+    /// A data batch: aborted ones go whole; otherwise each record is kept
+    /// or not, and a kept tombstone gives the batch its delete horizon.
+    fn decide_data(&mut self, batch: &BatchView, records: &[ViewRecord]) -> Fate {
+        if self.txns.on_data(batch) {
+            self.summary.aborted_removed += count(records.len());
+            return self.all_records_go(batch);
+        }
+        let mut keep = Vec::with_capacity(records.len());
+        let mut kept_tombstone = false;
+        for record in records {
+            let verdict = self.verdict(batch, record);
+            self.count_verdict(verdict);
+            let kept = verdict == Verdict::Kept;
+            kept_tombstone |= kept && !record.has_value;
+            keep.push(kept);
+        }
+        if !keep.contains(&true) {
+            return self.all_records_go(batch);
+        }
+        let new_delete_horizon =
+            (kept_tombstone && batch.delete_horizon_ms.is_none()).then(|| self.time.new_horizon());
+        if new_delete_horizon.is_none() && !keep.contains(&false) {
+            return Fate::KeepWhole;
+        }
+        Fate::Rewrite {
+            keep,
+            new_delete_horizon,
+        }
+    }
+
+    /// The record rule: the latest record of its key stays (a key the map
+    /// does not know has no later record in the dirty section), a tombstone
+    /// only until its batch's delete horizon, a keyless record never.
+    fn verdict(&self, batch: &BatchView, record: &ViewRecord) -> Verdict {
+        let Some(key) = record.key.as_deref() else {
+            return Verdict::Keyless;
+        };
+        if self
+            .map
+            .get(key)
+            .is_some_and(|latest| record.offset < latest)
+        {
+            return Verdict::Superseded;
+        }
+        if !record.has_value && self.time.has_passed(batch.delete_horizon_ms) {
+            return Verdict::TombstoneExpired;
+        }
+        Verdict::Kept
+    }
+
+    /// A transaction marker goes once no batch of its transaction is left
+    /// and its delete horizon has passed; it gets that horizon on the first
+    /// pass that finds its transaction empty. An emptied control batch goes
+    /// unless it must stay.
+    fn decide_control(
+        &mut self,
+        batch: &BatchView,
+        marker: Option<ControlType>,
+        record_count: usize,
+    ) -> Fate {
+        let facts = self.txns.on_control(batch, marker);
+        if let Some(aborted) = facts.aborted_with_data {
+            self.aborted_to_index.push(aborted);
+        }
+        let removable = facts.transaction_is_empty && self.time.has_passed(batch.delete_horizon_ms);
+        if record_count == 0 || removable {
+            self.summary.markers_removed += count(record_count);
+            return self.all_records_go(batch);
+        }
+        if facts.transaction_is_empty && batch.delete_horizon_ms.is_none() {
+            return Fate::Rewrite {
+                keep: vec![true; record_count],
+                new_delete_horizon: Some(self.time.new_horizon()),
+            };
+        }
+        Fate::KeepWhole
+    }
+
+    /// Every record of `batch` goes: the batch goes too, unless it holds an
+    /// active producer's last entry, or it is the last batch of the round
+    /// (so the cleaned log still ends where the round did, as Kafka keeps
+    /// it); then its header stays.
+    fn all_records_go(&self, batch: &BatchView) -> Fate {
+        let must_stay =
+            self.producers.holds_last_entry(batch) || batch.next_offset() == self.map.end();
+        match (must_stay, batch.record_count()) {
+            (false, _) => Fate::Drop,
+            // Already a bare header: nothing to rewrite.
+            (true, Some(0)) => Fate::KeepWhole,
+            (true, _) => Fate::KeepEmpty,
+        }
+    }
+
+    /// A compressed batch stays whole; the walk still has to know about it.
+    fn walk_opaque(&mut self, batch: &BatchView) {
+        if let Some(aborted) = self.txns.on_opaque(batch) {
+            self.aborted_to_index.push(aborted);
+        }
+    }
+
+    /// A batch past the round stays whole; it is walked like any other so
+    /// its transactions' markers are judged (and indexed) right.
+    fn walk_past_the_round(&mut self, batch: &BatchView) {
+        let aborted = match &batch.content {
+            BatchContent::Data(_) => {
+                self.txns.on_data(batch);
+                None
+            }
+            BatchContent::Control { marker, .. } => {
+                self.txns.on_control(batch, *marker).aborted_with_data
+            }
+            BatchContent::Opaque { .. } => self.txns.on_opaque(batch),
+        };
+        self.aborted_to_index.extend(aborted);
+    }
+
+    fn count_verdict(&mut self, verdict: Verdict) {
+        let counter = match verdict {
+            Verdict::Kept => return,
+            Verdict::Superseded => &mut self.summary.records_superseded,
+            Verdict::Keyless => &mut self.summary.keyless_removed,
+            Verdict::TombstoneExpired => &mut self.summary.tombstones_removed,
+        };
+        *counter += 1;
+    }
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
