@@ -328,7 +328,7 @@ fn broker_volume() -> Vec<u8> {
     let slot = kaas_core::cluster::coordinator_slot("g");
     assert_eq!(slot, 24, "archive::PATHS names slot 24 for group g");
     volume.put(
-        &kaas_core::layout::group_slot_file(slot),
+        &kaas_core::layout::group_slot_file(slot, 0),
         &group_slot(slot, "g"),
     );
     let files = volume.files();

@@ -205,6 +205,30 @@ impl Volume for MemVolume {
         Ok(())
     }
 
+    /// Moves the file object: handles opened on `from` keep it, and those
+    /// on a replaced `to` keep the old one.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (normalize(from)?, normalize(to)?);
+        let mut inner = lock(&self.inner);
+        if inner.dirs.contains(&from) || from.is_empty() {
+            return Err(io::Error::other(format!("{from:?} is a directory")));
+        }
+        if !inner.files.contains_key(&from) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{from} does not exist"),
+            ));
+        }
+        inner.require_parent(&to)?;
+        if to.is_empty() || inner.dirs.contains(&to) {
+            return Err(io::Error::other(format!("{to:?} is a directory")));
+        }
+        if let Some(file) = inner.files.remove(&from) {
+            inner.files.insert(to, file);
+        }
+        Ok(())
+    }
+
     fn remove(&self, path: &str) -> io::Result<()> {
         let path = normalize(path)?;
         lock(&self.inner).files.remove(&path);

@@ -52,8 +52,10 @@ impl Gate {
 
     /// The volume's hook: holds a disk wait on a file under the prefix.
     fn pass(&self, wait: DiskWait<'_>) -> io::Result<()> {
-        let (DiskWait::Sync(path) | DiskWait::WriteAtomic(path) | DiskWait::CreateExclusive(path)) =
-            wait;
+        let (DiskWait::Sync(path)
+        | DiskWait::WriteAtomic(path)
+        | DiskWait::CreateExclusive(path)
+        | DiskWait::Rename(path)) = wait;
         if !path.starts_with(&self.prefix) {
             return Ok(());
         }

@@ -93,6 +93,9 @@ pub struct FaultStats {
     pub unsynced_bytes_dropped: u64,
     pub unsynced_bytes_kept: u64,
     pub bytes_zeroed: u64,
+    /// Broker crashes of a multi-broker seed whose host held unsynced
+    /// writes (lost with it, or partly written back).
+    pub host_crashes_with_unsynced: u64,
 }
 
 /// A passing seed's numbers.
@@ -235,7 +238,7 @@ impl fmt::Display for SeedReport {
             let coordinator_moved = !coordinated || c.coordinator_moves > 0;
             write!(
                 f,
-                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({}{} moves seen), {} volume partitions ({} operations failed, {} ran late), {} stale listings (cached up to {} ms), {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
+                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({}{} moves seen), {} volume partitions ({} operations failed, {} ran late), {} stale listings (cached up to {} ms), {} host crashes lost unsynced writes, {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
                 p.brokers,
                 p.lease_ms,
                 if moved { "" } else { "NO MOVE, " },
@@ -260,6 +263,7 @@ impl fmt::Display for SeedReport {
                 self.volume_late_io,
                 self.stale_listings,
                 listing_cache_ms(p),
+                self.faults.host_crashes_with_unsynced,
                 self.writers.epoch_files,
                 self.writers.claims,
                 self.writers.foreign_truncations,
@@ -590,10 +594,10 @@ async fn clog_links(client: NodeId, brokers: Vec<NodeId>, params: SimParams) -> 
 /// `crash_gates_met` says so), and now and then cuts the shared volume's
 /// power under all of them. Leaves every broker running.
 ///
-/// A broker crash is its process or host dying: nothing on the volume is
-/// lost (the volume is an NFS server that acknowledged what the broker
-/// sent it; see docs/simulation.md for why unsynced data is not dropped
-/// here). Half of the outages are long enough (one to three leases and a
+/// A broker crash is its host dying: what its NFS client had not written
+/// back to the server (its unsynced appends) is lost, or with the seed's
+/// torn percentage a prefix of it survives; the other brokers' data stays
+/// (`SimVolume::crash_host`). Half of the outages are long enough (one to three leases and a
 /// bit) for the other brokers to count the broker gone and take its
 /// partitions over; the rest are short, and the broker comes back to its
 /// own claims. A power cut of the volume is the whole cluster's power
@@ -615,9 +619,14 @@ async fn drive_cluster_faults(
     let hard_end = end + params.fault_phase * 2;
     let long_outage = Duration::from_millis(params.lease_ms as u64);
     let mut tasks = Vec::new();
-    for &node in brokers {
-        let (handle, gate, stats, shared) =
-            (handle.clone(), gate.clone(), stats.clone(), shared.clone());
+    for (index, &node) in brokers.iter().enumerate() {
+        let (handle, gate, stats, shared, volume) = (
+            handle.clone(),
+            gate.clone(),
+            stats.clone(),
+            shared.clone(),
+            volume.clone(),
+        );
         let params = *params;
         tasks.push(tokio::spawn(async move {
             while Instant::now() < end
@@ -627,7 +636,19 @@ async fn drive_cluster_faults(
                 let _down = gate.read().await;
                 handle.kill(node);
                 shared.incarnation.fetch_add(1, Relaxed);
-                stats.lock().unwrap_or_else(|p| p.into_inner()).crashes += 1;
+                let torn = thread_rng().gen_range(0..100) < params.torn_percent;
+                let report = if torn {
+                    volume.crash_host(index, Some(&mut thread_rng()))
+                } else {
+                    volume.crash_host(index, None)
+                };
+                {
+                    let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+                    s.crashes += 1;
+                    s.host_crashes_with_unsynced += u64::from(report.files_with_unsynced > 0);
+                    s.unsynced_bytes_dropped += report.bytes_dropped;
+                    s.unsynced_bytes_kept += report.bytes_kept;
+                }
                 let downtime = if thread_rng().gen_bool(0.5) {
                     long_outage + random_up_to(long_outage * 2)
                 } else {

@@ -18,8 +18,9 @@
 //!   is the same without the replacing: it fails if the name exists, and
 //!   its check and its creation are one step under the volume's lock, so
 //!   of concurrent creators exactly one wins.
-//! - Simplification: directory operations (create, remove, the rename inside
-//!   `write_atomic`, creating a segment) are durable the moment they return.
+//! - Simplification: directory operations (create, remove, `rename` and
+//!   the rename inside `write_atomic`, creating a segment) are durable the
+//!   moment they return.
 //!   `LocalVolume` fsyncs the directory for each of them, so this matches
 //!   what kaas asks of a real file system; it does not model a file system
 //!   that loses a directory entry `LocalVolume` did fsync.
@@ -62,11 +63,19 @@
 //!   brokers created or removed since, as an NFS client's `acdirmax` lets
 //!   it; its own changes it sees at once.
 //!
-//! Not modelled yet: a crash drops every unsynced byte on the volume; with
-//! several brokers, a crash of one host should drop only what *that*
-//! broker wrote; and of an NFS client's view only the listing cache is
-//! modelled (not stale attributes of an open file, nor close-to-open
-//! revalidation: contents and single-name lookups are always exact).
+//! - Each broker's unsynced appends are its own NFS client's dirty pages:
+//!   the broker reads them, no other broker does until an fsync writes
+//!   them back ([`Inode::visible_len`]; another broker's fsync cannot
+//!   write them), and [`crash_host`](SimVolume::crash_host), one broker's
+//!   kill, loses them (or keeps a seeded prefix that was written back)
+//!   while every other broker's data stays.
+//!
+//! Not modelled yet: stale attributes of a file a broker holds open while
+//! another writes it (kaas never reads a file another broker is writing
+//! except at a takeover, which opens it afresh: close-to-open), a server
+//! that keeps unstable writes in memory past their `WRITE` (a power cut
+//! models the server's crash), and single-name lookups are always exact
+//! (kaas requires `lookupcache=none`).
 
 use bytes::Bytes;
 use kaas_net::volume::{SegmentFile, Volume};
@@ -86,6 +95,7 @@ pub enum FaultPoint {
     CreateDir,
     Remove,
     RemoveDirAll,
+    Rename,
     OpenSegment,
     Append,
     ReadAt,
@@ -137,7 +147,10 @@ pub struct VolumeStats {
     pub syncs: u64,
     pub truncates: u64,
     pub atomic_writes: u64,
+    pub renames: u64,
     pub crashes: u64,
+    /// Crashes of one broker's host ([`SimVolume::crash_host`]).
+    pub host_crashes: u64,
     pub power_cuts: u64,
     pub injected_faults: u64,
     /// Operations failed because their broker could not reach the volume.
@@ -168,6 +181,23 @@ struct Inode {
     /// anyway ("fsyncgate"): reads still see the data, a later fsync
     /// succeeds, but the disk never got it, so a crash zeroes these bytes.
     poisoned: Vec<(usize, usize)>,
+    /// The broker whose client holds the unsynced tail `data[synced..]`,
+    /// when a broker appended it (see [`Inode::visible_len`]).
+    dirty_by: Option<usize>,
+}
+
+impl Inode {
+    /// How much of the file `caller` sees. A broker's unsynced appends
+    /// are dirty pages in its own NFS client: it reads them, nobody else
+    /// does until an fsync writes them to the server (close-to-open: kaas
+    /// reopens, or reads a length, only after its writer synced), and a
+    /// crash of its host loses them ([`SimVolume::crash_host`]).
+    fn visible_len(&self, caller: Option<usize>) -> usize {
+        match (self.dirty_by, caller) {
+            (Some(writer), Some(reader)) if writer != reader => self.synced,
+            _ => self.data.len(),
+        }
+    }
 }
 
 struct State {
@@ -333,8 +363,13 @@ impl State {
 
     /// Records that the broker issuing the operation changed `path` (a
     /// successful change only: a lost exclusive create wrote nothing).
+    /// The broker issuing the operation running now, if one is.
+    fn caller(&self) -> Option<usize> {
+        self.caller.as_ref().and_then(|c| c())
+    }
+
     fn wrote(&mut self, path: &str, point: FaultPoint) {
-        if let Some(broker) = self.caller.as_ref().and_then(|c| c()) {
+        if let Some(broker) = self.caller() {
             self.writers
                 .entry(path.to_string())
                 .or_default()
@@ -395,6 +430,7 @@ impl State {
                 data,
                 synced,
                 poisoned: Vec::new(),
+                dirty_by: None,
             },
         );
         id
@@ -572,6 +608,7 @@ impl SimVolume {
             inode.data[end - zeroed..].fill(0);
             // What is on the disk after the reboot stays there.
             inode.synced = end;
+            inode.dirty_by = None;
             report.bytes_dropped += (unsynced - keep) as u64;
             report.bytes_kept += keep as u64;
             report.bytes_zeroed += zeroed as u64;
@@ -580,6 +617,38 @@ impl SimVolume {
         state.frozen = false;
         state.cut_after = None;
         state.stats.crashes += 1;
+        report
+    }
+
+    /// One broker's host dies (kill -9, or its machine): what its NFS
+    /// client had not written back to the server is lost, every other
+    /// broker's data stays. With `rng`, a seeded prefix of each of its
+    /// unsynced tails had been written back before the crash and survives
+    /// (never zeros: the server stores what it was sent). The server does
+    /// not crash, so open handles of the other brokers live on; the dead
+    /// broker's went with its node.
+    pub fn crash_host(&self, broker: usize, mut rng: Option<&mut dyn RngCore>) -> CrashReport {
+        let mut state = self.state();
+        let mut report = CrashReport::default();
+        for inode in state.inodes.values_mut() {
+            if inode.dirty_by != Some(broker) {
+                continue;
+            }
+            let unsynced = inode.data.len() - inode.synced;
+            report.files_with_unsynced += 1;
+            let keep = rng.as_mut().map_or(0, |rng| match rng.gen_range(0..3) {
+                0 => 0,
+                1 => rng.gen_range(0..=unsynced),
+                _ => unsynced,
+            });
+            let end = inode.synced + keep;
+            inode.data.truncate(end);
+            inode.synced = end;
+            inode.dirty_by = None;
+            report.bytes_dropped += (unsynced - keep) as u64;
+            report.bytes_kept += keep as u64;
+        }
+        state.stats.host_crashes += 1;
         report
     }
 
@@ -653,10 +722,11 @@ impl Volume for SimVolume {
         let Some(id) = state.files.get(&path) else {
             return Ok(None);
         };
+        let caller = state.caller();
         Ok(state
             .inodes
             .get(id)
-            .map(|inode| Bytes::copy_from_slice(&inode.data)))
+            .map(|inode| Bytes::copy_from_slice(&inode.data[..inode.visible_len(caller)])))
     }
 
     fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
@@ -757,6 +827,45 @@ impl Volume for SimVolume {
                 state.changed_entry(&made);
             }
         }
+        Ok(())
+    }
+
+    /// Moves the inode from `from` to `to`; a replaced `to` inode stays
+    /// alive for the handles open on it (as in `write_atomic`). The entry
+    /// is durable at once, the data is not: the moved inode keeps its
+    /// synced length (and its writer's dirty tail), since the caller syncs
+    /// before it renames. For the one-writer record, `to` is written by
+    /// the caller (`FaultPoint::Rename`) and `from` removed by it
+    /// (`FaultPoint::Remove`: a name renamed away is gone like a removed
+    /// one, which any broker may do to another's file).
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (normalize(from)?, normalize(to)?);
+        let mut state = self.state();
+        self.reachable(&mut state)?;
+        self.mutation(&mut state, FaultPoint::Rename, &to)?;
+        if from.is_empty() || state.dirs.contains(&from) {
+            return Err(err(
+                io::ErrorKind::Other,
+                format!("{from:?} is a directory"),
+            ));
+        }
+        let Some(&id) = state.files.get(&from) else {
+            return Err(err(
+                io::ErrorKind::NotFound,
+                format!("{from} does not exist"),
+            ));
+        };
+        state.require_dir(parent(&to), &to)?;
+        if to.is_empty() || state.dirs.contains(&to) {
+            return Err(err(io::ErrorKind::Other, format!("{to:?} is a directory")));
+        }
+        if from != to {
+            state.files.remove(&from);
+            state.files.insert(to.clone(), id);
+            state.wrote(&from, FaultPoint::Remove);
+            state.wrote(&to, FaultPoint::Rename);
+        }
+        state.stats.renames += 1;
         Ok(())
     }
 
@@ -862,7 +971,7 @@ impl SimSegment {
     fn with_inode<T>(
         &self,
         point: FaultPoint,
-        f: impl FnOnce(&mut Inode, &mut VolumeStats) -> io::Result<T>,
+        f: impl FnOnce(&mut Inode, &mut VolumeStats, Option<usize>) -> io::Result<T>,
     ) -> io::Result<T> {
         let mut state = self.volume.state();
         self.volume.reachable(&mut state)?;
@@ -881,6 +990,7 @@ impl SimSegment {
                 .volume
                 .file_mutation(&mut state, point, &self.path, file)?,
         }
+        let caller = state.caller();
         let State { inodes, stats, .. } = &mut *state;
         let inode = inodes.get_mut(&self.inode).ok_or_else(|| {
             err(
@@ -888,7 +998,7 @@ impl SimSegment {
                 format!("{}: inode vanished", self.path),
             )
         })?;
-        let result = f(inode, stats)?;
+        let result = f(inode, stats, caller)?;
         if matches!(point, FaultPoint::Append | FaultPoint::Truncate) {
             state.wrote(&self.path, point);
         }
@@ -899,16 +1009,20 @@ impl SimSegment {
 impl SegmentFile for SimSegment {
     fn len(&self) -> u64 {
         let state = self.volume.state();
+        let caller = state.caller();
         state
             .inodes
             .get(&self.inode)
-            .map_or(0, |i| i.data.len() as u64)
+            .map_or(0, |i| i.visible_len(caller) as u64)
     }
 
     fn append(&self, data: &[u8]) -> io::Result<u64> {
-        self.with_inode(FaultPoint::Append, |inode, stats| {
+        self.with_inode(FaultPoint::Append, |inode, stats, caller| {
             let pos = inode.data.len() as u64;
             inode.data.extend_from_slice(data);
+            if caller.is_some() && !data.is_empty() {
+                inode.dirty_by = caller;
+            }
             stats.appends += 1;
             stats.bytes_appended += data.len() as u64;
             Ok(pos)
@@ -916,16 +1030,22 @@ impl SegmentFile for SimSegment {
     }
 
     fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
-        self.with_inode(FaultPoint::ReadAt, |inode, _| {
-            let start = usize::try_from(pos).map_or(inode.data.len(), |p| p.min(inode.data.len()));
-            let end = start.saturating_add(len).min(inode.data.len());
+        self.with_inode(FaultPoint::ReadAt, |inode, _, caller| {
+            let visible = inode.visible_len(caller);
+            let start = usize::try_from(pos).map_or(visible, |p| p.min(visible));
+            let end = start.saturating_add(len).min(visible);
             Ok(Bytes::copy_from_slice(&inode.data[start..end]))
         })
     }
 
     fn sync(&self) -> io::Result<()> {
-        let result = self.with_inode(FaultPoint::Sync, |inode, stats| {
-            inode.synced = inode.data.len();
+        let result = self.with_inode(FaultPoint::Sync, |inode, stats, caller| {
+            // An fsync writes back the caller's own dirty pages; another
+            // client's it cannot reach.
+            if inode.visible_len(caller) == inode.data.len() {
+                inode.synced = inode.data.len();
+                inode.dirty_by = None;
+            }
             stats.syncs += 1;
             Ok(())
         });
@@ -939,6 +1059,7 @@ impl SegmentFile for SimSegment {
                     if inode.data.len() > inode.synced {
                         inode.poisoned.push((inode.synced, inode.data.len()));
                         inode.synced = inode.data.len();
+                        inode.dirty_by = None;
                     }
                 }
             }
@@ -947,13 +1068,14 @@ impl SegmentFile for SimSegment {
     }
 
     fn truncate(&self, len: u64) -> io::Result<()> {
-        self.with_inode(FaultPoint::Truncate, |inode, stats| {
+        self.with_inode(FaultPoint::Truncate, |inode, stats, _| {
             let len = usize::try_from(len)
                 .map_err(|_| err(io::ErrorKind::InvalidInput, "length too large"))?;
             // Like set_len: shrinking cuts, growing pads with zeros; the
             // contract makes the result durable.
             inode.data.resize(len, 0);
             inode.synced = len;
+            inode.dirty_by = None;
             stats.truncates += 1;
             Ok(())
         })
@@ -1010,6 +1132,68 @@ mod tests {
         assert!(v.stats().stale_listings >= 2);
     }
 
+    #[test]
+    fn unsynced_appends_are_the_writers_alone_and_die_with_its_host() {
+        let (v, who) = volume_with_caller();
+        let as_broker = |b: usize| who.store(b, std::sync::atomic::Ordering::SeqCst);
+        as_broker(0);
+        v.create_dir_all("d").unwrap();
+        let f = v.open_segment("d/s", true).unwrap();
+        f.append(b"synced").unwrap();
+        f.sync().unwrap();
+        f.append(b"+dirty").unwrap();
+        assert_eq!(f.len(), 12, "the writer reads its own dirty pages");
+        as_broker(1);
+        let g = v.open_segment("d/s", false).unwrap();
+        assert_eq!(g.len(), 6, "another client sees what was written back");
+        assert_eq!(&g.read_at(0, 100).unwrap()[..], b"synced");
+        g.sync().unwrap();
+        as_broker(0);
+        assert_eq!(f.len(), 12, "another client's fsync cannot write them back");
+        // A crash of another host changes nothing here.
+        assert_eq!(v.crash_host(1, None).bytes_dropped, 0);
+        assert_eq!(f.len(), 12);
+        let report = v.crash_host(0, None);
+        assert_eq!((report.files_with_unsynced, report.bytes_dropped), (1, 6));
+        as_broker(1);
+        assert_eq!(
+            &g.read_at(0, 100).unwrap()[..],
+            b"synced",
+            "broker 1's handle lives on"
+        );
+        // Written back by the fsync: everyone sees it, no host crash loses it.
+        as_broker(0);
+        let f = v.open_segment("d/s", false).unwrap();
+        f.append(b"+more").unwrap();
+        f.sync().unwrap();
+        assert_eq!(v.crash_host(0, None).bytes_dropped, 0);
+        as_broker(1);
+        assert_eq!(&g.read_at(0, 100).unwrap()[..], b"synced+more");
+    }
+
+    #[test]
+    fn a_torn_host_crash_keeps_a_written_back_prefix_never_zeros() {
+        use rand::SeedableRng;
+        let (v, who) = volume_with_caller();
+        who.store(2, std::sync::atomic::Ordering::SeqCst);
+        v.create_dir_all("d").unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for round in 0..20u8 {
+            let f = v.open_segment(&format!("d/s{round}"), true).unwrap();
+            f.append(&[round + 1; 64]).unwrap();
+            let report = v.crash_host(2, Some(&mut rng));
+            assert_eq!(report.bytes_dropped + report.bytes_kept, 64);
+            assert_eq!(report.bytes_zeroed, 0);
+            let left = f.read_at(0, 64).unwrap();
+            assert!(left.iter().all(|&b| b == round + 1), "{left:?}");
+            assert_eq!(
+                v.crash_host(2, None).bytes_dropped,
+                0,
+                "what survived is on the server"
+            );
+        }
+    }
+
     fn volume_with_caller() -> (SimVolume, Arc<std::sync::atomic::AtomicUsize>) {
         let v = SimVolume::new();
         let who = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1025,6 +1209,7 @@ mod tests {
         let (v, who) = volume_with_caller();
         let f = v.open_segment("s", true).unwrap();
         f.append(b"a").unwrap();
+        f.sync().unwrap();
         v.set_unreachable(0, true);
         assert!(v.is_unreachable(0) && !v.is_unreachable(1));
         assert!(f.append(b"b").is_err(), "an open file fails too");
@@ -1132,6 +1317,92 @@ mod tests {
         v.write_atomic("g", b"two").unwrap();
         v.crash();
         assert_eq!(v.read("g").unwrap().unwrap(), &b"two"[..]);
+    }
+
+    /// The entry moves durably at once; the data does not: what was not
+    /// synced before the rename is still unsynced after it, and a crash
+    /// loses it under the new name.
+    #[test]
+    fn a_rename_is_durable_at_once_but_leaves_unsynced_data_unsynced() {
+        let v = SimVolume::new();
+        v.create_dir_all("d").unwrap();
+        let seg = v.open_segment("d/x.cleaning", true).unwrap();
+        seg.append(b"synced").unwrap();
+        seg.sync().unwrap();
+        seg.append(b"|tail").unwrap();
+        v.write_atomic("d/x", b"replaced").unwrap();
+        let old = v.open_segment("d/x", false).unwrap();
+        v.rename("d/x.cleaning", "d/x").unwrap();
+        assert_eq!(v.file_lengths("d/x"), Some((11, 6)), "still unsynced");
+        assert_eq!(v.file_lengths("d/x.cleaning"), None);
+        assert_eq!(seg.append(b"!").unwrap(), 11, "the handle moved with it");
+        assert_eq!(old.read_at(0, 100).unwrap(), &b"replaced"[..]);
+        assert_eq!(v.stats().renames, 1);
+        let report = v.crash();
+        assert_eq!((report.files_with_unsynced, report.bytes_dropped), (1, 6));
+        assert_eq!(v.read("d/x").unwrap().unwrap(), &b"synced"[..]);
+        assert_eq!(v.read("d/x.cleaning").unwrap(), None);
+        assert_eq!(v.list("d").unwrap(), ["x"]);
+    }
+
+    #[test]
+    fn a_rename_can_be_failed_by_the_hook_and_stopped_by_a_power_cut() {
+        let v = SimVolume::new();
+        v.create_dir_all("d").unwrap();
+        v.write_atomic("d/a", b"a").unwrap();
+        v.write_atomic("d/b", b"b").unwrap();
+        v.set_fault_hook(Some(Box::new(|c| {
+            (c.point == FaultPoint::Rename && c.path == "d/b").then(|| io::Error::other("EIO"))
+        })));
+        assert!(v.rename("d/a", "d/b").is_err());
+        assert_eq!(v.stats().injected_faults, 1);
+        v.set_fault_hook(None);
+        v.power_cut_after(0);
+        assert!(v.rename("d/a", "d/b").is_err());
+        assert!(v.is_frozen());
+        v.crash();
+        assert_eq!(v.read("d/a").unwrap().unwrap(), &b"a"[..]);
+        assert_eq!(v.read("d/b").unwrap().unwrap(), &b"b"[..]);
+        assert_eq!(v.stats().renames, 0, "nothing was moved");
+    }
+
+    /// A rename writes its target (onto another broker's file of an epoch
+    /// it is a second writer) and removes its source (which any broker may
+    /// do, as with `remove`); the caller's own listing sees both at once.
+    #[test]
+    fn a_rename_writes_its_target_and_removes_its_source() {
+        use crate::writers::check_one_writer_per_epoch;
+        let (v, who) = volume_with_caller();
+        let as_broker = |b: usize| who.store(b, std::sync::atomic::Ordering::SeqCst);
+        let dir = kaas_core::layout::partition_dir("t", 0);
+        let seg = kaas_core::layout::segment_path(&dir, 0, 2);
+        let (staged, moved) = (format!("{dir}/staged"), format!("{dir}/moved"));
+        v.set_listing_cache(1_000, Box::new(|| 0));
+        as_broker(0);
+        v.create_dir_all(&dir).unwrap();
+        v.write_atomic(&staged, b"x").unwrap();
+        assert_eq!(v.list(&dir).unwrap(), ["staged"]);
+        v.rename(&staged, &seg).unwrap();
+        assert_eq!(
+            v.list(&dir).unwrap(),
+            [seg.rsplit('/').next().unwrap()],
+            "the broker's own rename, at once"
+        );
+        let w = v.writers();
+        assert_eq!(w[&seg], BTreeSet::from([(0, FaultPoint::Rename)]));
+        assert!(w[&staged].contains(&(0, FaultPoint::Remove)));
+        assert!(check_one_writer_per_epoch(&w).0.is_empty());
+        as_broker(1);
+        v.rename(&seg, &moved).unwrap();
+        let (violations, _) = check_one_writer_per_epoch(&v.writers());
+        assert!(
+            violations.is_empty(),
+            "renaming away is removing: {violations:?}"
+        );
+        v.write_atomic(&staged, b"y").unwrap();
+        v.rename(&staged, &seg).unwrap();
+        let (violations, _) = check_one_writer_per_epoch(&v.writers());
+        assert_eq!(violations.len(), 1, "renaming onto it is writing it");
     }
 
     /// Path rules, listing, segments, POSIX handle semantics and

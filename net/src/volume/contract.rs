@@ -55,6 +55,10 @@ pub fn run_all(fresh: Factory<'_>) {
     replaced_or_removed_files_stay_readable_through_open_handles(fresh);
     create_exclusive_creates_once_and_keeps_the_first_content(fresh);
     create_exclusive_has_exactly_one_winner_among_concurrent_creators(fresh);
+    rename_moves_a_file_and_replaces_the_target(fresh);
+    rename_of_a_missing_file_is_not_found(fresh);
+    rename_keeps_open_handles_on_the_file_they_opened(fresh);
+    rename_replaces_atomically_for_a_racing_reader(fresh);
 }
 
 fn ok<T>(result: io::Result<T>, what: &str) -> T {
@@ -212,8 +216,9 @@ pub fn paths_escaping_the_root_are_refused(fresh: Factory<'_>) {
     let f = fresh();
     let v = f.volume.as_ref();
     ok(v.create_dir_all("a"), "create a");
+    ok(v.write_atomic("a/f", b"stays"), "write a/f");
     for path in ["../x", "/etc/passwd", "a/../../x", "a/../x", ".."] {
-        let results: [(&str, io::Result<()>); 8] = [
+        let results: [(&str, io::Result<()>); 10] = [
             ("read", v.read(path).map(drop)),
             ("write_atomic", v.write_atomic(path, b"")),
             ("create_exclusive", v.create_exclusive(path, b"")),
@@ -222,6 +227,8 @@ pub fn paths_escaping_the_root_are_refused(fresh: Factory<'_>) {
             ("remove", v.remove(path)),
             ("remove_dir_all", v.remove_dir_all(path)),
             ("open_segment", v.open_segment(path, true).map(drop)),
+            ("rename from", v.rename(path, "a/g")),
+            ("rename to", v.rename("a/f", path)),
         ];
         for (op, result) in results {
             assert_eq!(
@@ -231,6 +238,8 @@ pub fn paths_escaping_the_root_are_refused(fresh: Factory<'_>) {
             );
         }
     }
+    assert_eq!(content(v, "a/f").as_deref(), Some(&b"stays"[..]));
+    assert_eq!(names(v, "a"), ["f"]);
 }
 
 pub fn open_segment_without_create_on_a_missing_file_is_not_found(fresh: Factory<'_>) {
@@ -464,4 +473,170 @@ pub fn create_exclusive_has_exactly_one_winner_among_concurrent_creators(fresh: 
         ROUNDS,
         "no temporaries are listed"
     );
+}
+
+/// The log cleaner's publication: a complete copy written under one name
+/// is renamed to the name readers look for, replacing what was there.
+pub fn rename_moves_a_file_and_replaces_the_target(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    ok(v.create_dir_all("p"), "create p");
+    ok(v.write_atomic("p/a.tmp", b"copied"), "write");
+    ok(v.rename("p/a.tmp", "p/a"), "rename to a new name");
+    assert_eq!(content(v, "p/a").as_deref(), Some(&b"copied"[..]));
+    assert_eq!(content(v, "p/a.tmp"), None, "the old name is gone");
+    assert_eq!(names(v, "p"), ["a"], "and not listed");
+
+    let seg = ok(v.open_segment("p/b.tmp", true), "create segment");
+    ok(seg.append(b"a shorter"), "append");
+    ok(seg.sync(), "sync");
+    drop(seg);
+    ok(v.write_atomic("p/a", b"a longer old content"), "write");
+    ok(v.rename("p/b.tmp", "p/a"), "rename over an existing file");
+    assert_eq!(
+        content(v, "p/a").as_deref(),
+        Some(&b"a shorter"[..]),
+        "the new content, whole, with nothing left of the old"
+    );
+    assert_eq!(content(v, "p/b.tmp"), None);
+    assert_eq!(names(v, "p"), ["a"]);
+    let reopened = ok(v.open_segment("p/a", false), "open the renamed file");
+    assert_eq!(reopened.len(), 9);
+    assert_eq!(ok(reopened.read_at(0, 100), "read"), &b"a shorter"[..]);
+    drop(reopened);
+
+    ok(v.rename("p/a", "./p/a"), "rename onto itself");
+    assert_eq!(
+        content(v, "p/a").as_deref(),
+        Some(&b"a shorter"[..]),
+        "renaming a file onto itself changes nothing"
+    );
+
+    ok(v.create_dir_all("q/r"), "create q/r");
+    ok(
+        v.rename("p/a", "q/r/moved"),
+        "rename into another directory",
+    );
+    assert_eq!(content(v, "q/r/moved").as_deref(), Some(&b"a shorter"[..]));
+    assert!(names(v, "p").is_empty());
+    assert_eq!(names(v, "q/r"), ["moved"]);
+
+    assert!(
+        v.rename("q/r/moved", "missing/x").is_err(),
+        "the target's directory must exist"
+    );
+    assert!(
+        v.rename("q/r", "q/x").is_err(),
+        "a directory is not a file to rename"
+    );
+    ok(v.create_dir_all("q/d"), "create q/d");
+    assert!(
+        v.rename("q/r/moved", "q/d").is_err(),
+        "a directory is not replaced by a file"
+    );
+    assert_eq!(
+        content(v, "q/r/moved").as_deref(),
+        Some(&b"a shorter"[..]),
+        "a failed rename moves nothing"
+    );
+    assert_eq!(names(v, "q"), ["d", "r"]);
+    assert!(names(v, "q/d").is_empty());
+}
+
+pub fn rename_of_a_missing_file_is_not_found(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    let kind = |r: io::Result<()>| r.err().map(|e| e.kind());
+    ok(v.create_dir_all("d"), "create d");
+    ok(v.write_atomic("d/kept", b"x"), "write");
+    assert_eq!(
+        kind(v.rename("d/missing", "d/kept")),
+        Some(io::ErrorKind::NotFound)
+    );
+    assert_eq!(
+        kind(v.rename("d/missing", "d/new")),
+        Some(io::ErrorKind::NotFound)
+    );
+    assert_eq!(
+        kind(v.rename("nope/missing", "d/new")),
+        Some(io::ErrorKind::NotFound),
+        "in a missing directory too"
+    );
+    ok(v.write_atomic("d/gone", b"y"), "write");
+    ok(v.remove("d/gone"), "remove");
+    assert_eq!(
+        kind(v.rename("d/gone", "d/kept")),
+        Some(io::ErrorKind::NotFound),
+        "a removed file"
+    );
+    assert_eq!(
+        content(v, "d/kept").as_deref(),
+        Some(&b"x"[..]),
+        "the target is untouched"
+    );
+    assert_eq!(names(v, "d"), ["kept"], "nothing was created");
+}
+
+/// POSIX semantics, as for `write_atomic`: a handle open on the replaced
+/// target keeps reading the file it opened, and a handle open on the
+/// renamed file keeps that file under its new name.
+pub fn rename_keeps_open_handles_on_the_file_they_opened(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    ok(v.create_dir_all("p"), "create p");
+    let old = ok(v.open_segment("p/0.log", true), "create segment");
+    ok(old.append(b"old"), "append");
+    ok(old.sync(), "sync");
+    ok(v.write_atomic("p/0.log.cleaned", b"new!"), "write");
+    ok(v.rename("p/0.log.cleaned", "p/0.log"), "rename over it");
+    assert_eq!(
+        ok(old.read_at(0, 10), "read the replaced file"),
+        &b"old"[..]
+    );
+    assert_eq!(old.len(), 3);
+    let new = ok(v.open_segment("p/0.log", false), "reopen");
+    assert_eq!(ok(new.read_at(0, 10), "read"), &b"new!"[..]);
+    assert_eq!(content(v, "p/0.log").as_deref(), Some(&b"new!"[..]));
+
+    ok(v.write_atomic("p/a", b"moved"), "write");
+    let moved = ok(v.open_segment("p/a", false), "open");
+    ok(v.rename("p/a", "p/b"), "rename it away");
+    assert_eq!(
+        ok(moved.read_at(0, 10), "read the renamed file"),
+        &b"moved"[..]
+    );
+    assert_eq!(content(v, "p/b").as_deref(), Some(&b"moved"[..]));
+    assert_eq!(content(v, "p/a"), None);
+    assert_eq!(
+        ok(old.read_at(0, 10), "read the replaced file again"),
+        &b"old"[..]
+    );
+}
+
+/// A reader racing the renames sees the old file or the new one, whole,
+/// never no file: the name is replaced in one step.
+pub fn rename_replaces_atomically_for_a_racing_reader(fresh: Factory<'_>) {
+    const RENAMES: usize = 200;
+    let f = fresh();
+    let v = f.volume.as_ref();
+    ok(v.create_dir_all("d"), "create d");
+    ok(v.write_atomic("d/f", &[0; 64]), "first write");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 1..=RENAMES {
+                ok(v.write_atomic("d/f.new", &[i as u8; 64]), "write");
+                ok(v.rename("d/f.new", "d/f"), "rename");
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        // Bounded by the writer: it finishes after RENAMES renames.
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            let data = content(v, "d/f").expect("the target never goes missing");
+            assert_eq!(data.len(), 64, "a whole file");
+            assert!(data.iter().all(|b| *b == data[0]), "one file, not a mix");
+        }
+    });
+    assert_eq!(content(v, "d/f"), Some(vec![RENAMES as u8; 64]));
+    assert_eq!(names(v, "d"), ["f"]);
 }

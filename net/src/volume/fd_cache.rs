@@ -32,9 +32,10 @@
 //!   relies on it: a sealed segment's index is replaced and reopened;
 //!   retention removes files a fetch may still read). The choice: when the
 //!   volume itself unlinks or replaces a path (`remove`, `remove_dir_all`,
-//!   `write_atomic`), every handle on that path whose descriptor is open at
-//!   that moment is pinned, so it keeps the old inode until the handle is
-//!   dropped, exactly as without a cache. A handle whose descriptor had
+//!   `write_atomic`, and both names of a `rename`), every handle on that
+//!   path whose descriptor is open at that moment is pinned, so it keeps
+//!   the old inode until the handle is dropped, exactly as without a
+//!   cache. A handle whose descriptor had
 //!   already been closed is marked unlinked, and its next operation fails
 //!   with [`StaleHandle`]. We do not reopen closed descriptors to pin them:
 //!   deleting a topic unlinks every partition of it while its handles are
@@ -664,6 +665,37 @@ mod tests {
         let err = seg.append(b"x").unwrap_err();
         assert!(is_stale(&err), "{err}");
         assert!(err.to_string().contains("p/0.log"), "{err}");
+    }
+
+    /// The same for `rename`, on both of its names: a closed handle on the
+    /// replaced target or on the renamed source fails rather than reopen
+    /// whatever file has its name now; an open one keeps its file.
+    #[test]
+    fn a_closed_handle_to_a_renamed_or_renamed_over_file_fails_clearly() {
+        let (_dir, v) = volume(1);
+        v.write_atomic("p/0.log", b"old").unwrap();
+        v.write_atomic("p/1.log", b"moved").unwrap();
+        let target = v.open_segment("p/0.log", false).unwrap();
+        let source = v.open_segment("p/1.log", false).unwrap();
+        let _other = v.open_segment("p/2.log", true).unwrap();
+        assert_eq!(v.open_files(), 1, "both handles above lost their files");
+        v.write_atomic("p/new", b"new!").unwrap();
+        v.rename("p/new", "p/0.log").unwrap();
+        let err = target.read_at(0, 10).unwrap_err();
+        assert!(is_stale(&err), "{err}");
+        v.rename("p/1.log", "p/3.log").unwrap();
+        v.write_atomic("p/1.log", b"another").unwrap();
+        let err = source.read_at(0, 10).unwrap_err();
+        assert!(is_stale(&err), "{err}");
+
+        let open = v.open_segment("p/3.log", false).unwrap();
+        open.append(b"+").unwrap();
+        v.rename("p/3.log", "p/4.log").unwrap();
+        let _more = v.open_segment("p/5.log", true).unwrap();
+        open.sync().unwrap();
+        assert_eq!(open.read_at(0, 10).unwrap(), &b"moved+"[..]);
+        assert_eq!(v.read("p/4.log").unwrap().unwrap(), &b"moved+"[..]);
+        assert_eq!(v.read("p/0.log").unwrap().unwrap(), &b"new!"[..]);
     }
 
     /// Another broker or an operator replacing a file is caught by the

@@ -22,6 +22,9 @@ pub enum DiskWait<'a> {
     WriteAtomic(&'a str),
     /// `Volume::create_exclusive` of this path.
     CreateExclusive(&'a str),
+    /// `Volume::rename` onto this path (the name it publishes; the
+    /// directory fsync is the wait).
+    Rename(&'a str),
 }
 
 /// Called before each [`DiskWait`]; an error fails the operation.
@@ -106,6 +109,10 @@ impl<V: Volume> Volume for HookedVolume<V> {
     }
     fn create_dir_all(&self, dir: &str) -> io::Result<()> {
         self.inner.create_dir_all(dir)
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        (self.hook)(DiskWait::Rename(to))?;
+        self.inner.rename(from, to)
     }
     fn remove(&self, path: &str) -> io::Result<()> {
         self.inner.remove(path)

@@ -240,6 +240,38 @@ impl Volume for LocalVolume {
         sync_dir(parent_of(&path)?)
     }
 
+    /// `rename(2)`, then an fsync of the directory of `to` (and of `from`,
+    /// if it is another one). The fd cache is told about both names, as
+    /// for `write_atomic` and `remove`: open descriptors on either are
+    /// pinned, so their handles keep the inode they opened (the replaced
+    /// `to`, or the moved `from`), and handles whose descriptor the cache
+    /// had closed are marked unable to reach their file rather than reopen
+    /// whatever has the name now.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let source = self.resolve(from)?;
+        let target = self.resolve(to)?;
+        let (from_dir, to_dir) = (parent_of(&source)?, parent_of(&target)?);
+        // Files only: the cache is told about single names, not trees.
+        if fs::symlink_metadata(&source)?.is_dir() {
+            return Err(io::Error::other(format!("{from:?} is a directory")));
+        }
+        if source == target {
+            // rename(2) of a name onto itself changes nothing; telling the
+            // cache would strand handles on a file that is still there.
+            return Ok(());
+        }
+        self.files.unlinking(&source, false);
+        self.files.unlinking(&target, false);
+        fs::rename(&source, &target)?;
+        self.files.unlinked(&source, false);
+        self.files.unlinked(&target, false);
+        sync_dir(to_dir)?;
+        if from_dir != to_dir {
+            sync_dir(from_dir)?;
+        }
+        Ok(())
+    }
+
     fn remove(&self, path: &str) -> io::Result<()> {
         let path = self.resolve(path)?;
         self.files.unlinking(&path, false);

@@ -64,6 +64,14 @@ pub trait Volume: Send + Sync + 'static {
     fn list(&self, dir: &str) -> io::Result<Vec<String>>;
     /// Creates `dir` and its parents.
     fn create_dir_all(&self, dir: &str) -> io::Result<()>;
+    /// Renames file `from` to `to`, atomically replacing any file named
+    /// `to`, and makes the change durable (the directory is fsynced). Both
+    /// must be in one existing directory's tree on this volume; `from`
+    /// must exist (`ErrorKind::NotFound` otherwise). Handles opened on the
+    /// replaced `to` keep reading the file they opened; handles opened on
+    /// `from` keep the file too, though a caller should reopen it by its new
+    /// name. The log cleaner publishes a durable, complete copy this way.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Removes one file; removing a missing file is not an error.
     fn remove(&self, path: &str) -> io::Result<()>;
     /// Removes a directory and everything below it; a missing one is not an error.
