@@ -108,6 +108,18 @@ struct ServeArgs {
     /// How often retention runs, in ms.
     #[arg(long, default_value_t = LogDefaults::default().retention_check_interval_ms)]
     retention_check_interval_ms: u64,
+    /// How often the log cleaner looks at the compacted partitions this
+    /// broker leads, in ms (log.cleaner.backoff.ms).
+    #[arg(long, default_value_t = LogDefaults::default().cleaner_backoff_ms)]
+    log_cleaner_backoff_ms: u64,
+    /// Bytes of keys one cleaning round of a partition maps; a larger dirty
+    /// section is cleaned over several rounds (log.cleaner.dedupe.buffer.size).
+    #[arg(long, default_value_t = LogDefaults::default().cleaner_dedupe_buffer_bytes)]
+    log_cleaner_dedupe_buffer_size: usize,
+    /// The log cleaner's I/O budget, bytes read plus written per second;
+    /// 0 for unlimited (log.cleaner.io.max.bytes.per.second).
+    #[arg(long, default_value_t = LogDefaults::default().cleaner_io_max_bytes_per_second)]
+    log_cleaner_io_max_bytes_per_second: u64,
     /// How long the first rebalance of an empty group waits for more
     /// members (group.initial.rebalance.delay.ms).
     #[arg(long, default_value_t = GroupConfig::default().initial_rebalance_delay_ms)]
@@ -221,6 +233,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         retention_ms: args.retention_ms,
         retention_bytes: args.retention_bytes,
         retention_check_interval_ms: args.retention_check_interval_ms,
+        cleaner_backoff_ms: args.log_cleaner_backoff_ms,
+        cleaner_dedupe_buffer_bytes: args.log_cleaner_dedupe_buffer_size,
+        cleaner_io_max_bytes_per_second: args.log_cleaner_io_max_bytes_per_second,
         ..LogDefaults::default()
     };
     config.group = GroupConfig {
@@ -263,6 +278,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let broker = Broker::open(config, volume, kaas_net::env::Env::system())
         .map_err(|e| format!("cannot open {}: {e}", args.data_dir.display()))?;
     tokio::spawn(broker.clone().run_retention());
+    tokio::spawn(broker.clone().run_cleaner());
     #[cfg(unix)]
     tokio::spawn(drain_on_sigusr1(broker.clone()));
     tracing::info!(listen = %args.listen, data_dir = %args.data_dir.display(), cluster_id = %broker.cluster_id, "kaas is serving");

@@ -44,6 +44,10 @@ const OFFSET_DIGITS: usize = 20;
 const LOG_SUFFIX: &str = ".log";
 const INDEX_SUFFIX: &str = ".index";
 const TXN_INDEX_SUFFIX: &str = ".txnindex";
+/// Between a segment's stem and the epoch of the leader that wrote a
+/// cleaned copy of it (`kaas_net::log::cleaner`).
+const CLEANED_MARK: &str = ".cleaned_";
+const CLEANING_SUFFIX: &str = ".cleaning";
 const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
 /// Between the base offset and the epoch in segment file names. It sorts
@@ -125,6 +129,37 @@ pub fn txn_index_path(dir: &str, base_offset: i64, epoch: i32) -> String {
     )
 }
 
+/// A cleaned copy of segment `id` (compaction), written by the leader at
+/// `by`: the same offsets, fewer records. Named for both epochs: the
+/// segment's, because it stands in for that file in the log, and the
+/// cleaner's, because a leader writes only files of its own epoch.
+pub fn cleaned_segment_path(dir: &str, id: SegmentId, by: i32) -> String {
+    format!(
+        "{dir}/{}{CLEANED_MARK}{by:0EPOCH_DIGITS$}{LOG_SUFFIX}",
+        id.stem()
+    )
+}
+
+/// Where that cleaned copy is written before it is complete: synced, it
+/// is renamed to [`cleaned_segment_path`], so a copy under its final name
+/// is always whole. One left over from a crash is removed at the next
+/// opening.
+pub fn cleaning_path(dir: &str, id: SegmentId, by: i32) -> String {
+    format!(
+        "{dir}/{}{CLEANED_MARK}{by:0EPOCH_DIGITS$}{CLEANING_SUFFIX}",
+        id.stem()
+    )
+}
+
+/// The sparse index of that cleaned copy, written after the copy is in
+/// place. Like a segment's, a missing or torn one is rebuilt by a scan.
+pub fn cleaned_index_path(dir: &str, id: SegmentId, by: i32) -> String {
+    format!(
+        "{dir}/{}{CLEANED_MARK}{by:0EPOCH_DIGITS$}{INDEX_SUFFIX}",
+        id.stem()
+    )
+}
+
 /// The leader-epoch checkpoint of a partition: where each leader epoch's
 /// log starts (`kaas_core::partition::leader_epochs`).
 pub fn leader_epoch_checkpoint_path(dir: &str) -> String {
@@ -170,12 +205,24 @@ pub enum Entry {
     Index(SegmentId),
     /// A segment's aborted-transactions index.
     TxnIndex(SegmentId),
+    /// A cleaned copy of a segment, and the epoch that wrote it.
+    CleanedSegment(SegmentId, i32),
+    /// The index of a cleaned copy.
+    CleanedIndex(SegmentId, i32),
+    /// A cleaned copy still being written (or left by a crash).
+    Cleaning(SegmentId, i32),
     Other,
 }
 
 /// Classifies a file name (not a path) found in a partition directory.
 pub fn classify(name: &str) -> Entry {
-    if let Some(id) = name.strip_suffix(LOG_SUFFIX).and_then(parse_stem) {
+    if let Some((id, by)) = name.strip_suffix(LOG_SUFFIX).and_then(parse_cleaned) {
+        Entry::CleanedSegment(id, by)
+    } else if let Some((id, by)) = name.strip_suffix(INDEX_SUFFIX).and_then(parse_cleaned) {
+        Entry::CleanedIndex(id, by)
+    } else if let Some((id, by)) = name.strip_suffix(CLEANING_SUFFIX).and_then(parse_cleaned) {
+        Entry::Cleaning(id, by)
+    } else if let Some(id) = name.strip_suffix(LOG_SUFFIX).and_then(parse_stem) {
         Entry::Segment(id)
     } else if let Some(id) = name.strip_suffix(INDEX_SUFFIX).and_then(parse_stem) {
         Entry::Index(id)
@@ -184,6 +231,13 @@ pub fn classify(name: &str) -> Entry {
     } else {
         Entry::Other
     }
+}
+
+/// A cleaned copy's stem: a segment's stem, [`CLEANED_MARK`] and the
+/// cleaner's epoch.
+fn parse_cleaned(stem: &str) -> Option<(SegmentId, i32)> {
+    let (segment, by) = stem.split_once(CLEANED_MARK)?;
+    Some((parse_stem(segment)?, parse_epoch_file(by)?))
 }
 
 /// Classifies the last component of a volume path.
@@ -648,6 +702,40 @@ mod tests {
             "_0000000003.log",
         ] {
             assert_eq!(classify(bad), Entry::Other, "{bad}");
+        }
+    }
+
+    #[test]
+    fn cleaned_copies_name_their_segment_and_cleaner_and_parse_back() {
+        for (id, by) in [(SegmentId::new(0, 0), 0), (SegmentId::new(42, 3), 7)] {
+            let log = cleaned_segment_path("d", id, by);
+            let index = cleaned_index_path("d", id, by);
+            let temporary = cleaning_path("d", id, by);
+            assert_eq!(classify_path(&log), Entry::CleanedSegment(id, by), "{log}");
+            assert_eq!(
+                classify_path(&index),
+                Entry::CleanedIndex(id, by),
+                "{index}"
+            );
+            assert_eq!(
+                classify_path(&temporary),
+                Entry::Cleaning(id, by),
+                "{temporary}"
+            );
+        }
+        for bad in [
+            "00000000000000000042.cleaned_7.log",
+            "00000000000000000042.cleaned_0000000007.txnindex",
+            "0042.cleaned_0000000007.log",
+            "00000000000000000042_0000000000.cleaned_0000000007.log",
+        ] {
+            assert!(
+                !matches!(
+                    classify(bad),
+                    Entry::CleanedSegment(..) | Entry::CleanedIndex(..)
+                ),
+                "{bad}"
+            );
         }
     }
 

@@ -91,6 +91,16 @@ pub struct LogDefaults {
     pub max_message_bytes: i32,
     /// How often retention runs.
     pub retention_check_interval_ms: u64,
+    /// How often the log cleaner looks at the compacted partitions this
+    /// broker leads (Kafka's `log.cleaner.backoff.ms`).
+    pub cleaner_backoff_ms: u64,
+    /// How much of a partition's dirty section one cleaning round maps
+    /// (the key map's budget; Kafka's `log.cleaner.dedupe.buffer.size`).
+    pub cleaner_dedupe_buffer_bytes: usize,
+    /// The cleaner's I/O budget: after a round it pauses long enough to
+    /// keep its reads and writes under this rate; 0 is unlimited (Kafka's
+    /// `log.cleaner.io.max.bytes.per.second`, unlimited by default there).
+    pub cleaner_io_max_bytes_per_second: u64,
 }
 
 impl Default for LogDefaults {
@@ -102,6 +112,9 @@ impl Default for LogDefaults {
             // Kafka's default message.max.bytes.
             max_message_bytes: 1_048_588,
             retention_check_interval_ms: 60_000,
+            cleaner_backoff_ms: 15_000,
+            cleaner_dedupe_buffer_bytes: 32 << 20,
+            cleaner_io_max_bytes_per_second: 64 << 20,
         }
     }
 }

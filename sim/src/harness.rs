@@ -333,6 +333,7 @@ async fn run_broker(
         }
     };
     tokio::spawn(broker.clone().run_retention());
+    tokio::spawn(broker.clone().run_cleaner());
     kaas_net::server::serve(broker, listener, std::future::pending()).await;
 }
 

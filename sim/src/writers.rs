@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What kind of per-epoch file a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EpochFile {
-    /// A segment, its index or its aborted-transactions index.
+    /// A segment, its index or its aborted-transactions index, or a
+    /// cleaned copy of a segment and its index.
     Segment,
     /// A partition's producer-state snapshot.
     ProducerSnapshot,
@@ -44,9 +45,15 @@ pub enum EpochFile {
 pub fn epoch_file(path: &str) -> Option<(EpochFile, i32)> {
     let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
     if dir.starts_with(layout::PARTITIONS_DIR) {
-        if let Entry::Segment(id) | Entry::Index(id) | Entry::TxnIndex(id) = layout::classify(name)
-        {
-            return Some((EpochFile::Segment, id.epoch));
+        match layout::classify(name) {
+            Entry::Segment(id) | Entry::Index(id) | Entry::TxnIndex(id) => {
+                return Some((EpochFile::Segment, id.epoch))
+            }
+            // A cleaned copy is its cleaner's file, whatever it stands in for.
+            Entry::CleanedSegment(_, by) | Entry::CleanedIndex(_, by) | Entry::Cleaning(_, by) => {
+                return Some((EpochFile::Segment, by))
+            }
+            Entry::Other => {}
         }
         return layout::producer_snapshot_epoch(name).map(|e| (EpochFile::ProducerSnapshot, e));
     }

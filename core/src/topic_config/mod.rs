@@ -74,6 +74,10 @@ pub const RETENTION_BYTES: &str = "retention.bytes";
 pub const SEGMENT_BYTES: &str = "segment.bytes";
 pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
+pub const DELETE_RETENTION_MS: &str = "delete.retention.ms";
+pub const MIN_CLEANABLE_DIRTY_RATIO: &str = "min.cleanable.dirty.ratio";
+pub const MIN_COMPACTION_LAG_MS: &str = "min.compaction.lag.ms";
+pub const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
 pub const INDEX_INTERVAL_BYTES: &str = "index.interval.bytes";
 pub const TIMESTAMP_AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
 pub const TIMESTAMP_BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
@@ -101,7 +105,6 @@ pub fn check_partition_count(count: i32) -> Result<(), String> {
 
 const NO_REPLICAS: &str =
     "one copy of each partition on the shared volume: no replicas to elect, throttle or count";
-const NO_CLEANER: &str = "no log cleaner yet (issue 12): a compacted topic keeps every record";
 const NO_TIERING: &str = "no tiered storage: the volume holds the whole log";
 const NO_RECOMPRESSION: &str = "batches are stored as the producer compressed them";
 const MAX: &str = "9223372036854775807";
@@ -109,10 +112,10 @@ const MAX: &str = "9223372036854775807";
 /// Every topic config of Kafka 4.1 (DescribeConfigs of a topic lists
 /// these), sorted by name: kaas accepts each value Kafka accepts, acts on
 /// those marked [`Effect::Honoured`], and says why not for the rest.
-/// `cleanup.policy` with `compact` keeps every record until the cleaner
-/// exists, which is what Kafka's compaction promises at the least (it only
-/// ever drops a record that a later one with the same key supersedes,
-/// whenever it gets to it). Two values Kafka accepts are refused with a
+/// `cleanup.policy` with `compact` runs the log cleaner on the topic
+/// (`kaas_core::cleaner`, with `delete.retention.ms`,
+/// `min.cleanable.dirty.ratio` and the compaction lags). Two values Kafka
+/// accepts are refused with a
 /// clear message ([`refused_value`]). One row per config, kept as a table.
 #[rustfmt::skip]
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
@@ -121,7 +124,7 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     def("compression.lz4.level", ConfigType::Int, Check::Between(1, 17, &[]), Some("compression.lz4.level"), "9", Effect::NoEffect(NO_RECOMPRESSION)),
     def("compression.type", ConfigType::String, Check::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]), Some("compression.type"), "producer", Effect::NoEffect(NO_RECOMPRESSION)),
     def("compression.zstd.level", ConfigType::Int, Check::Between(-131072, 22, &[]), Some("compression.zstd.level"), "3", Effect::NoEffect(NO_RECOMPRESSION)),
-    def("delete.retention.ms", ConfigType::Long, Check::AtLeast(0), Some("log.cleaner.delete.retention.ms"), "86400000", Effect::NoEffect(NO_CLEANER)),
+    def(DELETE_RETENTION_MS, ConfigType::Long, Check::AtLeast(0), Some("log.cleaner.delete.retention.ms"), "86400000", Effect::Honoured),
     def("file.delete.delay.ms", ConfigType::Long, Check::AtLeast(0), Some("log.segment.delete.delay.ms"), "60000", Effect::NoEffect("a deleted segment's file goes at once; a reader that has it open keeps reading it")),
     def("flush.messages", ConfigType::Long, Check::AtLeast(1), Some("log.flush.interval.messages"), MAX, Effect::NoEffect("kaas syncs every batch before an acks=all answer and the rest within its flush interval; this could only ask for fewer syncs")),
     def("flush.ms", ConfigType::Long, Check::AtLeast(0), None, MAX, Effect::NoEffect("as flush.messages")),
@@ -130,13 +133,13 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     def("leader.replication.throttled.replicas", ConfigType::List, Check::ThrottledReplicas, None, "", Effect::NoEffect(NO_REPLICAS)),
     def("local.retention.bytes", ConfigType::Long, Check::AtLeast(-2), Some("log.local.retention.bytes"), "-2", Effect::NoEffect(NO_TIERING)),
     def("local.retention.ms", ConfigType::Long, Check::AtLeast(-2), Some("log.local.retention.ms"), "-2", Effect::NoEffect(NO_TIERING)),
-    def("max.compaction.lag.ms", ConfigType::Long, Check::AtLeast(1), Some("log.cleaner.max.compaction.lag.ms"), MAX, Effect::NoEffect(NO_CLEANER)),
+    def(MAX_COMPACTION_LAG_MS, ConfigType::Long, Check::AtLeast(1), Some("log.cleaner.max.compaction.lag.ms"), MAX, Effect::Honoured),
     def(MAX_MESSAGE_BYTES, ConfigType::Int, Check::AtLeast(0), Some("message.max.bytes"), "1048588", Effect::Honoured),
     def(TIMESTAMP_AFTER_MAX_MS, ConfigType::Long, Check::AtLeast(0), Some("log.message.timestamp.after.max.ms"), "3600000" /* DEFAULT_TIMESTAMP_AFTER_MAX_MS */, Effect::Honoured),
     def(TIMESTAMP_BEFORE_MAX_MS, ConfigType::Long, Check::AtLeast(0), Some("log.message.timestamp.before.max.ms"), MAX, Effect::Honoured),
     def("message.timestamp.type", ConfigType::String, Check::OneOf(&["CreateTime", "LogAppendTime"]), Some("log.message.timestamp.type"), "CreateTime", Effect::Honoured),
-    def("min.cleanable.dirty.ratio", ConfigType::Double, Check::Ratio, Some("log.cleaner.min.cleanable.ratio"), "0.5", Effect::NoEffect(NO_CLEANER)),
-    def("min.compaction.lag.ms", ConfigType::Long, Check::AtLeast(0), Some("log.cleaner.min.compaction.lag.ms"), "0", Effect::NoEffect(NO_CLEANER)),
+    def(MIN_CLEANABLE_DIRTY_RATIO, ConfigType::Double, Check::Ratio, Some("log.cleaner.min.cleanable.ratio"), "0.5", Effect::Honoured),
+    def(MIN_COMPACTION_LAG_MS, ConfigType::Long, Check::AtLeast(0), Some("log.cleaner.min.compaction.lag.ms"), "0", Effect::Honoured),
     def("min.insync.replicas", ConfigType::Int, Check::AtLeast(1), Some("min.insync.replicas"), "1", Effect::NoEffect(NO_REPLICAS)),
     def("preallocate", ConfigType::Boolean, Check::Bool, Some("log.preallocate"), "false", Effect::NoEffect("segments grow as written")),
     def("remote.log.copy.disable", ConfigType::Boolean, Check::Bool, None, "false", Effect::NoEffect(NO_TIERING)),
@@ -253,6 +256,24 @@ pub fn cleanup_compacts(configs: &BTreeMap<String, String>) -> bool {
     configs
         .get(CLEANUP_POLICY)
         .is_some_and(|policy| policy.split(',').any(|item| item.trim() == "compact"))
+}
+
+/// The cleaner's settings of a topic: `delete.retention.ms` and the
+/// compaction config, each the topic's value or Kafka's default.
+pub fn compaction(configs: &BTreeMap<String, String>) -> (i64, crate::cleaner::CompactionConfig) {
+    let ratio = configs
+        .get(MIN_CLEANABLE_DIRTY_RATIO)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|r| (0.0..=1.0).contains(r))
+        .unwrap_or(0.5);
+    (
+        get_i64(configs, DELETE_RETENTION_MS, 86_400_000),
+        crate::cleaner::CompactionConfig {
+            min_compaction_lag_ms: get_i64(configs, MIN_COMPACTION_LAG_MS, 0),
+            max_compaction_lag_ms: get_i64(configs, MAX_COMPACTION_LAG_MS, i64::MAX),
+            min_cleanable_dirty_ratio: ratio,
+        },
+    )
 }
 
 /// Reads a numeric config a topic sets, or `default`.

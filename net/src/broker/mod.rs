@@ -12,7 +12,9 @@ mod seat;
 mod slots;
 mod topic_file;
 
-pub use partition::{partition_dir, FetchedData, Isolation, OpenPartition, Partition};
+pub use partition::{
+    partition_dir, CleanerSettings, FetchedData, Isolation, OpenPartition, Partition,
+};
 pub use producer_ids::ProducerIdManager;
 pub use seat::{Leadership, Seat};
 pub use topic_file::TopicFile;
@@ -1016,6 +1018,61 @@ impl Broker {
             if let Err(code) = result {
                 tracing::error!(topic = %topic.name, partition = p.index, ?code, "retention failed");
             }
+        }
+    }
+
+    /// The cleaner's settings for `topic`, if it is compacted.
+    pub fn cleaner_settings(&self, topic: &Topic) -> Option<CleanerSettings> {
+        if !topic_config::cleanup_compacts(&topic.configs) {
+            return None;
+        }
+        let (delete_retention_ms, compaction) = topic_config::compaction(&topic.configs);
+        let d = &self.config.log;
+        Some(CleanerSettings {
+            delete_retention_ms,
+            compaction,
+            key_map_bytes: d.cleaner_dedupe_buffer_bytes,
+            io_bytes_per_second: Some(d.cleaner_io_max_bytes_per_second).filter(|r| *r > 0),
+        })
+    }
+
+    /// One pass of the log cleaner over the compacted partitions this
+    /// broker leads (the periodic task's body). Each partition's round
+    /// goes through its gate; a round that fails is logged and tried again
+    /// at the next pass.
+    pub async fn clean_compacted(&self, now_ms: i64) {
+        for (topic, p) in self.led_partitions() {
+            let Some(settings) = self.cleaner_settings(&topic) else {
+                continue;
+            };
+            match p.clean(now_ms, &settings).await {
+                Ok(Some(round)) => tracing::info!(
+                    topic = %topic.name,
+                    partition = p.index,
+                    copies = round.copies,
+                    superseded = round.summary.records_superseded,
+                    tombstones = round.summary.tombstones_removed,
+                    aborted = round.summary.aborted_removed,
+                    markers = round.summary.markers_removed,
+                    bytes_read = round.bytes_read,
+                    bytes_written = round.bytes_written,
+                    "cleaned"
+                ),
+                Ok(None) => {}
+                Err(code) => {
+                    tracing::warn!(topic = %topic.name, partition = p.index, ?code, "cleaning failed")
+                }
+            }
+        }
+    }
+
+    /// Runs the log cleaner every `cleaner_backoff_ms` until the broker is
+    /// dropped.
+    pub async fn run_cleaner(self: Arc<Self>) {
+        let every = std::time::Duration::from_millis(self.config.log.cleaner_backoff_ms.max(1));
+        loop {
+            tokio::time::sleep(every).await;
+            self.clean_compacted(self.env.now_ms()).await;
         }
     }
 

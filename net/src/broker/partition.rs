@@ -17,14 +17,20 @@
 //! the high watermark (see `kaas_core::partition`) and what releases
 //! producer snapshots to be written.
 
+mod cleaning;
+
+pub use cleaning::CleanerSettings;
+
 use super::producer_state;
 use crate::env::{Env, IoKind};
 pub use crate::log::partition_dir;
-use crate::log::{persist_log_start, remove_segments, LogConfig, PartitionLog, ReadError};
+use crate::log::{
+    persist_log_start, remove_segments, DetachedSegment, LogConfig, PartitionLog, ReadError,
+};
 use crate::volume::Volume;
 use bytes::Bytes;
 use kaas_core::cluster::Claim;
-use kaas_core::layout::{self, LogStart, SegmentId};
+use kaas_core::layout::{self, LogStart};
 use kaas_core::partition::{
     AppendDecision, Effects, IncomingBatch, IncomingMarker, PartitionState, Recovered,
 };
@@ -57,9 +63,13 @@ pub struct Partition {
     flush_wanted: Notify,
     /// One flush at a time (the flusher task and a clean shutdown).
     flushing: tokio::sync::Mutex<()>,
-    /// One deletion at a time (DeleteRecords and retention): each persists
-    /// and removes files in an order a crash must not interleave.
+    /// One deletion at a time (DeleteRecords, retention and a cleaning
+    /// round): each persists and removes files in an order a crash must
+    /// not interleave.
     deleting: tokio::sync::Mutex<()>,
+    /// Where the last cleaning round stopped (the first dirty offset);
+    /// `None` until a round ran since the opening (`cleaning`).
+    cleaner_checkpoint: Mutex<Option<i64>>,
     closed: AtomicBool,
     /// Closed because leadership moved (another epoch, a release): requests
     /// already past the gate get NOT_LEADER_OR_FOLLOWER, so clients follow.
@@ -157,6 +167,7 @@ impl Partition {
             flush_wanted: Notify::new(),
             flushing: tokio::sync::Mutex::new(()),
             deleting: tokio::sync::Mutex::new(()),
+            cleaner_checkpoint: Mutex::new(None),
             closed: AtomicBool::new(false),
             moved: AtomicBool::new(false),
             markers_written: AtomicU64::new(0),
@@ -554,7 +565,7 @@ impl Partition {
         }
     }
 
-    async fn remove_detached(&self, segments: Vec<SegmentId>) {
+    async fn remove_detached(&self, segments: Vec<DetachedSegment>) {
         if segments.is_empty() {
             return;
         }

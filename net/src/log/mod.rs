@@ -19,6 +19,9 @@
 //! ([`PartitionLog::finish_sync`]). Which offsets are durable, and so
 //! visible, is decided by `kaas_core::partition`.
 
+mod cleaner;
+#[cfg(test)]
+mod cleaner_tests;
 mod fail_stop;
 mod index;
 mod partition_log;
@@ -29,8 +32,11 @@ mod segment;
 #[cfg(test)]
 mod tests;
 
+pub use cleaner::{
+    remove_replaced, run_round, CleanedCopy, CleaningInput, RoundOutcome, RoundSettings,
+};
 pub use kaas_core::layout::partition_dir;
-pub use partition_log::{remove_segments, PartitionLog, SyncDone, SyncPlan};
+pub use partition_log::{remove_segments, DetachedSegment, PartitionLog, SyncDone, SyncPlan};
 pub use retention::{persist_log_start, RetentionOutcome};
 
 use bytes::Bytes;

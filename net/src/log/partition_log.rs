@@ -13,7 +13,7 @@ use std::io;
 use std::sync::Arc;
 
 use super::fail_stop::fail_stop;
-use super::recovery::{self, delete_segment_files};
+use super::recovery::{self, delete_cleaned_files, delete_segment_files};
 use super::segment::{BatchMeta, Segment, NO_MAX_TIMESTAMP};
 use super::{invalid_data, AppendInfo, LogConfig, ReadError, ReadResult};
 use crate::volume::{SegmentFile, Volume};
@@ -531,7 +531,11 @@ impl PartitionLog {
     /// batch starting at or after `max_offset` (the high watermark or last
     /// stable offset); the first batch may start before `offset` (the
     /// consumer skips records below it). Reads stay within one segment,
-    /// moving to the next only if nothing is found in the first.
+    /// moving to the next only if nothing is found in the first, or if all
+    /// that was found are batches without records (what cleaning leaves of
+    /// a segment whose records all went): a client given only empty
+    /// batches advances past them but counts the answer as a record too
+    /// large to fetch (librdkafka raises its fetch size, then fails).
     pub fn read(
         &self,
         offset: i64,
@@ -539,58 +543,99 @@ impl PartitionLog {
         max_offset: i64,
     ) -> Result<ReadResult, ReadError> {
         self.check_range(offset)?;
-        let empty = ReadResult {
+        let mut result = ReadResult {
             records: Bytes::new(),
             next_offset: offset,
             log_start_offset: self.log_start_offset,
         };
         if offset >= max_offset || offset >= self.end_offset {
-            return Ok(empty);
+            return Ok(result);
         }
-        let chunk = self.read_chunk();
+        // Batches without records read so far, to be sent ahead of what
+        // the next segment has.
+        let mut empty_batches = BytesMut::new();
+        let mut from = offset;
         for segment in self.segments_from(offset) {
-            let floor = match segment.relative(offset) {
-                Some(rel) => segment.index.floor_for_offset(rel)?,
-                None => None,
-            };
-            let Some((position, first)) =
-                segment.find_batch(floor, chunk, |b| b.last_offset() >= offset)?
+            let Some((bytes, next_offset, has_records)) = self.read_segment(
+                segment,
+                from,
+                max_bytes.saturating_sub(empty_batches.len()),
+                max_offset,
+            )?
             else {
-                if offset < segment.next_offset {
-                    // The segment claims the offset but no batch holds it:
-                    // its bytes are damaged. Serving the next segment would
-                    // silently skip records.
-                    return Err(ReadError::Io(super::invalid_data(format!(
-                        "segment {} has no readable batch for offset {offset}",
-                        segment.base_offset
-                    ))));
-                }
                 continue;
             };
-            if first.base_offset() >= max_offset {
-                return Ok(empty);
+            if bytes.is_empty() {
+                break;
             }
-            let available = segment.size().saturating_sub(position);
-            let want = max_bytes.max(first.size());
-            let want = usize::try_from(available).map_or(want, |a| a.min(want));
-            let bytes = segment.file.read_at(position, want)?;
-            let mut batches = split_batches(bytes.clone());
-            let mut end = 0;
-            let mut next_offset = offset;
-            for batch in batches.by_ref() {
-                if batch.base_offset() >= max_offset {
-                    break;
-                }
-                end += batch.size();
-                next_offset = batch.next_offset();
+            result.next_offset = next_offset;
+            if has_records || empty_batches.len() + bytes.len() >= max_bytes {
+                result.records = if empty_batches.is_empty() {
+                    bytes
+                } else {
+                    empty_batches.extend_from_slice(&bytes);
+                    empty_batches.freeze()
+                };
+                return Ok(result);
             }
-            return Ok(ReadResult {
-                records: bytes.slice(..end),
-                next_offset,
-                log_start_offset: self.log_start_offset,
-            });
+            empty_batches.extend_from_slice(&bytes);
+            from = next_offset;
+            if from >= max_offset || from >= self.end_offset {
+                break;
+            }
         }
-        Ok(empty)
+        result.records = empty_batches.freeze();
+        Ok(result)
+    }
+
+    /// [`read`](Self::read)'s part in one segment: the batches from the one
+    /// holding `offset`, up to `max_bytes` (the first whole), none at or
+    /// past `max_offset`; with the offset after them and whether any holds
+    /// a record. `None`: the segment holds nothing at or after `offset`.
+    fn read_segment(
+        &self,
+        segment: &Segment,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+    ) -> Result<Option<(Bytes, i64, bool)>, ReadError> {
+        let floor = match segment.relative(offset) {
+            Some(rel) => segment.index.floor_for_offset(rel)?,
+            None => None,
+        };
+        let Some((position, first)) =
+            segment.find_batch(floor, self.read_chunk(), |b| b.last_offset() >= offset)?
+        else {
+            if offset < segment.next_offset {
+                // The segment claims the offset but no batch holds it: its
+                // bytes are damaged. Serving the next segment would silently
+                // skip records.
+                return Err(ReadError::Io(super::invalid_data(format!(
+                    "segment {} has no readable batch for offset {offset}",
+                    segment.base_offset
+                ))));
+            }
+            return Ok(None);
+        };
+        if first.base_offset() >= max_offset {
+            return Ok(Some((Bytes::new(), offset, false)));
+        }
+        let available = segment.size().saturating_sub(position);
+        let want = max_bytes.max(first.size());
+        let want = usize::try_from(available).map_or(want, |a| a.min(want));
+        let bytes = segment.file.read_at(position, want)?;
+        let mut end = 0;
+        let mut next_offset = offset;
+        let mut has_records = false;
+        for batch in split_batches(bytes.clone()) {
+            if batch.base_offset() >= max_offset {
+                break;
+            }
+            end += batch.size();
+            next_offset = batch.next_offset();
+            has_records |= batch.record_count() > 0;
+        }
+        Ok(Some((bytes.slice(..end), next_offset, has_records)))
     }
 
     // ------------------------------------------------------------ timestamps
@@ -707,14 +752,14 @@ impl PartitionLog {
     /// returns its name; the caller removes its files outside the lane
     /// ([`remove_segments`]). The log start moves to the next segment's
     /// base if it was below it.
-    pub(super) fn detach_oldest_segment(&mut self) -> Option<SegmentId> {
+    pub(super) fn detach_oldest_segment(&mut self) -> Option<DetachedSegment> {
         if self.sealed.is_empty() {
             return None;
         }
         let oldest = self.sealed.remove(0);
         let first_base = self.sealed.first().unwrap_or(&self.active).base_offset;
         self.set_log_start_offset(self.log_start_offset.max(first_base));
-        Some(oldest.id())
+        Some(DetachedSegment::of(&oldest))
     }
 
     /// Moves the log start, and trims the leader epochs below it
@@ -786,10 +831,36 @@ fn take_unsynced_txn_index(segment: &mut Segment) -> Option<Arc<dyn SegmentFile>
     segment.txn_index.clone()
 }
 
-/// Removes the files of segments a deletion detached from the log.
-pub fn remove_segments(volume: &dyn Volume, dir: &str, segments: &[SegmentId]) -> io::Result<()> {
-    for &id in segments {
-        delete_segment_files(volume, dir, id)?;
+/// A segment taken out of the log, for its files to be removed
+/// ([`remove_segments`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DetachedSegment {
+    pub id: SegmentId,
+    /// The epoch whose cleaned copy the log used for it, if any.
+    pub cleaned_by: Option<i32>,
+}
+
+impl DetachedSegment {
+    pub(super) fn of(segment: &Segment) -> Self {
+        DetachedSegment {
+            id: segment.id(),
+            cleaned_by: segment.cleaned_by,
+        }
+    }
+}
+
+/// Removes the files of segments a deletion (or a cleaning's swap)
+/// detached from the log.
+pub fn remove_segments(
+    volume: &dyn Volume,
+    dir: &str,
+    segments: &[DetachedSegment],
+) -> io::Result<()> {
+    for segment in segments {
+        match segment.cleaned_by {
+            Some(by) => delete_cleaned_files(volume, dir, segment.id, by)?,
+            None => delete_segment_files(volume, dir, segment.id)?,
+        }
     }
     Ok(())
 }

@@ -65,6 +65,7 @@ pub(crate) fn recover(
     let mut ids = BTreeSet::new();
     let mut index_ids = Vec::new();
     let mut txn_index_ids = Vec::new();
+    let mut cleaned = Cleaned::default();
     for name in volume.list(dir)? {
         match layout::classify(&name) {
             Entry::Segment(id) => {
@@ -72,12 +73,31 @@ pub(crate) fn recover(
             }
             Entry::Index(id) => index_ids.push(id),
             Entry::TxnIndex(id) => txn_index_ids.push(id),
+            Entry::CleanedSegment(id, by) => {
+                // The segment is in the log even once its original is gone.
+                ids.insert(id);
+                cleaned.copies.insert((id, by));
+            }
+            Entry::CleanedIndex(id, by) => {
+                cleaned.indexes.insert((id, by));
+            }
+            Entry::Cleaning(id, by) => {
+                // Never renamed into place: an interrupted cleaning.
+                volume.remove(&layout::cleaning_path(dir, id, by))?;
+            }
             Entry::Other => {}
         }
     }
-    let listed = ids.clone();
+    let listed = Listing {
+        segments: ids.clone(),
+        opening_epoch: epoch,
+    };
     let mut entries = read_checkpoint(volume, dir)?;
-    let newest_file = ids.iter().map(|id| id.epoch).max();
+    let newest_file = ids
+        .iter()
+        .map(|id| id.epoch)
+        .chain(cleaned.copies.iter().map(|&(_, by)| by))
+        .max();
     let previous = match open_as(&entries, newest_file, epoch) {
         OpenAs::SameEpoch => None,
         OpenAs::Takeover { previous } => Some(previous),
@@ -103,7 +123,7 @@ pub(crate) fn recover(
                     ?id,
                     "removing a segment outside its leader epoch's log"
                 );
-                delete_segment_files(volume, dir, id)?;
+                cleaned.delete_segment(volume, dir, id)?;
             }
         }
     }
@@ -156,13 +176,27 @@ pub(crate) fn recover(
     // segment is entirely below the log start when the next one starts at
     // or before it.
     while read.len() >= 2 && read[1].0.base_offset <= log_start_offset {
-        delete_segment_files(volume, dir, read[0].0)?;
+        cleaned.delete_segment(volume, dir, read[0].0)?;
         read.remove(0);
     }
 
     let mut segments: Vec<Segment> = Vec::with_capacity(read.len());
     for (i, &(id, limit)) in read.iter().enumerate() {
         let next_base = read.get(i + 1).map(|(next, _)| next.base_offset);
+        if let Some(segment) = cleaned.take(volume, dir, id, epoch, config, next_base.or(limit))? {
+            // The cleaned copy ends where the segment did (it keeps the
+            // last batch, as a bare header if need be), so the log stays
+            // contiguous; anything else is damage, not a lost tail.
+            let end = next_base.or(limit);
+            if end.is_some_and(|end| segment.next_offset != end) {
+                return Err(invalid_data(format!(
+                    "{dir}: the cleaned copy of segment {id:?} ends at {}, not at {end:?}",
+                    segment.next_offset
+                )));
+            }
+            segments.push(segment);
+            continue;
+        }
         let file =
             volume.open_segment(&layout::segment_path(dir, id.base_offset, id.epoch), false)?;
         let own = id.epoch == epoch;
@@ -212,7 +246,7 @@ pub(crate) fn recover(
                     "older epoch's log ends before its next segment"
                 );
                 for &(later, _) in &read[i + 1..] {
-                    delete_segment_files(volume, dir, later)?;
+                    cleaned.delete_segment(volume, dir, later)?;
                 }
                 break;
             }
@@ -260,7 +294,7 @@ pub(crate) fn recover(
             "segment ends before the next one starts; dropping the segments after it"
         );
         for &(later, _) in &read[i + 1..] {
-            delete_segment_files(volume, dir, later)?;
+            cleaned.delete_segment(volume, dir, later)?;
         }
         segments.push(segment);
         break;
@@ -273,9 +307,10 @@ pub(crate) fn recover(
         // Defensively: every surviving batch is below the persisted log
         // start. Start an empty log at the log start.
         for segment in segments.drain(..) {
-            delete_segment_files(volume, dir, segment.id())?;
+            cleaned.delete_segment(volume, dir, segment.id())?;
         }
     }
+    cleaned.remove_unused(volume, dir)?;
     let first_base = segments.first().map(|s| s.base_offset);
     log_start_offset = log_start_offset.max(first_base.unwrap_or(log_start_offset));
     // Where the listed log ends, no older epoch may have a segment the
@@ -378,32 +413,146 @@ pub(crate) fn recover(
 fn refuse_unlisted(
     volume: &dyn Volume,
     dir: &str,
-    listed: &BTreeSet<SegmentId>,
+    listing: &Listing,
     offset: i64,
     epochs: std::ops::RangeInclusive<i32>,
 ) -> io::Result<()> {
     for epoch in epochs {
-        let id = SegmentId {
-            base_offset: offset,
-            epoch,
-        };
-        if listed.contains(&id) {
+        let id = SegmentId::new(offset, epoch);
+        if listing.segments.contains(&id) {
             continue;
         }
-        let path = layout::segment_path(dir, offset, epoch);
-        match volume.open_segment(&path, false) {
-            Ok(_) => {
-                return Err(io::Error::other(format!(
-                    "{path} exists but the listing of {dir} did not show it (a stale \
-                     directory listing: is the volume's directory cache longer than \
-                     --volume-staleness-bound-ms?); not opening the partition on it"
-                )))
+        // The segment itself, or a cleaned copy that replaced it (by its
+        // epoch or a later one, up to the opening's).
+        let names = std::iter::once(layout::segment_path(dir, offset, epoch)).chain(
+            (epoch..=listing.opening_epoch).map(|by| layout::cleaned_segment_path(dir, id, by)),
+        );
+        for path in names {
+            match volume.open_segment(&path, false) {
+                Ok(_) => {
+                    return Err(io::Error::other(format!(
+                        "{path} exists but the listing of {dir} did not show it (a stale \
+                         directory listing: is the volume's directory cache longer than \
+                         --volume-staleness-bound-ms?); not opening the partition on it"
+                    )))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
         }
     }
     Ok(())
+}
+
+/// The segments a directory listing showed (by original or cleaned copy),
+/// and the epoch opening the log.
+struct Listing {
+    segments: BTreeSet<SegmentId>,
+    opening_epoch: i32,
+}
+
+/// The cleaned copies of segments a listing showed
+/// (`kaas_net::log::cleaner`), and which of them the log now uses.
+#[derive(Default)]
+struct Cleaned {
+    copies: BTreeSet<(SegmentId, i32)>,
+    indexes: BTreeSet<(SegmentId, i32)>,
+    /// Copies (`false`) and indexes (`true`) the log uses.
+    used: BTreeSet<(SegmentId, i32, bool)>,
+}
+
+impl Cleaned {
+    /// The segment `id` as its newest cleaned copy, if it has one written
+    /// by the opening epoch or an older one. A copy under its final name is
+    /// whole (the cleaner syncs it before the rename), so it is the
+    /// segment, through its index if that matches it, else by a scan that
+    /// changes nothing (up to `end`, where the segment must end). The swap
+    /// is finished here: the original's files and every other copy go.
+    fn take(
+        &mut self,
+        volume: &dyn Volume,
+        dir: &str,
+        id: SegmentId,
+        opening_epoch: i32,
+        config: &LogConfig,
+        end: Option<i64>,
+    ) -> io::Result<Option<Segment>> {
+        let Some(by) = self
+            .copies
+            .iter()
+            .filter(|(c, by)| *c == id && *by <= opening_epoch)
+            .map(|&(_, by)| by)
+            .max()
+        else {
+            return Ok(None);
+        };
+        let file = volume.open_segment(&layout::cleaned_segment_path(dir, id, by), false)?;
+        let indexed = if self.indexes.contains(&(id, by)) {
+            let index = volume.open_segment(&layout::cleaned_index_path(dir, id, by), false)?;
+            read_trailer(index.as_ref(), file.len())?.map(|(trailer, entries)| {
+                self.used.insert((id, by, true));
+                Segment::sealed(
+                    id.base_offset,
+                    id.epoch,
+                    file.clone(),
+                    index,
+                    trailer,
+                    entries,
+                )
+            })
+        } else {
+            None
+        };
+        let mut segment = match indexed {
+            Some(segment) => segment,
+            None => scan_segment(file, id, config, Scan::Older { end })?,
+        };
+        segment.cleaned_by = Some(by);
+        // Never written again, by anyone.
+        segment.freeze(segment.file.len());
+        self.used.insert((id, by, false));
+        volume.remove(&layout::segment_path(dir, id.base_offset, id.epoch))?;
+        volume.remove(&layout::index_path(dir, id.base_offset, id.epoch))?;
+        Ok(Some(segment))
+    }
+
+    /// Removes segment `id`'s files, its cleaned copies included.
+    fn delete_segment(&self, volume: &dyn Volume, dir: &str, id: SegmentId) -> io::Result<()> {
+        delete_segment_files(volume, dir, id)?;
+        for &(_, by) in self.copies.iter().filter(|(c, _)| *c == id) {
+            delete_cleaned_files(volume, dir, id, by)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every cleaned copy and index the log does not use: copies
+    /// superseded by a newer one, of segments that are gone, and indexes
+    /// that do not match their copy.
+    fn remove_unused(&self, volume: &dyn Volume, dir: &str) -> io::Result<()> {
+        for &(id, by) in &self.copies {
+            if !self.used.contains(&(id, by, false)) {
+                volume.remove(&layout::cleaned_segment_path(dir, id, by))?;
+            }
+        }
+        for &(id, by) in &self.indexes {
+            if !self.used.contains(&(id, by, true)) {
+                volume.remove(&layout::cleaned_index_path(dir, id, by))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Removes a cleaned copy of segment `id` written at epoch `by`, and its
+/// index (the copy first: an index without its copy counts for nothing).
+pub(crate) fn delete_cleaned_files(
+    volume: &dyn Volume,
+    dir: &str,
+    id: SegmentId,
+    by: i32,
+) -> io::Result<()> {
+    volume.remove(&layout::cleaned_segment_path(dir, id, by))?;
+    volume.remove(&layout::cleaned_index_path(dir, id, by))
 }
 
 /// The checkpoint's entries; none if there is no checkpoint. An unreadable

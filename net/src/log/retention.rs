@@ -2,17 +2,17 @@
 
 use std::io;
 
-use super::partition_log::PartitionLog;
+use super::partition_log::{DetachedSegment, PartitionLog};
 use super::ReadError;
 use crate::volume::Volume;
-use kaas_core::layout::{self, LogStart, SegmentId};
+use kaas_core::layout::{self, LogStart};
 
 /// What a retention pass did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetentionOutcome {
     /// Base offsets of the segments taken out; their files are the
     /// caller's to remove.
-    pub deleted_segments: Vec<SegmentId>,
+    pub deleted_segments: Vec<DetachedSegment>,
     pub log_start_offset: i64,
 }
 
@@ -70,7 +70,7 @@ impl PartitionLog {
     pub fn delete_records_before(
         &mut self,
         offset: i64,
-    ) -> Result<(i64, Vec<SegmentId>), ReadError> {
+    ) -> Result<(i64, Vec<DetachedSegment>), ReadError> {
         if offset > self.end_offset() {
             return Err(ReadError::OutOfRange);
         }

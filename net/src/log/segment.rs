@@ -41,6 +41,10 @@ pub(crate) struct Segment {
     /// Entries appended since the flusher last planned an fsync of the
     /// `.txnindex` (so an fsync is spent only on a file that changed).
     pub txn_index_unsynced: bool,
+    /// Set when `file` is a cleaned copy (compaction), written by the
+    /// leader at this epoch: the original's name is gone, and removing the
+    /// segment removes the copy.
+    pub cleaned_by: Option<i32>,
 }
 
 /// What an appended batch contributes to the segment's bookkeeping.
@@ -81,6 +85,7 @@ impl Segment {
             txn_index: None,
             aborted: Vec::new(),
             txn_index_unsynced: false,
+            cleaned_by: None,
         }
     }
 
@@ -108,7 +113,15 @@ impl Segment {
             txn_index: None,
             aborted: Vec::new(),
             txn_index_unsynced: false,
+            cleaned_by: None,
         }
+    }
+
+    /// The same segment read through another handle on its file (after a
+    /// rename, the one opened by the new name).
+    pub fn with_file(mut self, file: Arc<dyn SegmentFile>) -> Self {
+        self.file = fail_stop(file);
+        self
     }
 
     /// The segment's name on the volume.

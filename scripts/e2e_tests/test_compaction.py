@@ -1,0 +1,196 @@
+"""The log cleaner (issue 12), as a client sees it: a compacted topic with 100,000 updates
+over 1,000 keys, read back after cleaning, holds the latest value of each key at the offset
+it was written at; deleted keys go once delete.retention.ms has passed; a committed offset
+stays valid; aborted transactional records go. The broker runs its cleaner every 300 ms
+(`--log-cleaner-backoff-ms`) on small segments, so rounds happen within the test. kaas only:
+Apache Kafka's cleaner cannot be made to run on this schedule from a client."""
+
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from helpers import ck_create_topic, ck_producer, ck_watermarks, kp_consumer, wait_for
+
+KEYS = 1000
+UPDATES = 100_000
+CLEANER = ["--log-cleaner-backoff-ms", "300"]
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "65536",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "1000",
+}
+
+
+def _produce(bootstrap, topic, records):
+    """Sends (key, value) pairs (value None: a tombstone) to partition 0, uncompressed
+    (kaas cleans only uncompressed batches); returns offset -> (key, value)."""
+    p = ck_producer(bootstrap, **{"compression.type": "none", "enable.idempotence": True,
+                                  "linger.ms": 20})
+    written = {}
+    errors = []
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            written[msg.offset()] = (msg.key(), msg.value())
+
+    for key, value in records:
+        while True:
+            try:
+                p.produce(topic, key=key, value=value, partition=0, on_delivery=report)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                p.poll(0.1)
+    assert p.flush(120) == 0 and not errors, errors[:3]
+    return written
+
+
+def _read_all(bootstrap, topic, **conf):
+    """Every record of partition 0 as (offset, key, value), from the log start to the end."""
+    low, high = ck_watermarks(bootstrap, topic, 0)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "compaction-reader",
+                  "enable.auto.commit": False, "auto.offset.reset": "error",
+                  "fetch.wait.max.ms": 100, **conf})
+    out = []
+    try:
+        c.assign([TopicPartition(topic, 0, low)])
+        deadline = time.monotonic() + 60
+        while not out or out[-1][0] < high - 1:
+            assert time.monotonic() < deadline, "read %d records, up to %s" % (
+                len(out), out[-1][0] if out else None)
+            for m in c.consume(num_messages=5000, timeout=0.5):
+                assert m.error() is None, m.error()
+                out.append((m.offset(), m.key(), m.value()))
+    finally:
+        c.close()
+    return out
+
+
+def _latest(written):
+    """The offset of each key's last write: what a clean log keeps."""
+    last = {}
+    for offset in sorted(written):
+        last[written[offset][0]] = offset
+    return set(last.values())
+
+
+def test_confluent_compaction_keeps_the_latest_value_per_key_at_its_offset(kaas_factory, topic_name):
+    kaas = kaas_factory(CLEANER)
+    ck_create_topic(kaas.bootstrap, topic_name, 1, COMPACTED)
+    updates = [(b"k%d" % (i % KEYS), b"v%d" % i) for i in range(UPDATES)]
+    deletes = [(b"k%d" % k, None) for k in range(0, KEYS, 10)]
+    # Filler after the deletes, on keys of their own, so the tombstones end up in sealed
+    # (cleanable) segments rather than the active one.
+    filler = [(b"f%d" % (i % 50), b"x" * 200) for i in range(3000)]
+    written = _produce(kaas.bootstrap, topic_name, updates + deletes + filler)
+    assert len(written) == UPDATES + len(deletes) + len(filler)
+    end = max(written) + 1
+
+    # A group commits an offset in the middle of what will be cleaned away.
+    committed = 50_000
+    g = Consumer({"bootstrap.servers": kaas.bootstrap, "group.id": topic_name + "-g",
+                  "enable.auto.commit": False})
+    g.commit(offsets=[TopicPartition(topic_name, 0, committed)], asynchronous=False)
+    g.close()
+
+    # Cleaning rounds run until the updates are compacted away.
+    wait_for(lambda: len(_read_all(kaas.bootstrap, topic_name)) < 10_000, 60,
+             interval=1, what="the cleaner to compact the updates")
+    got = _read_all(kaas.bootstrap, topic_name)
+    offsets = [o for o, _, _ in got]
+    assert offsets == sorted(set(offsets)), "offsets only grow"
+    # Every record read is the one written at its offset: offsets never change.
+    for o, k, v in got:
+        assert written[o] == (k, v), (o, k, v, written[o])
+    # Of the updates, only each key's latest write is left (a deleted key's updates all go).
+    seen = {o for o, _, _ in got if o < UPDATES}
+    assert seen == {o for o in _latest(written) if o < UPDATES}, "latest per key"
+    assert len(seen) == KEYS - len(deletes)
+    assert ck_watermarks(kaas.bootstrap, topic_name, 0) == (0, end)
+
+    # After delete.retention.ms the tombstones go too, at the next round (more writes make
+    # the log dirty enough for one).
+    time.sleep(1.5)
+    written.update(_produce(kaas.bootstrap, topic_name, filler))
+
+    def deleted_keys_gone():
+        keys = {k for _, k, _ in _read_all(kaas.bootstrap, topic_name)}
+        return not any(k in keys for k, _ in deletes)
+
+    wait_for(deleted_keys_gone, 60, interval=1, what="tombstones past delete.retention.ms to go")
+    final = _read_all(kaas.bootstrap, topic_name)
+    live = {k: v for _, k, v in final}
+    for k in range(KEYS):
+        key = b"k%d" % k
+        if k % 10 == 0:
+            assert key not in live
+        else:
+            last = max(i for i in range(UPDATES) if i % KEYS == k)
+            assert live[key] == b"v%d" % last
+
+    # The committed offset is still a valid position: the group resumes there.
+    g = Consumer({"bootstrap.servers": kaas.bootstrap, "group.id": topic_name + "-g",
+                  "enable.auto.commit": False, "auto.offset.reset": "error"})
+    try:
+        got = g.committed([TopicPartition(topic_name, 0)], timeout=10)
+        assert got[0].offset == committed
+        g.assign([TopicPartition(topic_name, 0, committed)])
+        first = None
+        deadline = time.monotonic() + 30
+        while first is None and time.monotonic() < deadline:
+            m = g.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                first = m.offset()
+        assert first is not None and first >= committed
+    finally:
+        g.close()
+
+
+def test_kafka_python_reads_a_compacted_topic_with_aborted_records_gone(kaas_factory, topic_name):
+    """A transactional producer's aborted records disappear from the log after cleaning (a
+    read_uncommitted reader stops seeing them); committed ones stay. Read back with
+    kafka-python."""
+    from confluent_kafka import Producer
+
+    kaas = kaas_factory(CLEANER)
+    ck_create_topic(kaas.bootstrap, topic_name, 1, COMPACTED)
+    p = Producer({"bootstrap.servers": kaas.bootstrap, "transactional.id": topic_name + "-tx",
+                  "compression.type": "none", "linger.ms": 5})
+    p.init_transactions(30)
+    for round_ in range(20):
+        p.begin_transaction()
+        for k in range(100):
+            p.produce(topic_name, key=b"t%d" % k, value=b"r%d" % round_, partition=0)
+        if round_ % 2:
+            p.abort_transaction(30)
+        else:
+            p.commit_transaction(30)
+    # Filler so the transactions sit in sealed segments.
+    p.begin_transaction()
+    for i in range(2000):
+        p.produce(topic_name, key=b"f%d" % (i % 20), value=b"x" * 200, partition=0)
+    p.commit_transaction(30)
+
+    def values(isolation):
+        from kafka.structs import TopicPartition as KpTopicPartition
+
+        c = kp_consumer(kaas.bootstrap, isolation_level=isolation, auto_offset_reset="earliest",
+                        consumer_timeout_ms=3000)
+        try:
+            c.assign([KpTopicPartition(topic_name, 0)])
+            c.seek_to_beginning()
+            return [(r.key, r.value) for r in c if r.key.startswith(b"t")]
+        finally:
+            c.close()
+
+    # Aborted rounds are odd; the last committed round is 18.
+    def clean():
+        got = values("read_uncommitted")
+        return len(got) == 100 and all(v == b"r18" for _, v in got)
+
+    wait_for(clean, 60, interval=1, what="aborted and superseded records to be cleaned")
+    committed = values("read_committed")
+    assert sorted(committed) == sorted((b"t%d" % k, b"r18") for k in range(100))
