@@ -33,7 +33,7 @@ use kaas_core::partition::leader_epochs::{
     assign_epoch, decode_checkpoint, encode_checkpoint, file_reach, open_as, trim_before_log_start,
     EpochEntry, FileReach, OpenAs,
 };
-use kaas_core::partition::txn_index::decode_index;
+use kaas_core::partition::txn_index::{decode_index, plausible_entries, ENTRY_BYTES};
 
 pub(crate) struct Recovered {
     /// Sealed segments, oldest first.
@@ -638,12 +638,20 @@ fn load_txn_index(
     let bytes = file.read_at(0, len)?;
     let (mut entries, torn) =
         decode_index(&bytes).map_err(|e| invalid_data(format!("{path}: {e:?}")))?;
-    if !own {
-        let end = segment.next_offset;
-        entries.retain(|a| a.last_offset < end);
-    } else if torn > 0 {
-        tracing::warn!(dir, path, torn, "truncating torn aborted-index entry");
-        file.truncate((len - torn) as u64)?;
+    // Entries past the segment's end are a deposed leader's (an older
+    // epoch's file) or were torn by a crash, as is anything after them.
+    let plausible = plausible_entries(&entries, segment.base_offset, segment.next_offset);
+    let dropped = entries.len() - plausible;
+    entries.truncate(plausible);
+    if own && (torn > 0 || dropped > 0) {
+        tracing::warn!(
+            dir,
+            path,
+            torn,
+            dropped,
+            "truncating torn aborted-index entries"
+        );
+        file.truncate((plausible * ENTRY_BYTES) as u64)?;
     }
     segment.aborted = entries;
     segment.txn_index = Some(fail_stop(file));
