@@ -559,6 +559,22 @@ impl Session {
     /// DescribeConfigs of a topic's `keys`: the error and count, then one
     /// step per key, in `keys` order, so a difference names its key.
     pub async fn describe_configs(&mut self, step: &str, topic: &str, keys: &[&str]) -> Step {
+        self.describe_configs_showing(step, topic, keys, &[]).await
+    }
+
+    /// [`describe_configs`](Self::describe_configs) once the broker shows
+    /// `expect` (config -> value), for at most ten seconds. Kafka answers an
+    /// alter once its controller has committed it and applies it on the
+    /// broker a moment later (under load, several requests later); kaas
+    /// applies before it answers. A client that reads back waits, as the
+    /// e2e tests do; what is compared is the settled state.
+    pub async fn describe_configs_showing(
+        &mut self,
+        step: &str,
+        topic: &str,
+        keys: &[&str],
+        expect: &[(&str, &str)],
+    ) -> Step {
         let version = self.version(describe_configs_request::API_KEY)?;
         let body = RequestBody::DescribeConfigs(DescribeConfigsRequest {
             resources: vec![describe_configs_request::DescribeConfigsResource {
@@ -569,7 +585,22 @@ impl Session {
             }],
             ..Default::default()
         });
-        let r = call_as!(self, DescribeConfigs, version, body, step);
+        let mut tries = 0;
+        let r = loop {
+            let r = call_as!(self, DescribeConfigs, version, body.clone(), step);
+            tries += 1;
+            let shown = |(name, value): &(&str, &str)| {
+                r.results.first().is_some_and(|res| {
+                    res.configs
+                        .iter()
+                        .any(|c| c.name == *name && c.value.as_deref() == Some(*value))
+                })
+            };
+            if expect.iter().all(shown) || tries >= 100 {
+                break r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         let res = r.results.first().cloned().unwrap_or_default();
         self.observe(
             step,

@@ -50,26 +50,27 @@ enum Verdict {
 /// transaction state stays right for the caller that feeds the rest of the
 /// last segment).
 #[derive(Debug, Clone)]
-pub struct Decider<'a> {
-    map: &'a KeyMap,
-    producers: &'a ActiveProducers,
+pub struct Decider {
+    map: KeyMap,
+    producers: ActiveProducers,
     time: PassTime,
     txns: TxnTracker,
     summary: CleanSummary,
     aborted_to_index: Vec<AbortedTxn>,
 }
 
-impl<'a> Decider<'a> {
+impl Decider {
     /// A pass over the log with the key map of its dirty section.
     /// `aborted` are the aborted transactions from the log start to the
     /// map's end (the partition's whole aborted index is fine), `producers`
-    /// the active producers when the pass starts.
+    /// the active producers when the pass starts. The decider owns both,
+    /// so a driver can carry it from one step of a pass to the next.
     pub fn new(
-        map: &'a KeyMap,
+        map: KeyMap,
         aborted: &[AbortedTxn],
-        producers: &'a ActiveProducers,
+        producers: ActiveProducers,
         time: PassTime,
-    ) -> Decider<'a> {
+    ) -> Decider {
         Decider {
             map,
             producers,
@@ -85,6 +86,11 @@ impl<'a> Decider<'a> {
         let fate = self.decide(batch);
         self.summary.count_batch(batch, &fate);
         fate
+    }
+
+    /// The key map the pass decides by.
+    pub fn map(&self) -> &KeyMap {
+        &self.map
     }
 
     /// What the pass did so far.

@@ -309,7 +309,7 @@ fn round(
             break;
         }
     }
-    let mut decider = Decider::new(&map, &built.aborted, producers, time);
+    let mut decider = Decider::new(map, &built.aborted, producers.clone(), time);
     let mut out = Vec::new();
     for batch in log {
         let fate = decider.next(&BatchView::of(batch).unwrap());
@@ -317,7 +317,7 @@ fn round(
             out.push(written);
         }
     }
-    (out, map.end())
+    (out, decider.map().end())
 }
 
 /// What holds for the output of every pass.

@@ -131,7 +131,7 @@ fn pass_with(
 ) -> Pass {
     let end = batches.last().map_or(first_dirty, |b| b.next_offset());
     let map = build_map(batches, first_dirty..end, budget, ab);
-    let mut decider = Decider::new(&map, ab, producers, time);
+    let mut decider = Decider::new(map, ab, producers.clone(), time);
     let mut fates = Vec::new();
     let mut out = Vec::new();
     for batch in batches {
@@ -145,7 +145,7 @@ fn pass_with(
     Pass {
         fates,
         out,
-        end: map.end(),
+        end: decider.map().end(),
         summary: decider.summary().clone(),
         aborted_to_index: decider.aborted_to_index().to_vec(),
     }

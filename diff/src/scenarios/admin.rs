@@ -460,7 +460,16 @@ async fn incremental_alter_configs(s: &mut Session) -> Step {
         false,
     )
     .await?;
-    s.describe_configs("after set", &t, ALTERED_KEYS).await?;
+    s.describe_configs_showing(
+        "after set",
+        &t,
+        ALTERED_KEYS,
+        &[
+            ("retention.ms", "60000"),
+            ("cleanup.policy", "delete,compact"),
+        ],
+    )
+    .await?;
     let refused: [(&str, AlterOps<'static>); 6] = [
         (
             "a bad value beside a good one",
@@ -504,7 +513,13 @@ async fn incremental_alter_configs(s: &mut Session) -> Step {
         false,
     )
     .await?;
-    s.describe_configs("after delete", &t, ALTERED_KEYS).await?;
+    s.describe_configs_showing(
+        "after delete",
+        &t,
+        ALTERED_KEYS,
+        &[("retention.ms", "604800000"), ("cleanup.policy", "compact")],
+    )
+    .await?;
     s.incremental_alter_configs(
         "delete what is not set",
         &one(&[("segment.bytes", DELETE, None)]),
@@ -544,8 +559,13 @@ async fn alter_configs(s: &mut Session) -> Step {
         false,
     )
     .await?;
-    s.describe_configs("after replace", &t, ALTERED_KEYS)
-        .await?;
+    s.describe_configs_showing(
+        "after replace",
+        &t,
+        ALTERED_KEYS,
+        &[("retention.bytes", "5000"), ("retention.ms", "604800000")],
+    )
+    .await?;
     s.alter_configs("a bad value", &t, &[("segment.bytes", Some("-5"))], false)
         .await?;
     s.alter_configs(
@@ -568,7 +588,13 @@ async fn alter_configs(s: &mut Session) -> Step {
     .await?;
     s.alter_configs("replace with nothing", &t, &[], false)
         .await?;
-    s.describe_configs("all defaults", &t, ALTERED_KEYS).await?;
+    s.describe_configs_showing(
+        "all defaults",
+        &t,
+        ALTERED_KEYS,
+        &[("retention.bytes", "-1")],
+    )
+    .await?;
     Ok(())
 }
 

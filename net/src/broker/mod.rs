@@ -1056,6 +1056,7 @@ impl Broker {
                     markers = round.summary.markers_removed,
                     bytes_read = round.bytes_read,
                     bytes_written = round.bytes_written,
+                    elapsed_ms = round.elapsed_ms,
                     "cleaned"
                 ),
                 Ok(None) => {}

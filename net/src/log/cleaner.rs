@@ -202,70 +202,398 @@ pub fn remove_replaced(
     Ok(())
 }
 
-/// One round: plan, map the dirty section, decide every batch from the log
-/// start to the map's end, and write a copy of each segment that changes.
-/// Blocking IO; no lane held.
-pub fn run_round(input: &CleaningInput, settings: &RoundSettings) -> io::Result<RoundOutcome> {
-    let mut outcome = RoundOutcome {
-        plan: CleanPlan::Wait(kaas_core::cleaner::WaitReason::NothingCleanable),
-        checkpoint: settings.checkpoint,
-        copies: Vec::new(),
-        summary: CleanSummary::default(),
-        bytes_read: 0,
-        bytes_written: 0,
-    };
-    let summaries = summaries(input, settings.checkpoint)?;
-    let extent = LogExtent {
-        log_start: input.log_start,
-        log_end: input.log_end,
-        checkpoint: settings.checkpoint,
-        last_stable_offset: settings.last_stable_offset,
-        active_segment_base: input.active_base,
-        sealed: &summaries,
-    };
-    outcome.plan = plan_cleaning(&extent, &settings.compaction, settings.now_ms);
-    let CleanPlan::Clean { range, .. } = outcome.plan else {
-        return Ok(outcome);
-    };
+/// One round to its end, without pauses (tests, and callers without an
+/// I/O budget): [`Round::start`], then [`Round::step`] until done.
+pub fn run_round(input: CleaningInput, settings: RoundSettings) -> io::Result<RoundOutcome> {
+    let mut round = Round::start(input, settings)?;
+    while !round.step(u64::MAX)? {}
+    Ok(round.finish())
+}
 
-    // Pass 1: the key map of the dirty section.
-    let mut map = KeyMap::with_budget(settings.key_map_bytes, range.dirty(), &input.aborted);
-    'mapping: for segment in input
-        .sealed
-        .iter()
-        .filter(|s| s.next_offset > range.first_dirty && s.id.base_offset < range.end)
-    {
-        let mut reader = BatchReader::new(segment.file.as_ref(), 0, segment.size, RECOVERY_CHUNK);
-        while let Some(batch) = next_batch(&mut reader, segment)? {
-            outcome.bytes_read += batch.size() as u64;
-            if map.add(&view(&batch, segment)?) == MapStep::Full {
-                break 'mapping;
+/// A cleaning round taken a step at a time: each [`step`](Self::step)
+/// reads about a given number of bytes and returns, so the driver can pause
+/// between steps and keep the round under its I/O budget (a round over a
+/// large log would otherwise read it at full speed, and produce and fetch
+/// latency would feel it). Blocking IO; no lane held. The phases:
+/// plan (at [`start`](Self::start)), map the dirty section, decide every
+/// batch from the log start to the map's end segment by segment, and write
+/// a copy of each segment that changes.
+pub struct Round {
+    input: CleaningInput,
+    time: PassTime,
+    producers: Option<ActiveProducers>,
+    phase: Phase,
+    outcome: RoundOutcome,
+}
+
+enum Phase {
+    /// Building the key map: the next batch to add is in sealed segment
+    /// `segment` at `position`.
+    Map {
+        map: KeyMap,
+        range_end: i64,
+        segment: usize,
+        position: u64,
+    },
+    /// Deciding: the next batch is in segment `segment` at `position`;
+    /// `fates` holds the segment's fates so far.
+    Decide {
+        decider: Decider,
+        segment: usize,
+        position: u64,
+        fates: Vec<Fate>,
+    },
+    /// Writing segment `segment`'s copy from its `fates`.
+    Write {
+        decider: Decider,
+        segment: usize,
+        fates: Vec<Fate>,
+        copy: Box<CopyInProgress>,
+    },
+    Done,
+}
+
+/// A copy being written under its temporary name.
+struct CopyInProgress {
+    file: Arc<dyn SegmentFile>,
+    temporary: String,
+    /// The copy's bookkeeping (index entries, end offset) as it grows.
+    segment: Segment,
+    /// Where the next batch is read in the original, and its fate's index.
+    read_position: u64,
+    fate: usize,
+    /// Bytes written to the copy so far.
+    written: u64,
+}
+
+impl Round {
+    /// Plans the round (reading only the first batch of each dirty
+    /// segment): nothing more to do if the plan says wait.
+    pub fn start(input: CleaningInput, settings: RoundSettings) -> io::Result<Round> {
+        let summaries = summaries(&input, settings.checkpoint)?;
+        let extent = LogExtent {
+            log_start: input.log_start,
+            log_end: input.log_end,
+            checkpoint: settings.checkpoint,
+            last_stable_offset: settings.last_stable_offset,
+            active_segment_base: input.active_base,
+            sealed: &summaries,
+        };
+        let plan = plan_cleaning(&extent, &settings.compaction, settings.now_ms);
+        let phase = match plan {
+            CleanPlan::Clean { range, .. } => Phase::Map {
+                map: KeyMap::with_budget(settings.key_map_bytes, range.dirty(), &input.aborted),
+                range_end: range.end,
+                segment: input
+                    .sealed
+                    .iter()
+                    .position(|s| s.next_offset > range.first_dirty)
+                    .unwrap_or(input.sealed.len()),
+                position: 0,
+            },
+            CleanPlan::Wait(_) => Phase::Done,
+        };
+        Ok(Round {
+            time: PassTime {
+                now_ms: settings.now_ms,
+                delete_retention_ms: settings.delete_retention_ms,
+            },
+            producers: Some(settings.producers),
+            phase,
+            outcome: RoundOutcome {
+                plan,
+                checkpoint: settings.checkpoint,
+                copies: Vec::new(),
+                summary: CleanSummary::default(),
+                bytes_read: 0,
+                bytes_written: 0,
+            },
+            input,
+        })
+    }
+
+    /// Reads (and writes) about `bytes` more, at least one batch, and says
+    /// whether the round is done.
+    pub fn step(&mut self, bytes: u64) -> io::Result<bool> {
+        let goal = self
+            .outcome
+            .bytes_read
+            .saturating_add(self.outcome.bytes_written)
+            .saturating_add(bytes);
+        while !matches!(self.phase, Phase::Done) {
+            if self.outcome.bytes_read + self.outcome.bytes_written >= goal {
+                return Ok(false);
+            }
+            let phase = std::mem::replace(&mut self.phase, Phase::Done);
+            self.phase = match phase {
+                Phase::Map {
+                    map,
+                    range_end,
+                    segment,
+                    position,
+                } => self.map_some(map, range_end, segment, position, goal)?,
+                Phase::Decide {
+                    decider,
+                    segment,
+                    position,
+                    fates,
+                } => self.decide_some(decider, segment, position, fates, goal)?,
+                Phase::Write {
+                    decider,
+                    segment,
+                    fates,
+                    copy,
+                } => self.write_some(decider, segment, fates, copy, goal)?,
+                Phase::Done => Phase::Done,
+            };
+        }
+        Ok(true)
+    }
+
+    /// Bytes read and written so far.
+    pub fn io_bytes(&self) -> u64 {
+        self.outcome.bytes_read + self.outcome.bytes_written
+    }
+
+    /// What the round did; call once [`step`](Self::step) said done.
+    pub fn finish(self) -> RoundOutcome {
+        self.outcome
+    }
+
+    fn map_some(
+        &mut self,
+        mut map: KeyMap,
+        range_end: i64,
+        segment: usize,
+        mut position: u64,
+        goal: u64,
+    ) -> io::Result<Phase> {
+        let Some(s) = self
+            .input
+            .sealed
+            .get(segment)
+            .filter(|s| s.id.base_offset < range_end)
+        else {
+            return Ok(self.decide_from(map));
+        };
+        let mut reader = BatchReader::new(s.file.as_ref(), position, s.size, RECOVERY_CHUNK);
+        while let Some((at, batch)) = next_batch(&mut reader, s)? {
+            self.outcome.bytes_read += batch.size() as u64;
+            if map.add(&view(&batch, s)?) == MapStep::Full {
+                return Ok(self.decide_from(map));
+            }
+            position = at + batch.size() as u64;
+            if self.outcome.bytes_read + self.outcome.bytes_written >= goal {
+                return Ok(Phase::Map {
+                    map,
+                    range_end,
+                    segment,
+                    position,
+                });
             }
         }
-    }
-    let end = map.end();
-    if end <= input.log_start {
-        return Ok(outcome);
+        Ok(Phase::Map {
+            map,
+            range_end,
+            segment: segment + 1,
+            position: 0,
+        })
     }
 
-    // Pass 2: every batch's fate, segment by segment; a copy of each
-    // segment that changes.
-    let time = PassTime {
-        now_ms: settings.now_ms,
-        delete_retention_ms: settings.delete_retention_ms,
-    };
-    let mut decider = Decider::new(&map, &input.aborted, &settings.producers, time);
-    for segment in input.sealed.iter().filter(|s| s.id.base_offset < end) {
-        let fates = decide_segment(&mut decider, segment, &mut outcome.bytes_read)?;
-        if fates.iter().all(|f| matches!(f, Fate::KeepWhole)) {
-            continue;
+    /// The map is built: decide from the log start up to its end.
+    fn decide_from(&mut self, map: KeyMap) -> Phase {
+        let end = map.end();
+        self.outcome.checkpoint = Some(end);
+        if end <= self.input.log_start {
+            return Phase::Done;
         }
-        let copy = write_copy(input, segment, &fates, &mut outcome)?;
-        outcome.copies.push(copy);
+        let producers = self.producers.take().unwrap_or_default();
+        Phase::Decide {
+            decider: Decider::new(map, &self.input.aborted, producers, self.time),
+            segment: 0,
+            position: 0,
+            fates: Vec::new(),
+        }
     }
-    outcome.summary = decider.summary().clone();
-    outcome.checkpoint = Some(end);
-    Ok(outcome)
+
+    fn decide_some(
+        &mut self,
+        mut decider: Decider,
+        segment: usize,
+        mut position: u64,
+        mut fates: Vec<Fate>,
+        goal: u64,
+    ) -> io::Result<Phase> {
+        let end = decider.map().end();
+        let Some(s) = self
+            .input
+            .sealed
+            .get(segment)
+            .filter(|s| s.id.base_offset < end)
+        else {
+            self.outcome.summary = decider.summary().clone();
+            return Ok(Phase::Done);
+        };
+        let mut reader = BatchReader::new(s.file.as_ref(), position, s.size, RECOVERY_CHUNK);
+        while let Some((at, batch)) = next_batch(&mut reader, s)? {
+            self.outcome.bytes_read += batch.size() as u64;
+            fates.push(decider.next(&view(&batch, s)?));
+            position = at + batch.size() as u64;
+            if self.outcome.bytes_read + self.outcome.bytes_written >= goal {
+                return Ok(Phase::Decide {
+                    decider,
+                    segment,
+                    position,
+                    fates,
+                });
+            }
+        }
+        // The segment's last batch stays (as a bare header if it would
+        // go), so the segment, and the log, still end where they did.
+        if let Some(last) = fates.last_mut() {
+            if matches!(last, Fate::Drop) {
+                *last = Fate::KeepEmpty;
+            }
+        }
+        if fates.iter().all(|f| matches!(f, Fate::KeepWhole)) {
+            return Ok(Phase::Decide {
+                decider,
+                segment: segment + 1,
+                position: 0,
+                fates: Vec::new(),
+            });
+        }
+        let copy = Box::new(self.open_copy(s)?);
+        Ok(Phase::Write {
+            decider,
+            segment,
+            fates,
+            copy,
+        })
+    }
+
+    /// The copy of `segment`, empty, under its temporary name.
+    fn open_copy(&self, segment: &SealedView) -> io::Result<CopyInProgress> {
+        let (volume, id) = (self.input.volume.as_ref(), segment.id);
+        let temporary = layout::cleaning_path(&self.input.dir, id, self.input.epoch);
+        let file = volume.open_segment(&temporary, true)?;
+        if !file.is_empty() {
+            file.truncate(0)?;
+        }
+        Ok(CopyInProgress {
+            segment: Segment::empty(id.base_offset, id.epoch, file.clone()),
+            file,
+            temporary,
+            read_position: 0,
+            fate: 0,
+            written: 0,
+        })
+    }
+
+    /// Writes the next part of a copy: the original read again (from the
+    /// page cache, usually), each batch as its fate says. At the end, the
+    /// copy is synced, renamed into place and indexed.
+    fn write_some(
+        &mut self,
+        decider: Decider,
+        segment: usize,
+        fates: Vec<Fate>,
+        mut copy: Box<CopyInProgress>,
+        goal: u64,
+    ) -> io::Result<Phase> {
+        let Some(s) = self.input.sealed.get(segment) else {
+            return Err(invalid_data("a copy of a segment the round does not have"));
+        };
+        let id = s.id;
+        let mut reader =
+            BatchReader::new(s.file.as_ref(), copy.read_position, s.size, RECOVERY_CHUNK);
+        let mut pending = BytesMut::new();
+        let mut paused = false;
+        while let Some((at, batch)) = next_batch(&mut reader, s)? {
+            let fate = fates.get(copy.fate).ok_or_else(|| {
+                invalid_data(format!("segment {id:?} grew while it was being cleaned"))
+            })?;
+            copy.fate += 1;
+            copy.read_position = at + batch.size() as u64;
+            self.outcome.bytes_read += batch.size() as u64;
+            let out = match fate.apply(&batch) {
+                Ok(out) => out,
+                // Writing the batch as it was is always safe: it was in
+                // the log.
+                Err(e) => {
+                    tracing::warn!(segment = ?id, offset = batch.base_offset(), error = %e, "keeping a batch the cleaner cannot rewrite");
+                    Some(batch)
+                }
+            };
+            if let Some(out) = out {
+                let position = copy.written + pending.len() as u64;
+                copy.segment.track(
+                    BatchMeta::of(&out, position),
+                    self.input.index_interval_bytes,
+                )?;
+                pending.extend_from_slice(out.as_bytes());
+                self.outcome.bytes_written += out.size() as u64;
+            }
+            if pending.len() >= WRITE_CHUNK {
+                copy.written += copy.file.append(&pending).map(|_| pending.len() as u64)?;
+                pending.clear();
+            }
+            if self.outcome.bytes_read + self.outcome.bytes_written >= goal {
+                paused = true;
+                break;
+            }
+        }
+        if !pending.is_empty() {
+            copy.written += copy.file.append(&pending).map(|_| pending.len() as u64)?;
+        }
+        if paused {
+            return Ok(Phase::Write {
+                decider,
+                segment,
+                fates,
+                copy,
+            });
+        }
+        let installed = self.finish_copy(s, *copy)?;
+        self.outcome.copies.push(installed);
+        Ok(Phase::Decide {
+            decider,
+            segment: segment + 1,
+            position: 0,
+            fates: Vec::new(),
+        })
+    }
+
+    /// The copy is whole: synced, renamed into place (from then on it is
+    /// the segment), reopened by its name, indexed.
+    fn finish_copy(&self, original: &SealedView, copy: CopyInProgress) -> io::Result<CleanedCopy> {
+        let (volume, dir, id, by) = (
+            self.input.volume.as_ref(),
+            &self.input.dir,
+            original.id,
+            self.input.epoch,
+        );
+        if copy.segment.next_offset != original.next_offset {
+            volume.remove(&copy.temporary)?;
+            return Err(invalid_data(format!(
+                "the cleaned copy of segment {id:?} would end at {}, not {}",
+                copy.segment.next_offset, original.next_offset
+            )));
+        }
+        copy.file.sync()?;
+        let path = layout::cleaned_segment_path(dir, id, by);
+        volume.rename(&copy.temporary, &path)?;
+        // From here on the handle is the one opened by the final name.
+        let mut segment = copy.segment.with_file(volume.open_segment(&path, false)?);
+        segment.seal(volume, &layout::cleaned_index_path(dir, id, by))?;
+        segment.cleaned_by = Some(by);
+        segment.freeze(copy.written);
+        Ok(CleanedCopy {
+            id,
+            replaces: original.file.clone(),
+            segment,
+        })
+    }
 }
 
 /// The plan's view of the sealed segments. The first batch's timestamp
@@ -294,15 +622,16 @@ fn summaries(input: &CleaningInput, checkpoint: Option<i64>) -> io::Result<Vec<S
     Ok(out)
 }
 
-/// The next batch of a sealed segment. A sealed segment was validated
-/// when it was written or recovered; anything but whole batches up to its
-/// size is damage, and the round stops rather than clean around it.
+/// The next batch of a sealed segment, with its position. A sealed segment
+/// was validated when it was written or recovered; anything but whole
+/// batches up to its size is damage, and the round stops rather than clean
+/// around it.
 fn next_batch(
     reader: &mut BatchReader<'_>,
     segment: &SealedView,
-) -> io::Result<Option<RecordBatch>> {
+) -> io::Result<Option<(u64, RecordBatch)>> {
     match reader.next_step()? {
-        Step::Batch { batch, .. } => Ok(Some(batch)),
+        Step::Batch { position, batch } => Ok(Some((position, batch))),
         Step::End => Ok(None),
         Step::Partial { position } | Step::Corrupt { position, .. } => Err(invalid_data(format!(
             "segment {:?}: no whole batch at position {position} of {}; not cleaning it",
@@ -318,94 +647,5 @@ fn view(batch: &RecordBatch, segment: &SealedView) -> io::Result<BatchView> {
             segment.id,
             batch.base_offset()
         ))
-    })
-}
-
-/// The fate of each batch of one segment, in order. The segment's last
-/// batch stays (as a bare header if it would go), so the segment, and the
-/// log, still end where they did.
-fn decide_segment(
-    decider: &mut Decider<'_>,
-    segment: &SealedView,
-    bytes_read: &mut u64,
-) -> io::Result<Vec<Fate>> {
-    let mut fates = Vec::new();
-    let mut reader = BatchReader::new(segment.file.as_ref(), 0, segment.size, RECOVERY_CHUNK);
-    while let Some(batch) = next_batch(&mut reader, segment)? {
-        *bytes_read += batch.size() as u64;
-        fates.push(decider.next(&view(&batch, segment)?));
-    }
-    if let Some(last) = fates.last_mut() {
-        if matches!(last, Fate::Drop) {
-            *last = Fate::KeepEmpty;
-        }
-    }
-    Ok(fates)
-}
-
-/// Writes the copy of `segment` the `fates` describe: under its temporary
-/// name, synced, renamed into place, then its index. Reads the segment
-/// again (from the page cache, usually) to apply each fate.
-fn write_copy(
-    input: &CleaningInput,
-    segment: &SealedView,
-    fates: &[Fate],
-    outcome: &mut RoundOutcome,
-) -> io::Result<CleanedCopy> {
-    let (volume, dir, id, by) = (input.volume.as_ref(), &input.dir, segment.id, input.epoch);
-    let temporary = layout::cleaning_path(dir, id, by);
-    let file = volume.open_segment(&temporary, true)?;
-    if !file.is_empty() {
-        file.truncate(0)?;
-    }
-    let mut copy = Segment::empty(id.base_offset, id.epoch, file.clone());
-    let mut pending = BytesMut::new();
-    let mut position = 0u64;
-    let mut reader = BatchReader::new(segment.file.as_ref(), 0, segment.size, RECOVERY_CHUNK);
-    let mut fates = fates.iter();
-    while let Some(batch) = next_batch(&mut reader, segment)? {
-        let fate = fates.next().ok_or_else(|| {
-            invalid_data(format!("segment {id:?} grew while it was being cleaned"))
-        })?;
-        let out = match fate.apply(&batch) {
-            Ok(out) => out,
-            // Writing the batch as it was is always safe: it was in the log.
-            Err(e) => {
-                tracing::warn!(segment = ?id, offset = batch.base_offset(), error = %e, "keeping a batch the cleaner cannot rewrite");
-                Some(batch)
-            }
-        };
-        let Some(out) = out else { continue };
-        copy.track(BatchMeta::of(&out, position), input.index_interval_bytes)?;
-        position += out.size() as u64;
-        pending.extend_from_slice(out.as_bytes());
-        if pending.len() >= WRITE_CHUNK {
-            file.append(&pending)?;
-            pending.clear();
-        }
-    }
-    if !pending.is_empty() {
-        file.append(&pending)?;
-    }
-    if copy.next_offset != segment.next_offset {
-        volume.remove(&temporary)?;
-        return Err(invalid_data(format!(
-            "the cleaned copy of segment {id:?} would end at {}, not {}",
-            copy.next_offset, segment.next_offset
-        )));
-    }
-    file.sync()?;
-    let path = layout::cleaned_segment_path(dir, id, by);
-    volume.rename(&temporary, &path)?;
-    outcome.bytes_written += position;
-    // From here on the handle is the one opened by the final name.
-    let mut copy = copy.with_file(volume.open_segment(&path, false)?);
-    copy.seal(volume, &layout::cleaned_index_path(dir, id, by))?;
-    copy.cleaned_by = Some(by);
-    copy.freeze(position);
-    Ok(CleanedCopy {
-        id,
-        replaces: segment.file.clone(),
-        segment: copy,
     })
 }

@@ -33,7 +33,7 @@ mod segment;
 mod tests;
 
 pub use cleaner::{
-    remove_replaced, run_round, CleanedCopy, CleaningInput, RoundOutcome, RoundSettings,
+    remove_replaced, run_round, CleanedCopy, CleaningInput, Round, RoundOutcome, RoundSettings,
 };
 pub use kaas_core::layout::partition_dir;
 pub use partition_log::{remove_segments, DetachedSegment, PartitionLog, SyncDone, SyncPlan};

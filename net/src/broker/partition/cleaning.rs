@@ -16,7 +16,10 @@ use kaas_core::protocol::ErrorCode;
 
 use super::{partition_dir, storage_error, Partition};
 use crate::env::IoKind;
-use crate::log::{remove_replaced, run_round, RoundSettings};
+use crate::log::{remove_replaced, run_round, CleaningInput, Round, RoundOutcome, RoundSettings};
+
+/// Bytes a round reads and writes between two pauses for the I/O budget.
+const STEP_BYTES: u64 = 512 << 10;
 
 /// What a topic's configs and the broker's settings make of a round.
 #[derive(Debug, Clone, Copy)]
@@ -39,6 +42,9 @@ pub struct RoundReport {
     pub summary: CleanSummary,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// How long the round's reading and writing took (the IO runner's
+    /// part, without the pause for the I/O budget).
+    pub elapsed_ms: i64,
 }
 
 impl Partition {
@@ -72,11 +78,9 @@ impl Partition {
                 producers: ActiveProducers::from_table(state.producers()),
             }
         };
-        let outcome = self
-            .env
-            .blocking(IoKind::Buffered, move || run_round(&input, &round))
-            .await
-            .map_err(storage_error)?;
+        let started = self.env.now_ms();
+        let (outcome, elapsed_ms) = self.run(input, round, settings.io_bytes_per_second).await?;
+        let elapsed_ms = elapsed_ms.min(self.env.now_ms().saturating_sub(started));
         if !matches!(outcome.plan, CleanPlan::Clean { .. }) {
             return Ok(None);
         }
@@ -85,6 +89,7 @@ impl Partition {
             summary: outcome.summary.clone(),
             bytes_read: outcome.bytes_read,
             bytes_written: outcome.bytes_written,
+            elapsed_ms,
         };
         // The swap is the one step that changes what the log reads: only
         // while this broker still holds the partition.
@@ -113,10 +118,55 @@ impl Partition {
             }
         }
         drop(one);
-        if let Some(rate) = settings.io_bytes_per_second.filter(|r| *r > 0) {
-            let bytes = report.bytes_read + report.bytes_written;
-            tokio::time::sleep(Duration::from_millis(bytes.saturating_mul(1000) / rate)).await;
-        }
         Ok(Some(report))
+    }
+
+    /// Runs a round on the IO runner, a step of [`STEP_BYTES`] at a time,
+    /// pausing after each long enough to keep its reads and writes under
+    /// `rate` bytes a second (`None`: in one go). Returns the outcome and
+    /// the time spent in steps (without the pauses).
+    async fn run(
+        &self,
+        input: CleaningInput,
+        round: RoundSettings,
+        rate: Option<u64>,
+    ) -> Result<(RoundOutcome, i64), ErrorCode> {
+        let Some(rate) = rate.filter(|r| *r > 0) else {
+            let started = self.env.now_ms();
+            let outcome = self
+                .env
+                .blocking(IoKind::Buffered, move || run_round(input, round))
+                .await
+                .map_err(storage_error)?;
+            return Ok((outcome, self.env.now_ms().saturating_sub(started)));
+        };
+        let mut round = self
+            .env
+            .blocking(IoKind::Buffered, move || Round::start(input, round))
+            .await
+            .map_err(storage_error)?;
+        let mut working_ms = 0;
+        loop {
+            let started = self.env.now_ms();
+            let (r, done, moved) = self
+                .env
+                .blocking(IoKind::Buffered, move || {
+                    let before = round.io_bytes();
+                    let done = round.step(STEP_BYTES)?;
+                    let moved = round.io_bytes() - before;
+                    Ok((round, done, moved))
+                })
+                .await
+                .map_err(storage_error)?;
+            round = r;
+            working_ms += self.env.now_ms().saturating_sub(started);
+            if done {
+                return Ok((round.finish(), working_ms));
+            }
+            // Still this broker's partition? A round of a partition that
+            // moved stops here; what it wrote whole is a valid cleaning.
+            self.check_open()?;
+            tokio::time::sleep(Duration::from_millis(moved.saturating_mul(1000) / rate)).await;
+        }
     }
 }
