@@ -78,9 +78,7 @@ impl Partition {
                 producers: ActiveProducers::from_table(state.producers()),
             }
         };
-        let started = self.env.now_ms();
         let (outcome, elapsed_ms) = self.run(input, round, settings.io_bytes_per_second).await?;
-        let elapsed_ms = elapsed_ms.min(self.env.now_ms().saturating_sub(started));
         if !matches!(outcome.plan, CleanPlan::Clean { .. }) {
             return Ok(None);
         }
