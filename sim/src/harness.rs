@@ -134,6 +134,44 @@ pub struct SeedReport {
     pub fingerprint: u64,
 }
 
+impl SeedReport {
+    /// The counters a batch of seeds adds up in its summary
+    /// (`crate::batch`), by name: what the seeds did and what was done to
+    /// them. Zero for a workload the seed did not run.
+    pub fn tallies(&self) -> Vec<(&'static str, u64)> {
+        let count = |n: usize| n as u64;
+        let (f, t, e, g) = (&self.faults, &self.txns, &self.eos, &self.groups);
+        vec![
+            ("multi-broker seeds", u64::from(self.params.multi_broker())),
+            ("broker crashes", f.crashes),
+            ("power cuts", f.power_cuts),
+            ("torn crashes", f.torn_crashes),
+            ("fsync failures", f.fsync_failures),
+            ("clogged links", f.clogs),
+            ("volume partitions", f.volume_partitions),
+            (
+                "host crashes that lost unsynced writes",
+                f.host_crashes_with_unsynced,
+            ),
+            ("stale listings answered", self.stale_listings),
+            ("ownership takeovers", self.claims.takeovers),
+            ("records acknowledged", count(self.records_acked)),
+            ("idempotent resends", self.idem.resends),
+            ("duplicates confirmed", self.idem.duplicates_confirmed),
+            ("transactions committed", t.commits_acked),
+            ("transactions aborted", t.aborts_acked),
+            ("transactions fenced", t.fenced),
+            ("zombie producers", t.zombies),
+            ("EndTxn retries", t.end_retries),
+            ("EOS transactions committed", e.commits_acked),
+            ("EOS transactions aborted", e.aborts_acked),
+            ("group generations", count(self.generations)),
+            ("group member crashes", g.member_crashes),
+            ("fsyncs", self.syncs),
+        ]
+    }
+}
+
 impl fmt::Display for SeedReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = &self.params;

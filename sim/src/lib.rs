@@ -16,6 +16,8 @@
 //! - [`cluster_history`] and [`writers`]: the multi-broker rules
 //!   (leader epochs, one writer per file and epoch).
 //! - [`params`]: per-seed workload and fault parameters.
+//! - [`batch`]: a batch of seeds added up: the run's summary table and the
+//!   coverage marks (`kaas_core::coverage`) no seed hit.
 //! - `env` (madsim builds only): each broker's own clock (seeded offset and
 //!   drift) and an IO runner on which an fsync takes simulated time.
 //! - `harness`, `workload`, `idempotent`, `group_member`, `txn`, `eos`,
@@ -27,10 +29,11 @@
 //!   offsets), where each request goes with several brokers, and running
 //!   many seeds.
 //!
-//! Without `--cfg madsim` only the first eight exist, and their unit tests
+//! Without `--cfg madsim` only the first nine exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
+pub mod batch;
 pub mod checker;
 pub mod cluster_history;
 #[cfg(madsim)]

@@ -21,6 +21,9 @@
 //!   replays exactly that seed.
 //! - `KAAS_SIM_SEEDS=k` (or `MADSIM_TEST_NUM=k`): run k seeds.
 //! - `KAAS_SIM_JOBS=j`: seeds run in parallel (default: available cores).
+//! - `KAAS_SIM_VERBOSE=1`: print each seed's report line as it finishes
+//!   (otherwise a progress line every twentieth of the batch, and the
+//!   summary table of [`crate::batch`] at the end).
 //! - `MADSIM_TEST_CHECK_DETERMINISM=1`: run every seed twice and compare.
 //! - `KAAS_SIM_LOG=filter` (e.g. `info`, `kaas_net=debug`, `kaas_sim=debug`
 //!   for the workload's own events): tracing output, with simulated
@@ -32,7 +35,9 @@
 //!   above the 300 ms staleness bound, it breaks what the brokers assume
 //!   (a mutation run).
 
+use crate::batch::{decode_counts, encode_counts, BatchSummary, SeedCounts};
 use crate::harness::run_seed;
+use kaas_core::coverage;
 use madsim::runtime::Runtime;
 use madsim::Config;
 use std::io::Read;
@@ -49,6 +54,9 @@ pub const CHILD_ENV: &str = "KAAS_SIM_CHILD_SEED";
 const SEED_DEADLINE: Duration = Duration::from_secs(300);
 /// Prefix of the child's result line.
 const PASS_PREFIX: &str = "KAAS_SIM_PASS ";
+/// Prefixes of the child's counters and coverage marks lines.
+const TALLY_PREFIX: &str = "KAAS_SIM_TALLY ";
+const MARKS_PREFIX: &str = "KAAS_SIM_MARKS ";
 
 /// Which seeds to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +64,8 @@ pub struct Selection {
     pub seeds: Vec<u64>,
     pub check_determinism: bool,
     pub jobs: usize,
+    /// Print every seed's report line, not just progress.
+    pub verbose: bool,
 }
 
 fn env_u64(names: &[&str]) -> Option<u64> {
@@ -71,6 +81,11 @@ pub fn explicit_seed() -> Option<u64> {
 }
 
 impl Selection {
+    /// No seed base and no seed count were asked for: the default batch.
+    pub fn is_default() -> bool {
+        explicit_seed().is_none() && env_u64(&["KAAS_SIM_SEEDS", "MADSIM_TEST_NUM"]).is_none()
+    }
+
     /// Seeds from the environment; without any, `default_count` seeds
     /// from 0 (fixed, so CI is reproducible; pass a base to explore).
     pub fn from_env(default_count: u64) -> Selection {
@@ -89,6 +104,7 @@ impl Selection {
             seeds: (base..base.saturating_add(count)).collect(),
             check_determinism: std::env::var_os("MADSIM_TEST_CHECK_DETERMINISM").is_some(),
             jobs,
+            verbose: std::env::var_os("KAAS_SIM_VERBOSE").is_some(),
         }
     }
 }
@@ -97,8 +113,9 @@ impl Selection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The seed's one-line report (everything in it is simulated, so two
-    /// runs of a seed print the same line).
-    Passed(String),
+    /// runs of a seed print the same line), and its counters and coverage
+    /// marks (as deterministic).
+    Passed(String, SeedCounts),
     /// Why it failed: violations, a panic, or the child's whole output.
     Failed(String),
 }
@@ -138,7 +155,20 @@ pub fn run_in_process(seed: u64) -> Outcome {
             runtime.block_on(run_seed())
         });
     match thread.map(|t| t.join()) {
-        Ok(Ok(Ok(report))) => Outcome::Passed(report.to_string()),
+        Ok(Ok(Ok(report))) => {
+            let counts = SeedCounts {
+                tallies: report
+                    .tallies()
+                    .into_iter()
+                    .map(|(n, v)| (n.to_string(), v))
+                    .collect(),
+                marks: coverage::counts()
+                    .into_iter()
+                    .map(|(m, n)| (m.name().to_string(), n))
+                    .collect(),
+            };
+            Outcome::Passed(report.to_string(), counts)
+        }
         Ok(Ok(Err(failure))) => Outcome::Failed(failure.to_string()),
         Ok(Err(payload)) => {
             Outcome::Failed(format!("seed {seed} PANICKED: {}", panic_message(payload)))
@@ -155,7 +185,11 @@ pub fn child_main() {
         return;
     };
     match run_in_process(seed) {
-        Outcome::Passed(line) => println!("{PASS_PREFIX}{line}"),
+        Outcome::Passed(line, counts) => {
+            println!("{PASS_PREFIX}{line}");
+            println!("{TALLY_PREFIX}{}", encode_counts(&counts.tallies));
+            println!("{MARKS_PREFIX}{}", encode_counts(&counts.marks));
+        }
         Outcome::Failed(why) => panic!("{why}"),
     }
 }
@@ -225,11 +259,18 @@ pub fn run_isolated(seed: u64, child_test: &str) -> Outcome {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     // libtest prints "test seed_child ... " without a newline first.
-    let pass = stdout
-        .lines()
-        .find_map(|l| l.find(PASS_PREFIX).map(|i| &l[i + PASS_PREFIX.len()..]));
+    let after = |prefix: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.find(prefix).map(|i| l[i + prefix.len()..].to_string()))
+    };
+    let pass = after(PASS_PREFIX);
+    let counts = SeedCounts {
+        tallies: after(TALLY_PREFIX).map_or_else(Vec::new, |s| decode_counts(&s)),
+        marks: after(MARKS_PREFIX).map_or_else(Vec::new, |s| decode_counts(&s)),
+    };
     match (output.status.success(), pass) {
-        (true, Some(line)) => Outcome::Passed(line.to_string()),
+        (true, Some(line)) => Outcome::Passed(line, counts),
         (true, None) => Outcome::Failed(format!(
             "seed {seed}: the child printed no result (is `{child_test}` the child test?)"
         )),
@@ -253,27 +294,40 @@ pub fn run_isolated(seed: u64, child_test: &str) -> Outcome {
     }
 }
 
-/// Runs every seed in its own process, `jobs` at a time, printing one line
-/// per seed as it finishes. Returns the failures, each with its replay
-/// command.
-pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
+/// What a batch run found: the failures, each with its replay command,
+/// and the batch's summary.
+pub struct BatchRun {
+    pub failures: Vec<String>,
+    pub summary: BatchSummary,
+}
+
+/// Runs every seed in its own process, `jobs` at a time, printing a
+/// progress line every twentieth of the batch (every seed's line when
+/// `selection.verbose`), each failure as it comes, and the summary at the
+/// end.
+pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
     let queue = std::sync::Mutex::new(selection.seeds.iter().copied());
     let failures = std::sync::Mutex::new(Vec::new());
+    let summary = std::sync::Mutex::new(BatchSummary::default());
     // Multi-broker seeds that passed, and those of them in which no
     // partition moved (the vacuity gate of `cluster_history`).
     let multi = std::sync::atomic::AtomicU64::new(0);
     let unmoved = std::sync::Mutex::new(Vec::new());
     let tally = std::sync::Mutex::new(ClusterTally::default());
+    let total = selection.seeds.len();
+    let progress_every = (total / 20).max(1);
     let started = Instant::now();
     std::thread::scope(|scope| {
-        for _ in 0..selection.jobs.min(selection.seeds.len()) {
+        for _ in 0..selection.jobs.min(total) {
             scope.spawn(|| loop {
                 let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
                 let Some(seed) = next else { break };
                 let t = Instant::now();
                 let failure = match run_isolated(seed, child_test) {
-                    Outcome::Passed(line) => {
-                        println!("{line} | {:.1}s real", t.elapsed().as_secs_f64());
+                    Outcome::Passed(line, counts) => {
+                        if selection.verbose {
+                            println!("{line} | {:.1}s real", t.elapsed().as_secs_f64());
+                        }
                         if line.contains("| cluster: ") {
                             multi.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             if line.contains("NO MOVE") {
@@ -284,15 +338,24 @@ pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
                                 .unwrap_or_else(|p| p.into_inner())
                                 .add(seed, &line);
                         }
-                        if selection.check_determinism {
-                            check_determinism(seed, child_test, &line).err()
+                        let failure = if selection.check_determinism {
+                            check_determinism(seed, child_test, &line, &counts).err()
                         } else {
                             None
+                        };
+                        if failure.is_none() {
+                            summary
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .passed(&counts);
                         }
+                        failure
                     }
                     Outcome::Failed(why) => Some(why),
                 };
+                let mut summary = summary.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(failure) = failure {
+                    summary.failed();
                     let message = format!("{failure}\nreplay: {}", replay_command(seed));
                     eprintln!("{message}");
                     failures
@@ -300,15 +363,24 @@ pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
                         .unwrap_or_else(|p| p.into_inner())
                         .push(message);
                 }
+                let done = summary.seeds() as usize;
+                if !selection.verbose && (done % progress_every == 0 || done == total) {
+                    let failed = failures.lock().unwrap_or_else(|p| p.into_inner()).len();
+                    println!(
+                        "sim: {done}/{total} seeds, {failed} failed, {:.0} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
             });
         }
     });
     let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    let summary = summary.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut unmoved = unmoved.into_inner().unwrap_or_else(|p| p.into_inner());
     unmoved.sort_unstable();
     println!(
         "{} seeds in {:.1}s ({} jobs), {} failed; {} multi-broker seeds passed, {} of them saw no partition move{}",
-        selection.seeds.len(),
+        total,
         started.elapsed().as_secs_f64(),
         selection.jobs,
         failures.len(),
@@ -324,7 +396,8 @@ pub fn run_all(selection: &Selection, child_test: &str) -> Vec<String> {
     if tally != ClusterTally::default() {
         println!("{tally}");
     }
-    failures
+    print!("{}", summary.table(started.elapsed(), selection.jobs));
+    BatchRun { failures, summary }
 }
 
 /// What the passing multi-broker seeds of a run did, from their report
@@ -386,10 +459,16 @@ impl std::fmt::Display for ClusterTally {
 /// Runs `seed` again in another fresh process and compares its report
 /// (every counter, the simulated duration to the nanosecond's display, and a
 /// fingerprint of the history and final logs) with `first`.
-pub fn check_determinism(seed: u64, child_test: &str, first: &str) -> Result<(), String> {
+pub fn check_determinism(
+    seed: u64,
+    child_test: &str,
+    first: &str,
+    first_counts: &SeedCounts,
+) -> Result<(), String> {
     match run_isolated(seed, child_test) {
-        Outcome::Passed(second) if second == first => Ok(()),
-        Outcome::Passed(second) => Err(format!("seed {seed} is not deterministic: two runs differ\n  first:  {first}\n  second: {second}")),
+        Outcome::Passed(second, counts) if second == first && counts == *first_counts => Ok(()),
+        Outcome::Passed(second, counts) if second == first => Err(format!("seed {seed} is not deterministic: two runs differ in their counters or coverage marks\n  first:  {first_counts:?}\n  second: {counts:?}")),
+        Outcome::Passed(second, _) => Err(format!("seed {seed} is not deterministic: two runs differ\n  first:  {first}\n  second: {second}")),
         Outcome::Failed(why) => Err(format!("seed {seed} is not deterministic: passed once, then failed:\n{why}")),
     }
 }

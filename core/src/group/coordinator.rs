@@ -554,6 +554,7 @@ impl Coordinator {
             let committed = if require_stable
                 && record.is_some_and(|r| r.has_pending_txn_offset(topic, partition))
             {
+                crate::coverage::hit(crate::coverage::Mark::UnstableOffsetsHeldBack);
                 Err(ErrorCode::UnstableOffsetCommit)
             } else {
                 Ok(record

@@ -34,6 +34,7 @@ pub mod leader_epochs;
 mod tests;
 pub mod txn_index;
 
+use crate::coverage::{self, Mark};
 use crate::producer::{
     check_marker, encode_snapshot, BatchIdentity, Classification, CompletedTxn, ProducerTable,
 };
@@ -193,6 +194,8 @@ pub struct PartitionState {
     /// An append or an fsync failed: what is on disk is unknown, so nothing
     /// more is appended or acknowledged.
     failed: bool,
+    /// The log end at the opening: batches below it were found by recovery.
+    opened_at: i64,
 }
 
 impl PartitionState {
@@ -210,6 +213,7 @@ impl PartitionState {
             pending_snapshots: Vec::new(),
             written_snapshot: r.snapshot_offset,
             failed: false,
+            opened_at: r.log_end_offset,
         }
     }
 
@@ -288,10 +292,13 @@ impl PartitionState {
                     first_offset,
                     last_offset,
                 } => {
+                    if last_offset < self.opened_at {
+                        coverage::hit(Mark::DuplicateOfABatchFromBeforeTheOpening);
+                    }
                     return Ok(AppendDecision::Duplicate {
                         base_offset: first_offset,
                         last_offset,
-                    })
+                    });
                 }
                 Classification::Reject(code) => return Err(code),
             }
@@ -457,6 +464,9 @@ impl PartitionState {
     /// An append or fsync failed. Nothing more is appended or acknowledged
     /// until the partition is recovered from the volume again.
     pub fn failed(&mut self) {
+        if !self.failed {
+            coverage::hit(Mark::PartitionStoppedByAFailedWrite);
+        }
         self.failed = true;
         self.pending_snapshots.clear();
     }

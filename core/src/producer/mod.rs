@@ -14,6 +14,7 @@ mod snapshot;
 pub use pid::{local_pid_range, pid_for, PidBlock, PID_BLOCK_SIZE};
 pub use snapshot::{decode_snapshot, encode_snapshot, SnapshotError};
 
+use crate::coverage::{self, Mark};
 use crate::protocol::ErrorCode;
 use crate::record::{ControlType, RecordBatch, NO_PRODUCER_EPOCH, NO_SEQUENCE};
 use serde::{Deserialize, Serialize};
@@ -125,6 +126,7 @@ pub fn check_marker(
         return Err(ErrorCode::InvalidProducerEpoch);
     }
     if coordinator_epoch < entry.coordinator_epoch {
+        coverage::hit(Mark::MarkerOfADeposedCoordinatorRefused);
         return Err(ErrorCode::TransactionCoordinatorFenced);
     }
     Ok(())
@@ -256,7 +258,16 @@ impl ProducerTable {
                 last_offset: dup.last_offset,
             };
         }
-        if let Err(code) = check_epoch(entry, batch).and_then(|_| check_sequence(entry, batch)) {
+        if let Err(code) = check_epoch(entry, batch) {
+            // Batches are forgotten when an epoch is fenced and refilled
+            // by the newer epoch's own writes: none means the epoch came
+            // from the fence alone.
+            if entry.batches.is_empty() {
+                coverage::hit(Mark::ZombieBatchFencedWhereItsSuccessorNeverWrote);
+            }
+            return Classification::Reject(code);
+        }
+        if let Err(code) = check_sequence(entry, batch) {
             return Classification::Reject(code);
         }
         Classification::Append

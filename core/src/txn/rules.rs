@@ -5,6 +5,7 @@
 
 use super::entry::{TxnEntry, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use super::state::TxnState;
+use crate::coverage::{self, Mark};
 use crate::protocol::ErrorCode;
 use regex::{Regex, RegexBuilder};
 
@@ -90,6 +91,7 @@ pub fn bumped_epochs(
             Ok((bumped, entry.producer_epoch))
         }
         Some(e) if e == entry.last_producer_epoch => {
+            coverage::hit(Mark::InitProducerIdRetryAnsweredWithoutABump);
             Ok((entry.producer_epoch, entry.last_producer_epoch))
         }
         Some(_) => Err(ErrorCode::ProducerFenced),
@@ -121,7 +123,10 @@ pub fn init_producer_id(
         TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::Dead => {
             Err(ErrorCode::ConcurrentTransactions)
         }
-        TxnState::Ongoing => Ok(Init::AbortFirst(fence_and_abort(&next, now_ms))),
+        TxnState::Ongoing => {
+            coverage::hit(Mark::InitProducerIdAbortedATransactionInFlight);
+            Ok(Init::AbortFirst(fence_and_abort(&next, now_ms)))
+        }
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
             let claimed_epoch = claim.map(|c| c.producer_epoch);
             if epoch_is_exhausted(next.producer_epoch)
@@ -232,6 +237,7 @@ pub fn end_txn(
             Ok(End::Prepare(next))
         }
         (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+            coverage::hit(Mark::EndTxnRetryFoundItsTransactionComplete);
             Ok(End::AlreadyComplete)
         }
         (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
@@ -313,6 +319,7 @@ pub fn end_txn_v2(
             Err(ErrorCode::InvalidTxnState)
         }
         (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if previous => {
+            coverage::hit(Mark::EndTxnRetryFoundItsTransactionComplete);
             Ok(End::AlreadyComplete)
         }
         (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) if previous => {
@@ -362,8 +369,13 @@ pub fn complete(entry: &TxnEntry, now_ms: i64) -> Option<TxnEntry> {
 /// The reaper's test: an Ongoing transaction past its start plus its
 /// timeout is aborted.
 pub fn has_timed_out(entry: &TxnEntry, now_ms: i64) -> bool {
-    entry.state == TxnState::Ongoing
-        && entry.start_ms.saturating_add(i64::from(entry.timeout_ms)) < now_ms
+    entry.state == TxnState::Ongoing && is_past_timeout(entry, now_ms)
+}
+
+/// The transaction in flight began more than its timeout ago, whatever
+/// its state (a prepared one is past it too, but is completed, not reaped).
+pub fn is_past_timeout(entry: &TxnEntry, now_ms: i64) -> bool {
+    entry.start_ms.saturating_add(i64::from(entry.timeout_ms)) < now_ms
 }
 
 /// Aborts an Ongoing transaction from the coordinator's side (the reaper,

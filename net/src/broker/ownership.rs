@@ -16,6 +16,7 @@ use crate::cluster::Membership;
 use crate::volume::Volume;
 use kaas_core::cluster::placement::{owner_of, Item};
 use kaas_core::cluster::{next_step, Claim, Holding, Step, RELEASED};
+use kaas_core::coverage::{self, Mark};
 use kaas_core::layout::latest_epoch;
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -157,7 +158,17 @@ pub fn win(
     })
     .map_err(io::Error::other)?;
     match volume.create_exclusive(&file(wanted.epoch), &json) {
-        Ok(()) => Ok(Ok(wanted)),
+        Ok(()) => {
+            // Taken over, not handed over: the holder neither released it
+            // nor is it this broker (whose restart claims a new epoch too).
+            let taken_over = wanted.broker_id != RELEASED
+                && current
+                    .is_some_and(|c| c.broker_id != RELEASED && c.broker_id != wanted.broker_id);
+            if taken_over {
+                coverage::hit(Mark::ItemTakenFromABrokerWhoseLeaseLapsed);
+            }
+            Ok(Ok(wanted))
+        }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(Err(newest(volume, dir, file)?)),
         Err(e) => Err(e),
     }

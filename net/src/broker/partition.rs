@@ -638,6 +638,9 @@ impl Partition {
                 .await;
             match synced {
                 Ok((_, true)) => {
+                    kaas_core::coverage::hit(
+                        kaas_core::coverage::Mark::DeposedWriterAcknowledgedNothing,
+                    );
                     // The last word before acknowledging: a successor's
                     // claim exists, so what this flush made durable lands
                     // in files it does not read. Answering it would lose

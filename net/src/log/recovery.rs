@@ -430,11 +430,12 @@ fn refuse_unlisted(
         for path in names {
             match volume.open_segment(&path, false) {
                 Ok(_) => {
+                    kaas_core::coverage::hit(kaas_core::coverage::Mark::StaleListingRefused);
                     return Err(io::Error::other(format!(
                         "{path} exists but the listing of {dir} did not show it (a stale \
                          directory listing: is the volume's directory cache longer than \
                          --volume-staleness-bound-ms?); not opening the partition on it"
-                    )))
+                    )));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
@@ -773,6 +774,7 @@ fn scan_segment(
                     problem,
                     "truncating invalid segment tail"
                 );
+                kaas_core::coverage::hit(kaas_core::coverage::Mark::TornSegmentTailCut);
                 file.truncate(position)?;
             }
         }

@@ -118,6 +118,7 @@ fn refuse_unlisted_epochs(
             slot_journal_path(dir, slot, epoch),
         ] {
             if volume.read(&path)?.is_some() {
+                kaas_core::coverage::hit(kaas_core::coverage::Mark::StaleListingRefused);
                 return Err(io::Error::other(format!(
                     "{path} exists but the listing of {dir} did not show it (a stale directory \
                      listing: is the volume's directory cache longer than \

@@ -84,6 +84,7 @@ pub fn load_fenced<F: SlotFile, E: std::fmt::Display>(
             torn_bytes = file.len() - found.valid_len as u64,
             "cutting a torn tail from a slot journal"
         );
+        kaas_core::coverage::hit(kaas_core::coverage::Mark::TornJournalTailCut);
         file.truncate(found.valid_len as u64)?;
     }
     Ok(Loaded {

@@ -382,6 +382,9 @@ async fn write<O: SlotOwner>(owner: &O, journal: &Journal, state: &O::File) -> i
             // The last word before acknowledging (one failed lookup per
             // round, on the IO runner with the sync it follows).
             Ok(if journal.deposed(volume.as_ref())? {
+                kaas_core::coverage::hit(
+                    kaas_core::coverage::Mark::DeposedWriterAcknowledgedNothing,
+                );
                 Written::Deposed
             } else {
                 Written::Alone

@@ -12,6 +12,7 @@
 
 use super::complete;
 use crate::broker::Broker;
+use kaas_core::coverage::{self, Mark};
 use kaas_core::txn::rules;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -56,6 +57,7 @@ fn reap_and_reconcile(broker: &Arc<Broker>, now_ms: i64) {
             tokio::spawn(async move {
                 match b.transactions.abort_timed_out(&entry).await {
                     Ok(Some(prepared)) => {
+                        coverage::hit(Mark::ReaperAbortedATimedOutTransaction);
                         tracing::info!(transactional_id = %prepared.transactional_id, producer_id = prepared.producer_id, epoch = prepared.producer_epoch, "aborting a transaction past its timeout");
                         b.fence_producer(prepared.producer_id, prepared.producer_epoch);
                         let _ = complete(&b, prepared).await;
@@ -67,9 +69,16 @@ fn reap_and_reconcile(broker: &Arc<Broker>, now_ms: i64) {
                 }
             });
         } else if entry.state.is_prepared() {
+            if rules::is_past_timeout(&entry, now_ms) {
+                // Past its timeout, but the direction is decided: it is
+                // completed as prepared, never aborted over.
+                coverage::hit(Mark::ReaperPassedOverAPreparedTransaction);
+            }
             let b = broker.clone();
             tokio::spawn(async move {
-                let _ = complete(&b, entry).await;
+                if complete(&b, entry).await.is_ok() {
+                    coverage::hit(Mark::ReconcileCompletedAPreparedTransaction);
+                }
             });
         }
     }

@@ -1,0 +1,186 @@
+//! Coverage marks: named moments in the broker's own code that the
+//! simulator counts, so that a batch of seeds shows the rare paths its
+//! checkers exist for were taken at all. A checker that never saw its case
+//! proves nothing: "no zombie batch got through" means something only if
+//! zombie batches were sent where the new epoch had not written yet.
+//!
+//! [`hit`] costs nothing outside the simulator. Under `cfg(madsim)` it
+//! counts into one process-wide table: each seed runs in a process of its
+//! own (`kaas_sim::runner`), so the table is that seed's. The counts are a
+//! side channel only: nothing reads them back into a decision, so the code
+//! under test behaves the same with or without them.
+//!
+//! A mark is hit where the decision is made, once per occurrence. Marks are
+//! listed in [`Mark::ALL`]; `scripts/sim` prints those no seed of a batch
+//! hit, and fails a batch in which a mark it requires never fired.
+
+/// A rare path of the broker, named for what happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mark {
+    /// The reaper aborted an Ongoing transaction past its timeout under a
+    /// bumped epoch.
+    ReaperAbortedATimedOutTransaction,
+    /// A pass of the reaper found a transaction past its timeout already
+    /// prepared (between EndTxn's two phases, or left prepared by a crash)
+    /// and left it to be completed in the direction already decided.
+    ReaperPassedOverAPreparedTransaction,
+    /// The marker reconcile completed a prepared transaction that no EndTxn
+    /// was completing (a crash or a failure between the two phases).
+    ReconcileCompletedAPreparedTransaction,
+    /// A retried EndTxn found its transaction complete in the same
+    /// direction and succeeded without doing anything.
+    EndTxnRetryFoundItsTransactionComplete,
+    /// InitProducerId found a transaction in flight and aborted it under a
+    /// bumped epoch (CONCURRENT_TRANSACTIONS to the caller).
+    InitProducerIdAbortedATransactionInFlight,
+    /// InitProducerId claimed the last epoch (KIP-360): a retry, answered
+    /// with the current epoch without another bump.
+    InitProducerIdRetryAnsweredWithoutABump,
+    /// A batch of an older producer epoch was refused on a partition where
+    /// no batch of the newer epoch had been written: the epoch came from a
+    /// fence (the cross-partition fence), not from the newer producer.
+    ZombieBatchFencedWhereItsSuccessorNeverWrote,
+    /// An idempotent retry was answered as a duplicate of a batch written
+    /// before the partition's last opening (its state rebuilt by recovery).
+    DuplicateOfABatchFromBeforeTheOpening,
+    /// A marker from a coordinator epoch older than the last one seen for
+    /// its producer was refused (TRANSACTION_COORDINATOR_FENCED).
+    MarkerOfADeposedCoordinatorRefused,
+    /// An item (partition or coordinator slot) was claimed from a broker
+    /// whose lease had lapsed.
+    ItemTakenFromABrokerWhoseLeaseLapsed,
+    /// A writer that found its successor's claim after its last write
+    /// acknowledged nothing of it.
+    DeposedWriterAcknowledgedNothing,
+    /// An opening or a slot load refused a directory listing that hid a
+    /// file a lookup by name found (a stale NFS listing).
+    StaleListingRefused,
+    /// Recovery cut a torn tail (a partly written batch) from a segment.
+    TornSegmentTailCut,
+    /// A slot journal's load cut a torn tail (a partly written record).
+    TornJournalTailCut,
+    /// An append or sync of a partition failed, and the partition stopped
+    /// acknowledging until it is opened again.
+    PartitionStoppedByAFailedWrite,
+    /// OffsetFetch with require_stable found offsets staged by a
+    /// transaction not yet complete (UNSTABLE_OFFSET_COMMIT).
+    UnstableOffsetsHeldBack,
+}
+
+impl Mark {
+    /// Every mark, in declaration order.
+    pub const ALL: &'static [Mark] = &[
+        Mark::ReaperAbortedATimedOutTransaction,
+        Mark::ReaperPassedOverAPreparedTransaction,
+        Mark::ReconcileCompletedAPreparedTransaction,
+        Mark::EndTxnRetryFoundItsTransactionComplete,
+        Mark::InitProducerIdAbortedATransactionInFlight,
+        Mark::InitProducerIdRetryAnsweredWithoutABump,
+        Mark::ZombieBatchFencedWhereItsSuccessorNeverWrote,
+        Mark::DuplicateOfABatchFromBeforeTheOpening,
+        Mark::MarkerOfADeposedCoordinatorRefused,
+        Mark::ItemTakenFromABrokerWhoseLeaseLapsed,
+        Mark::DeposedWriterAcknowledgedNothing,
+        Mark::StaleListingRefused,
+        Mark::TornSegmentTailCut,
+        Mark::TornJournalTailCut,
+        Mark::PartitionStoppedByAFailedWrite,
+        Mark::UnstableOffsetsHeldBack,
+    ];
+
+    /// The mark's name as printed and parsed: its variant's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mark::ReaperAbortedATimedOutTransaction => "ReaperAbortedATimedOutTransaction",
+            Mark::ReaperPassedOverAPreparedTransaction => "ReaperPassedOverAPreparedTransaction",
+            Mark::ReconcileCompletedAPreparedTransaction => {
+                "ReconcileCompletedAPreparedTransaction"
+            }
+            Mark::EndTxnRetryFoundItsTransactionComplete => {
+                "EndTxnRetryFoundItsTransactionComplete"
+            }
+            Mark::InitProducerIdAbortedATransactionInFlight => {
+                "InitProducerIdAbortedATransactionInFlight"
+            }
+            Mark::InitProducerIdRetryAnsweredWithoutABump => {
+                "InitProducerIdRetryAnsweredWithoutABump"
+            }
+            Mark::ZombieBatchFencedWhereItsSuccessorNeverWrote => {
+                "ZombieBatchFencedWhereItsSuccessorNeverWrote"
+            }
+            Mark::DuplicateOfABatchFromBeforeTheOpening => "DuplicateOfABatchFromBeforeTheOpening",
+            Mark::MarkerOfADeposedCoordinatorRefused => "MarkerOfADeposedCoordinatorRefused",
+            Mark::ItemTakenFromABrokerWhoseLeaseLapsed => "ItemTakenFromABrokerWhoseLeaseLapsed",
+            Mark::DeposedWriterAcknowledgedNothing => "DeposedWriterAcknowledgedNothing",
+            Mark::StaleListingRefused => "StaleListingRefused",
+            Mark::TornSegmentTailCut => "TornSegmentTailCut",
+            Mark::TornJournalTailCut => "TornJournalTailCut",
+            Mark::PartitionStoppedByAFailedWrite => "PartitionStoppedByAFailedWrite",
+            Mark::UnstableOffsetsHeldBack => "UnstableOffsetsHeldBack",
+        }
+    }
+
+    /// The mark named `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<Mark> {
+        Mark::ALL.iter().copied().find(|m| m.name() == name)
+    }
+}
+
+#[cfg(madsim)]
+static COUNTS: [std::sync::atomic::AtomicU64; Mark::ALL.len()] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; Mark::ALL.len()];
+
+/// Counts one occurrence of `mark` (in the simulator; nothing elsewhere).
+#[inline]
+pub fn hit(mark: Mark) {
+    #[cfg(madsim)]
+    COUNTS[mark as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(madsim))]
+    let _ = mark;
+}
+
+/// How often each mark was hit in this process, every mark listed (all
+/// zero outside the simulator).
+pub fn counts() -> Vec<(Mark, u64)> {
+    Mark::ALL
+        .iter()
+        .map(|&m| {
+            #[cfg(madsim)]
+            let n = COUNTS[m as usize].load(std::sync::atomic::Ordering::Relaxed);
+            #[cfg(not(madsim))]
+            let n = 0;
+            (m, n)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mark_is_listed_once_in_declaration_order() {
+        for (i, m) in Mark::ALL.iter().enumerate() {
+            assert_eq!(*m as usize, i, "{m:?} is listed out of place");
+        }
+        let last = Mark::UnstableOffsetsHeldBack as usize;
+        assert_eq!(Mark::ALL.len(), last + 1, "a mark is missing from ALL");
+    }
+
+    #[test]
+    fn a_mark_is_found_by_its_name_and_names_are_its_variant() {
+        for m in Mark::ALL {
+            assert_eq!(Mark::from_name(m.name()), Some(*m));
+            assert_eq!(m.name(), format!("{m:?}"));
+        }
+        assert_eq!(Mark::from_name("NoSuchMark"), None);
+    }
+
+    #[test]
+    #[cfg(not(madsim))]
+    fn hits_outside_the_simulator_count_nothing() {
+        hit(Mark::TornSegmentTailCut);
+        assert!(counts().iter().all(|(_, n)| *n == 0));
+        assert_eq!(counts().len(), Mark::ALL.len());
+    }
+}

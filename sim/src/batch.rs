@@ -1,0 +1,237 @@
+//! What a batch of seeds did, added up: the summary `scripts/sim` prints
+//! at the end of a run, and the coverage marks no seed hit.
+//!
+//! Each passing seed's child process reports its counters
+//! ([`SeedReport::tallies`](crate::harness::SeedReport::tallies)) and the
+//! coverage marks the broker's code hit ([`kaas_core::coverage`]); the
+//! parent adds them here. A batch that never crashed a broker mid-
+//! transaction, or never sent a zombie batch where the new epoch had not
+//! written, proved less than its seed count suggests: the summary says so.
+
+use kaas_core::coverage::Mark;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// What one passing seed reported besides its line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeedCounts {
+    /// (counter, value), in the report's order.
+    pub tallies: Vec<(String, u64)>,
+    /// (mark name, hits), every mark.
+    pub marks: Vec<(String, u64)>,
+}
+
+const FIELD_SEP: char = ';';
+
+/// `name=value;name=value` (names may hold spaces, never `;` or `=`).
+pub fn encode_counts(counts: &[(String, u64)]) -> String {
+    counts
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join(&FIELD_SEP.to_string())
+}
+
+/// The inverse of [`encode_counts`]; a malformed field is skipped.
+pub fn decode_counts(s: &str) -> Vec<(String, u64)> {
+    s.split(FIELD_SEP)
+        .filter_map(|field| {
+            let (name, value) = field.rsplit_once('=')?;
+            Some((name.trim().to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// A total over the seeds, and how many seeds contributed to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Total {
+    sum: u64,
+    seeds: u64,
+}
+
+impl Total {
+    fn add(&mut self, value: u64) {
+        self.sum = self.sum.saturating_add(value);
+        self.seeds += u64::from(value > 0);
+    }
+}
+
+/// The batch so far.
+#[derive(Debug, Clone, Default)]
+pub struct BatchSummary {
+    passed: u64,
+    failed: u64,
+    /// Counter names in first-seen order, and their totals.
+    order: Vec<String>,
+    tallies: BTreeMap<String, Total>,
+    marks: BTreeMap<String, Total>,
+}
+
+impl BatchSummary {
+    pub fn passed(&mut self, counts: &SeedCounts) {
+        self.passed += 1;
+        for (name, value) in &counts.tallies {
+            if !self.tallies.contains_key(name) {
+                self.order.push(name.clone());
+            }
+            self.tallies.entry(name.clone()).or_default().add(*value);
+        }
+        for (name, hits) in &counts.marks {
+            self.marks.entry(name.clone()).or_default().add(*hits);
+        }
+    }
+
+    pub fn failed(&mut self) {
+        self.failed += 1;
+    }
+
+    pub fn seeds(&self) -> u64 {
+        self.passed + self.failed
+    }
+
+    /// Marks no passing seed hit, in declaration order.
+    pub fn never_hit(&self) -> Vec<Mark> {
+        Mark::ALL
+            .iter()
+            .copied()
+            .filter(|m| self.marks.get(m.name()).is_none_or(|t| t.sum == 0))
+            .collect()
+    }
+
+    /// The `required` marks no passing seed hit.
+    pub fn missing(&self, required: &[Mark]) -> Vec<Mark> {
+        let never = self.never_hit();
+        required
+            .iter()
+            .copied()
+            .filter(|m| never.contains(m))
+            .collect()
+    }
+
+    /// The summary table, with the run's real time and parallelism.
+    pub fn table(&self, elapsed: Duration, jobs: usize) -> Table<'_> {
+        Table {
+            summary: self,
+            elapsed,
+            jobs,
+        }
+    }
+}
+
+/// [`BatchSummary::table`]'s display.
+pub struct Table<'a> {
+    summary: &'a BatchSummary,
+    elapsed: Duration,
+    jobs: usize,
+}
+
+impl fmt::Display for Table<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.summary;
+        let secs = self.elapsed.as_secs_f64();
+        // Seeds a minute for each core the run used: the figure
+        // docs/performance.md records.
+        let per_core_minute = if secs > 0.0 {
+            s.seeds() as f64 * 60.0 / secs / self.jobs.max(1) as f64
+        } else {
+            0.0
+        };
+        writeln!(
+            f,
+            "summary: {} seeds, {} passed, {} failed, {:.1} s real, {} jobs, {:.0} seeds per minute per core",
+            s.seeds(),
+            s.passed,
+            s.failed,
+            secs,
+            self.jobs,
+            per_core_minute
+        )?;
+        writeln!(
+            f,
+            "  {:<42} {:>12} {:>8}",
+            "passing seeds' totals", "total", "seeds"
+        )?;
+        for name in &s.order {
+            let t = s.tallies.get(name).copied().unwrap_or_default();
+            writeln!(f, "  {name:<42} {:>12} {:>8}", t.sum, t.seeds)?;
+        }
+        writeln!(
+            f,
+            "  {:<42} {:>12} {:>8}",
+            "coverage marks", "hits", "seeds"
+        )?;
+        for m in Mark::ALL {
+            let t = s.marks.get(m.name()).copied().unwrap_or_default();
+            let note = if t.sum == 0 { "   NEVER HIT" } else { "" };
+            writeln!(f, "  {:<42} {:>12} {:>8}{note}", m.name(), t.sum, t.seeds)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(tallies: &[(&str, u64)], marks: &[(Mark, u64)]) -> SeedCounts {
+        SeedCounts {
+            tallies: tallies.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+            marks: marks
+                .iter()
+                .map(|(m, v)| (m.name().to_string(), *v))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn counts_survive_their_encoding_names_with_spaces_included() {
+        let c = counts(&[("broker crashes", 3), ("fsyncs", 0)], &[]);
+        assert_eq!(decode_counts(&encode_counts(&c.tallies)), c.tallies);
+        assert_eq!(
+            decode_counts("a=1;junk;b=x;c = 2"),
+            vec![("a".into(), 1), ("c".into(), 2)]
+        );
+    }
+
+    #[test]
+    fn totals_add_up_and_count_the_seeds_that_contributed() {
+        let mut b = BatchSummary::default();
+        b.passed(&counts(&[("crashes", 2)], &[(Mark::TornSegmentTailCut, 1)]));
+        b.passed(&counts(&[("crashes", 0)], &[(Mark::TornSegmentTailCut, 4)]));
+        b.failed();
+        assert_eq!(b.seeds(), 3);
+        assert_eq!(b.tallies["crashes"], Total { sum: 2, seeds: 1 });
+        assert_eq!(
+            b.marks[Mark::TornSegmentTailCut.name()],
+            Total { sum: 5, seeds: 2 }
+        );
+        let table = b.table(Duration::from_secs(60), 2).to_string();
+        assert!(table.contains("3 seeds, 2 passed, 1 failed"), "{table}");
+        assert!(table.contains("2 seeds per minute per core"), "{table}");
+    }
+
+    #[test]
+    fn a_mark_no_seed_hit_is_reported_and_missing_if_required() {
+        let mut b = BatchSummary::default();
+        b.passed(&counts(
+            &[],
+            &[(Mark::TornSegmentTailCut, 1), (Mark::TornJournalTailCut, 0)],
+        ));
+        let never = b.never_hit();
+        assert!(!never.contains(&Mark::TornSegmentTailCut));
+        assert!(never.contains(&Mark::TornJournalTailCut));
+        assert!(
+            never.contains(&Mark::StaleListingRefused),
+            "a mark never reported was never hit"
+        );
+        assert_eq!(
+            b.missing(&[Mark::TornSegmentTailCut, Mark::TornJournalTailCut]),
+            vec![Mark::TornJournalTailCut]
+        );
+        assert!(b
+            .table(Duration::ZERO, 1)
+            .to_string()
+            .contains("TornJournalTailCut"));
+    }
+}
