@@ -152,9 +152,11 @@ pub struct TimestampBounds {
 /// each as (index in the batch, Kafka's message): Kafka refuses such a
 /// batch whole with INVALID_TIMESTAMP and names each record in
 /// `record_errors`. A record without a timestamp (-1) is not checked. A
-/// compressed batch is not decoded (kaas does not decompress yet): its
-/// header's first and largest timestamps stand for its records, and an
-/// offence is reported against its first record.
+/// compressed batch is not decompressed for this check (every batch of
+/// every topic passes here; only compacted topics pay for decompression,
+/// in [`records_without_key`]): its header's first and largest timestamps
+/// stand for its records, and an offence is reported against its first
+/// record.
 pub fn records_out_of_time(
     batch: &RecordBatch,
     now_ms: i64,
