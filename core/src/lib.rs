@@ -7,6 +7,7 @@
 
 pub mod cleaner;
 pub mod cluster;
+pub mod compression;
 pub mod coverage;
 pub mod group;
 pub mod layout;

@@ -1,6 +1,7 @@
 //! What a Produce request may append: the rules applied to each partition's
 //! records before they reach the log.
 
+use crate::compression::{CompressionError, MAX_DECOMPRESSED_BATCH_BYTES};
 use crate::protocol::ErrorCode;
 use crate::record::{split_batches, BatchError, RecordBatch, RecordError, Tail};
 use bytes::Bytes;
@@ -73,20 +74,38 @@ pub fn admit_batch(batch: &RecordBatch, transactional_id: Option<&str>) -> Resul
 /// takes needs one; Kafka refuses the whole batch with INVALID_RECORD and
 /// names each keyless record (its index in the batch) in the response's
 /// `record_errors`. The indexes of the records of `batch` without a key,
-/// in order; empty when every record has one. A record that does not
-/// decode makes the batch CORRUPT_MESSAGE. A compressed batch is not
-/// decoded (kaas does not decompress yet) and reports nothing.
+/// in order; empty when every record has one. A compressed batch is read
+/// through its decompressed records, as Kafka's validator reads them
+/// ([`compacted_records`]). A record that does not decode makes the batch
+/// CORRUPT_MESSAGE.
 pub fn records_without_key(batch: &RecordBatch) -> Result<Vec<i32>, ErrorCode> {
+    let batch = compacted_records(batch)?;
     let mut keyless = Vec::new();
     for (index, record) in (0..).zip(batch.records()) {
         match record {
             Ok(r) if r.key.is_none() => keyless.push(index),
             Ok(_) => {}
-            Err(RecordError::Compressed(_)) => return Ok(Vec::new()),
             Err(_) => return Err(ErrorCode::CorruptMessage),
         }
     }
     Ok(keyless)
+}
+
+/// The records of a batch produced to a compacted topic, decompressed if
+/// need be, for the key check. Data that does not decompress is
+/// CORRUPT_MESSAGE, as in Kafka. Records that decompress to more than
+/// [`MAX_DECOMPRESSED_BATCH_BYTES`] are MESSAGE_TOO_LARGE: Kafka reads a
+/// compressed batch as a stream and has no such bound, but kaas holds the
+/// records of a batch at once; a Java producer answered so splits the
+/// batch and sends it again.
+pub fn compacted_records(batch: &RecordBatch) -> Result<RecordBatch, ErrorCode> {
+    batch
+        .decompressed(MAX_DECOMPRESSED_BATCH_BYTES)
+        .map_err(|e| match e {
+            CompressionError::TooLarge { .. } => ErrorCode::MessageTooLarge,
+            CompressionError::Unsupported(_) => ErrorCode::UnsupportedCompressionType,
+            CompressionError::Corrupt { .. } => ErrorCode::CorruptMessage,
+        })
 }
 
 /// Kafka's words for one keyless record of a compacted topic's partition
@@ -133,9 +152,11 @@ pub struct TimestampBounds {
 /// each as (index in the batch, Kafka's message): Kafka refuses such a
 /// batch whole with INVALID_TIMESTAMP and names each record in
 /// `record_errors`. A record without a timestamp (-1) is not checked. A
-/// compressed batch is not decoded (kaas does not decompress yet): its
-/// header's first and largest timestamps stand for its records, and an
-/// offence is reported against its first record.
+/// compressed batch is not decompressed for this check (every batch of
+/// every topic passes here; only compacted topics pay for decompression,
+/// in [`records_without_key`]): its header's first and largest timestamps
+/// stand for its records, and an offence is reported against its first
+/// record.
 pub fn records_out_of_time(
     batch: &RecordBatch,
     now_ms: i64,
@@ -235,6 +256,48 @@ mod tests {
         assert!(summary.contains("RecordError(batchIndex=2, message='Compacted topic"));
         let (summary, _) = keyless_record_messages("t", 0, &[0, 1, 2, 3, 4]);
         assert!(summary.contains("batchIndex=2") && !summary.contains("batchIndex=3"));
+    }
+
+    #[test]
+    fn a_compacted_topic_refuses_keyless_records_inside_compressed_batches() {
+        use crate::record::Compression;
+        let mut b = BatchBuilder::new();
+        for key in [Some(&b"k0"[..]), None, Some(&b"k2"[..]), None] {
+            b = b.push_record(NewRecord::new(1000, key, Some(b"v")));
+        }
+        let plain = b.build();
+        for codec in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let packed = plain.compressed_with(codec).unwrap();
+            assert_eq!(records_without_key(&packed), Ok(vec![1, 3]), "{codec:?}");
+            let keyed = RecordBatch::new(batch())
+                .unwrap()
+                .compressed_with(codec)
+                .unwrap();
+            assert_eq!(records_without_key(&keyed), Ok(vec![]));
+        }
+    }
+
+    #[test]
+    fn compressed_records_that_do_not_decompress_are_corrupt_or_too_large() {
+        use crate::record::Compression;
+        let mut bytes = batch().to_vec();
+        bytes[22] |= 0x04; // zstd, over records that are not zstd
+        let broken = RecordBatch::new(crate::record::reseal(bytes)).unwrap();
+        assert_eq!(records_without_key(&broken), Err(ErrorCode::CorruptMessage));
+        // A bomb: one record whose value is zeros past the bound.
+        let zeros = vec![0u8; MAX_DECOMPRESSED_BATCH_BYTES + 1];
+        let bomb = BatchBuilder::new()
+            .push_record(NewRecord::new(1000, Some(b"k"), Some(&zeros)))
+            .build()
+            .compressed_with(Compression::Zstd)
+            .unwrap();
+        assert!(bomb.size() < 1 << 20);
+        assert_eq!(records_without_key(&bomb), Err(ErrorCode::MessageTooLarge));
     }
 
     #[test]

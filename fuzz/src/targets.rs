@@ -6,6 +6,7 @@ use crate::archive;
 use crate::frames;
 use crate::mem_volume::MemVolume;
 use bytes::{Bytes, BytesMut};
+use kaas_core::produce::records_without_key;
 use kaas_core::producer::{
     decode_snapshot, encode_snapshot, pid_for, BatchIdentity, Classification,
 };
@@ -14,7 +15,7 @@ use kaas_core::protocol::messages::{ResponseBody, APIS};
 use kaas_core::protocol::{decode_request, Reader, Request, RequestError, Writer};
 use kaas_core::record::{
     assign_in_place, build_control_batch, parse_end_txn_marker, split_batches, Compression,
-    RecordBatch, Tail,
+    RecordBatch, Tail, BATCH_HEADER_LEN,
 };
 use kaas_net::broker::Isolation;
 use kaas_net::handlers::{self, Outcome};
@@ -271,6 +272,57 @@ fn exercise_batch(batch: &RecordBatch) {
     let mut copy = batch.as_bytes().to_vec();
     assert!(assign_in_place(&mut copy, 1 << 40, 7));
     assert_eq!(&copy[..], &moved.as_bytes()[..]);
+
+    exercise_decompression(batch);
+}
+
+/// The most a fuzzed batch may decompress to: small, so bombs are cheap to
+/// find and to refuse (the broker's bound is 64 MiB).
+const FUZZ_DECOMPRESSED_LIMIT: usize = 1 << 20;
+
+/// Decompression, as the cleaner and a compacted topic's key check run it:
+/// bounded, a typed error or a twin with the same header (codec bits
+/// aside) whose records compress back with the codec and decompress equal.
+fn exercise_decompression(batch: &RecordBatch) {
+    let codec = batch.compression();
+    if codec == Compression::None {
+        return;
+    }
+    let plain = match batch.decompressed(FUZZ_DECOMPRESSED_LIMIT) {
+        Ok(plain) => plain,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    assert!(plain.size() <= BATCH_HEADER_LEN + FUZZ_DECOMPRESSED_LIMIT);
+    assert_eq!(plain.compression(), Compression::None);
+    assert_eq!(plain.attributes() & !7, batch.attributes() & !7);
+    assert_eq!(
+        (
+            plain.base_offset(),
+            plain.last_offset_delta(),
+            plain.record_count()
+        ),
+        (
+            batch.base_offset(),
+            batch.last_offset_delta(),
+            batch.record_count()
+        )
+    );
+    assert!(plain.records().filter(Result::is_err).count() <= 1);
+    let _ = records_without_key(&plain);
+    if plain.record_count() > 0 {
+        let again = plain.compressed_with(codec).expect("compresses");
+        assert_eq!(again.compression(), codec);
+        let back = again
+            .decompressed(FUZZ_DECOMPRESSED_LIMIT)
+            .expect("what kaas compressed decompresses");
+        assert_eq!(
+            back, plain,
+            "a round trip through {codec:?} changed the batch"
+        );
+    }
 }
 
 /// (d) State file parsers: a corrupt file is an error, never a panic, and

@@ -2,8 +2,8 @@
 //! Streams creates one per changelog) and, with no `delete` in it, keeps
 //! every record: retention passes it by and DeleteRecords is refused with
 //! POLICY_VIOLATION, as in Kafka; a batch with keyless records is refused
-//! (INVALID_RECORD, each record named). kaas does not compact yet, so
-//! nothing else changes for such a topic.
+//! (INVALID_RECORD, each record named), compressed or not. (The log
+//! cleaner itself is tested in `kaas_net::log::cleaner_tests`.)
 #![cfg(not(madsim))]
 // A test: an unwrap that fails is the test failing.
 #![allow(clippy::unwrap_used)]
@@ -15,7 +15,7 @@ use kaas_core::protocol::messages::delete_records_request::{
 };
 use kaas_core::protocol::messages::*;
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
-use kaas_core::record::{BatchBuilder, NewRecord};
+use kaas_core::record::{BatchBuilder, Compression, NewRecord};
 use kaas_net::client::Connection;
 use std::collections::BTreeMap;
 
@@ -245,4 +245,61 @@ async fn a_compacted_topic_refuses_a_batch_with_keyless_records_naming_each() {
     let ok = produce(&mut conn, "delete", mixed()).await;
     assert_eq!((ok.error_code, ok.base_offset), (0, 0));
     assert!(ok.record_errors.is_empty());
+}
+
+#[tokio::test]
+async fn a_compacted_topic_refuses_keyless_records_inside_a_compressed_batch() {
+    let tb = support::start_broker(|_| {}).await;
+    tb.broker
+        .create_topic("compact", 1, 1, configs(Some("compact")))
+        .await
+        .unwrap();
+    let mut conn = Connection::connect(tb.addr).await.unwrap();
+    for codec in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let mut b = BatchBuilder::new();
+        for key in [Some(&b"k1"[..]), None, Some(&b"k2"[..]), None] {
+            b.push(NewRecord::new(0, key, Some(b"v")));
+        }
+        let batch = b.build().compressed_with(codec).unwrap();
+        let refused = produce(&mut conn, "compact", batch.into_bytes()).await;
+        assert_eq!(
+            refused.error_code,
+            ErrorCode::InvalidRecord.code(),
+            "{codec:?}"
+        );
+        let indexes: Vec<i32> = refused
+            .record_errors
+            .iter()
+            .map(|e| e.batch_index)
+            .collect();
+        assert_eq!(indexes, [1, 3], "{codec:?}");
+        assert_eq!(
+            refused.record_errors[0]
+                .batch_index_error_message
+                .as_deref(),
+            Some("Compacted topic cannot accept message without key in topic partition compact-0")
+        );
+    }
+    // Records that do not decompress: CORRUPT_MESSAGE.
+    let mut b = BatchBuilder::new();
+    b.push(NewRecord::new(0, Some(b"k"), Some(b"v")));
+    let mut bytes = b.build().into_bytes().to_vec();
+    bytes[22] |= 0x03; // lz4, over records that are not an LZ4 frame
+    let crc = crc32c::crc32c(&bytes[21..]);
+    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+    let corrupt = produce(&mut conn, "compact", bytes.into()).await;
+    assert_eq!(corrupt.error_code, ErrorCode::CorruptMessage.code());
+    let p = tb.broker.partition("compact", 0, -1).unwrap();
+    assert_eq!(p.high_watermark(), 0, "nothing was written");
+
+    let mut keyed = BatchBuilder::new();
+    keyed.push(NewRecord::new(0, Some(b"k"), Some(b"v")));
+    let batch = keyed.build().compressed_with(Compression::Zstd).unwrap();
+    let ok = produce(&mut conn, "compact", batch.into_bytes()).await;
+    assert_eq!((ok.error_code, ok.base_offset), (0, 0));
 }

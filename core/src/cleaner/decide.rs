@@ -219,7 +219,8 @@ impl Decider {
         }
     }
 
-    /// A compressed batch stays whole; the walk still has to know about it.
+    /// A compressed batch that cannot be read stays whole; the walk still
+    /// has to know about it.
     fn walk_opaque(&mut self, batch: &BatchView) {
         if let Some(aborted) = self.txns.on_opaque(batch) {
             self.aborted_to_index.push(aborted);

@@ -18,7 +18,7 @@ pub const ENTRY_OVERHEAD_BYTES: usize = 48;
 /// MD5-keyed map) in an ordered map, which keeps lookups `O(log n)` whatever
 /// keys producers choose. Only data batches count: control batches and
 /// batches of aborted transactions add no keys, and nor do compressed
-/// batches (their records cannot be read).
+/// batches that cannot be decompressed (their records cannot be read).
 ///
 /// The map stops when the next batch's new keys would overflow the byte
 /// budget. It stops at that batch's boundary, so the section it covers,

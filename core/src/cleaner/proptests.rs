@@ -1,8 +1,11 @@
 //! Random logs through the key map, the decision and the filter, against a
 //! model of what compaction keeps: per key, the last record among the
 //! non-aborted data (in offset order), tombstones until their horizon,
-//! nothing without a key, every offset unchanged. Compressed batches are
-//! outside the model's view of keys: they stay whole.
+//! nothing without a key, every offset unchanged. Some batches are
+//! compressed (with each of Kafka's codecs): they are cleaned like the
+//! others and stay compressed with their codec. Some carry a codec bit over
+//! records that do not decompress: those are outside the model's view of
+//! keys, and stay whole.
 //!
 //! Rounds run with a random key-map budget until the whole log is clean;
 //! after each one, the cleaned prefix obeys the model over that prefix and
@@ -14,9 +17,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::*;
+use crate::compression::MAX_DECOMPRESSED_BATCH_BYTES;
 use crate::partition::AbortedTxn;
 use crate::record::{
-    build_control_batch, reseal, BatchBuilder, ControlType, EndTxnMarker, NewRecord, RecordBatch,
+    build_control_batch, reseal, BatchBuilder, Compression, ControlType, EndTxnMarker, NewRecord,
+    RecordBatch,
 };
 
 /// Cleaning rounds run at this time; every record is older.
@@ -26,20 +31,31 @@ const T: i64 = 10_000_000;
 /// timestamp jitter.
 type Rec = (Option<u8>, Option<u8>, i64);
 
+/// How a batch is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Zip {
+    /// Uncompressed.
+    Plain,
+    /// Compressed with this codec.
+    With(Compression),
+    /// The gzip bit over uncompressed records: it does not decompress.
+    Broken,
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     /// A plain batch, or an idempotent one from producer `20 + p`.
     Data {
         producer: Option<u8>,
         records: Vec<Rec>,
-        compressed: bool,
+        compressed: Zip,
     },
     /// A transactional batch from producer `10 + p`, opening its
     /// transaction if none is open.
     Txn {
         producer: u8,
         records: Vec<Rec>,
-        compressed: bool,
+        compressed: Zip,
     },
     /// The marker of producer `10 + p` (of an empty transaction if none is
     /// open).
@@ -56,7 +72,16 @@ fn rec() -> impl Strategy<Value = Rec> {
 
 fn op() -> impl Strategy<Value = Op> {
     let records = || proptest::collection::vec(rec(), 1..5);
-    let compressed = || prop_oneof![9 => Just(false), 1 => Just(true)];
+    let compressed = || {
+        prop_oneof![
+            12 => Just(Zip::Plain),
+            1 => Just(Zip::With(Compression::Gzip)),
+            1 => Just(Zip::With(Compression::Snappy)),
+            1 => Just(Zip::With(Compression::Lz4)),
+            1 => Just(Zip::With(Compression::Zstd)),
+            1 => Just(Zip::Broken),
+        ]
+    };
     prop_oneof![
         5 => (proptest::option::of(0u8..2), records(), compressed())
             .prop_map(|(producer, records, compressed)| Op::Data { producer, records, compressed }),
@@ -164,7 +189,7 @@ impl Built {
         b
     }
 
-    fn push_data(&mut self, builder: BatchBuilder, records: &[Rec], compressed: bool) {
+    fn push_data(&mut self, builder: BatchBuilder, records: &[Rec], compressed: Zip) {
         let base = self.end;
         let mut builder = builder
             .with_base_offset(base)
@@ -181,14 +206,18 @@ impl Built {
                 value: records[i].1,
                 timestamp,
                 aborted: false,
-                opaque: compressed,
+                opaque: compressed == Zip::Broken,
             });
         }
         let mut batch = builder.build();
-        if compressed {
-            let mut bytes = batch.as_bytes().to_vec();
-            bytes[22] |= 0x01; // gzip: the cleaner cannot read it
-            batch = RecordBatch::new(reseal(bytes)).unwrap();
+        match compressed {
+            Zip::Plain => {}
+            Zip::With(codec) => batch = batch.compressed_with(codec).unwrap(),
+            Zip::Broken => {
+                let mut bytes = batch.as_bytes().to_vec();
+                bytes[22] |= 0x01; // gzip: the cleaner cannot read it
+                batch = RecordBatch::new(reseal(bytes)).unwrap();
+            }
         }
         if batch.has_producer_id() {
             self.last_data
@@ -261,15 +290,16 @@ impl Built {
     }
 }
 
-/// Every data record of `batches` below `end`; a compressed batch must be
-/// the original, byte for byte, and stands for its model records.
+/// Every data record of `batches` below `end`; a batch that does not
+/// decompress must be the original, byte for byte, and stands for its
+/// model records.
 fn seen_below(built: &Built, batches: &[RecordBatch], end: i64) -> Vec<Seen> {
     let mut out = Vec::new();
     for batch in batches.iter().filter(|b| b.base_offset() < end) {
         if batch.is_control() {
             continue;
         }
-        if batch.compression() != crate::record::Compression::None {
+        let Ok(batch) = batch.decompressed(MAX_DECOMPRESSED_BATCH_BYTES) else {
             assert_eq!(batch, built.original(batch.base_offset()));
             out.extend(
                 built
@@ -279,7 +309,7 @@ fn seen_below(built: &Built, batches: &[RecordBatch], end: i64) -> Vec<Seen> {
                     .map(ModelRecord::seen),
             );
             continue;
-        }
+        };
         for r in batch.records() {
             let r = r.unwrap();
             out.push((
@@ -347,6 +377,9 @@ fn check_pass(
             original.partition_leader_epoch()
         );
         assert_eq!(b.is_control(), original.is_control());
+        if b.record_count() > 0 {
+            assert_eq!(b.compression(), original.compression(), "same codec");
+        }
         assert_eq!(b.is_transactional(), original.is_transactional());
     }
     let bases: BTreeSet<i64> = out.iter().map(|b| b.base_offset()).collect();

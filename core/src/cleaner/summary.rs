@@ -4,8 +4,9 @@ use super::fate::Fate;
 use super::view::{BatchContent, BatchView};
 use crate::record::BATCH_HEADER_LEN;
 
-/// What one pass read, kept and removed. Records of compressed batches are
-/// not counted (they cannot be read); their bytes are.
+/// What one pass read, kept and removed. Records of compressed batches that
+/// cannot be decompressed are not counted; their bytes are. A rewritten
+/// compressed batch's output is counted by its records' uncompressed size.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CleanSummary {
     /// Batches given to the decision.

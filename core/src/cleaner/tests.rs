@@ -5,9 +5,10 @@ use std::ops::Range;
 use bytes::Bytes;
 
 use super::*;
+use crate::compression::MAX_DECOMPRESSED_BATCH_BYTES;
 use crate::partition::AbortedTxn;
 use crate::record::{
-    build_control_batch, reseal, BatchBuilder, ControlType, EndTxnMarker, RecordBatch,
+    build_control_batch, reseal, BatchBuilder, Compression, ControlType, EndTxnMarker, RecordBatch,
 };
 
 const NOW: i64 = 1_000_000;
@@ -69,7 +70,16 @@ impl Log {
         base
     }
 
-    /// A batch with the gzip bit set: its records cannot be read.
+    /// A batch compressed with `codec`, as a producer sends it.
+    fn zipped(&mut self, codec: Compression, builder: BatchBuilder, recs: &[Rec]) -> i64 {
+        let base = self.push(builder, recs);
+        let last = self.batches.pop().unwrap();
+        self.batches.push(last.compressed_with(codec).unwrap());
+        base
+    }
+
+    /// A batch with the gzip bit set over uncompressed records: it does
+    /// not decompress, so its records cannot be read.
     fn compressed(&mut self, builder: BatchBuilder, recs: &[Rec]) -> i64 {
         let base = self.push(builder, recs);
         let last = self.batches.pop().unwrap();
@@ -168,7 +178,8 @@ fn contents(batches: &[RecordBatch]) -> Vec<(i64, Option<String>, Option<String>
     batches
         .iter()
         .filter(|b| !b.is_control())
-        .flat_map(|b| b.records().map(|r| r.unwrap()))
+        .map(|b| b.decompressed(MAX_DECOMPRESSED_BATCH_BYTES).unwrap())
+        .flat_map(|b| b.records().map(|r| r.unwrap()).collect::<Vec<_>>())
         .map(|r| (r.offset, text(r.key), text(r.value)))
         .collect()
 }
@@ -697,7 +708,124 @@ fn the_last_batch_of_the_round_is_kept_empty() {
 // ------------------------------------------------------------ compressed
 
 #[test]
-fn a_compressed_batch_is_kept_whole() {
+fn a_compressed_batch_is_cleaned_record_by_record_and_stays_compressed() {
+    for codec in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let mut log = Log::default();
+        log.zipped(
+            codec,
+            BatchBuilder::idempotent(5, 0, 0),
+            &[
+                (Some("a"), Some("1")),
+                (Some("b"), Some("1")),
+                (None, Some("x")),
+            ],
+        );
+        log.zipped(codec, BatchBuilder::new(), &[(Some("a"), Some("2"))]);
+        log.data(&[(Some("z"), Some("end"))]);
+        let p = pass(&log.batches, &[], TIME);
+        assert_eq!(
+            p.fates,
+            vec![
+                Fate::Rewrite {
+                    keep: vec![false, true, false],
+                    new_delete_horizon: None
+                },
+                Fate::KeepWhole,
+                Fate::KeepWhole
+            ],
+            "{codec:?}"
+        );
+        let rewritten = &p.out[0];
+        assert_eq!(rewritten.compression(), codec, "the batch's own codec");
+        assert_eq!(rewritten.attributes(), log.batches[0].attributes());
+        assert_eq!(
+            (rewritten.base_offset(), rewritten.last_offset_delta()),
+            (0, 2)
+        );
+        assert_eq!((rewritten.producer_id(), rewritten.base_sequence()), (5, 0));
+        assert_eq!(rewritten.record_count(), 1);
+        assert_eq!(
+            contents(&p.out),
+            vec![
+                row(1, "b", Some("1")),
+                row(3, "a", Some("2")),
+                row(4, "z", Some("end"))
+            ]
+        );
+        assert_eq!(p.summary.records_superseded, 1);
+        assert_eq!(p.summary.keyless_removed, 1);
+    }
+}
+
+#[test]
+fn a_compressed_batch_emptied_by_cleaning_goes_or_stays_as_a_bare_header() {
+    let mut log = Log::default();
+    log.zipped(
+        Compression::Zstd,
+        BatchBuilder::new(),
+        &[(Some("a"), Some("1"))],
+    );
+    log.zipped(
+        Compression::Zstd,
+        BatchBuilder::idempotent(9, 0, 0),
+        &[(Some("a"), Some("2"))],
+    );
+    log.zipped(
+        Compression::Lz4,
+        BatchBuilder::new(),
+        &[(Some("a"), Some("3"))],
+    );
+    let mut producers = ActiveProducers::new();
+    producers.insert(
+        9,
+        ProducerLast {
+            last_data_offset: Some(1),
+            epoch: 0,
+        },
+    );
+    let p = pass_with(&log.batches, 0, usize::MAX, &[], &producers, TIME);
+    assert_eq!(p.fates, vec![Fate::Drop, Fate::KeepEmpty, Fate::KeepWhole]);
+    assert_eq!(
+        p.out[0].compression(),
+        Compression::None,
+        "a bare header is not compressed"
+    );
+    assert_eq!(p.out[0].record_count(), 0);
+    assert_eq!(contents(&p.out), vec![row(2, "a", Some("3"))]);
+}
+
+#[test]
+fn a_compressed_tombstone_gets_its_horizon_and_goes_after_it() {
+    let mut log = Log::default();
+    log.zipped(
+        Compression::Gzip,
+        BatchBuilder::new(),
+        &[(Some("a"), Some("1")), (Some("a"), None)],
+    );
+    log.data(&[(Some("z"), Some("end"))]);
+    let p = pass(&log.batches, &[], TIME);
+    let horizon = NOW + RETENTION;
+    assert_eq!(p.out[0].delete_horizon_ms(), Some(horizon));
+    assert_eq!(p.out[0].compression(), Compression::Gzip);
+    assert_eq!(contents(&p.out[..1]), vec![row(1, "a", None)]);
+    let later = pass_with(
+        &p.out,
+        2,
+        usize::MAX,
+        &[],
+        &ActiveProducers::new(),
+        at(horizon),
+    );
+    assert_eq!(contents(&later.out), vec![row(2, "z", Some("end"))]);
+}
+
+#[test]
+fn a_compressed_batch_that_does_not_decompress_is_kept_whole() {
     let mut log = Log::default();
     log.data(&[(Some("a"), Some("1"))]);
     log.compressed(BatchBuilder::new(), &[(Some("a"), Some("2")), (None, None)]);

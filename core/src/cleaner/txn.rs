@@ -100,7 +100,7 @@ impl TxnTracker {
         }
     }
 
-    /// A compressed batch, kept whole: a data batch counts as met (its
+    /// A compressed batch that cannot be read, kept whole: a data batch counts as met (its
     /// marker must stay), a control batch ends its producer's transaction.
     pub fn on_opaque(&mut self, batch: &BatchView) -> Option<AbortedTxn> {
         if batch.is_control() {

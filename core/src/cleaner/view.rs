@@ -4,13 +4,18 @@
 use bytes::Bytes;
 use std::fmt;
 
-use crate::record::{record_spans, ControlType, FilterError, RecordBatch, RecordError};
+use crate::compression::MAX_DECOMPRESSED_BATCH_BYTES;
+use crate::record::{
+    record_spans, Compression, ControlType, FilterError, RecordBatch, RecordError,
+};
 
-/// One batch as the cleaner sees it: header facts and, for an uncompressed
-/// batch, what each record is (offset, key, whether it has a value).
+/// One batch as the cleaner sees it: header facts and what each record is
+/// (offset, key, whether it has a value). A compressed batch is read
+/// through its decompressed twin ([`RecordBatch::decompressed`]).
 ///
 /// Built with [`BatchView::of`]. Keys are zero-copy slices of the batch's
-/// bytes; the [`KeyMap`](super::KeyMap) copies the ones it keeps.
+/// (decompressed) bytes; the [`KeyMap`](super::KeyMap) copies the ones it
+/// keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchView {
     /// Offset of the batch's first offset slot (`baseOffset`).
@@ -34,9 +39,9 @@ pub struct BatchView {
 /// The part of a batch the decision depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchContent {
-    /// An uncompressed data batch and its records, in order.
+    /// A data batch and its records, in order.
     Data(Vec<ViewRecord>),
-    /// An uncompressed control batch. `marker` is the type its (first)
+    /// A control batch. `marker` is the type its (first)
     /// record names, `None` if it has no records: an earlier pass emptied it
     /// and kept only its header. `record_count` and `records_size` let the
     /// decision rewrite it whole and account for it.
@@ -48,10 +53,12 @@ pub enum BatchContent {
         /// Bytes of its records.
         records_size: usize,
     },
-    /// A compressed batch: kaas cannot read its records, so the cleaner
-    /// keeps it whole and untouched, and its keys are not in the key map
-    /// (earlier records with the same keys are then kept too: less
-    /// compaction, never lost data).
+    /// A compressed batch whose records cannot be read: its codec is
+    /// unknown, its data does not decompress, or it decompresses to more
+    /// than [`MAX_DECOMPRESSED_BATCH_BYTES`]. The cleaner keeps it whole
+    /// and untouched, and its keys are not in the key map (earlier records
+    /// with the same keys are then kept too: less compaction, never lost
+    /// data).
     Opaque {
         /// The header's control bit.
         is_control: bool,
@@ -98,8 +105,9 @@ impl fmt::Display for ViewError {
 impl std::error::Error for ViewError {}
 
 impl BatchView {
-    /// Reads `batch` for the cleaner: decodes every record of an
-    /// uncompressed batch; a compressed one is [`BatchContent::Opaque`].
+    /// Reads `batch` for the cleaner: decodes every record, of a compressed
+    /// batch through its decompressed twin; a compressed batch that cannot
+    /// be decompressed is [`BatchContent::Opaque`].
     pub fn of(batch: &RecordBatch) -> Result<BatchView, ViewError> {
         Ok(BatchView {
             base_offset: batch.base_offset(),
@@ -143,13 +151,26 @@ impl BatchView {
 }
 
 fn content_of(batch: &RecordBatch) -> Result<BatchContent, ViewError> {
+    if batch.compression() != Compression::None {
+        return Ok(match batch.decompressed(MAX_DECOMPRESSED_BATCH_BYTES) {
+            Ok(plain) => content_of_plain(&plain)?,
+            Err(_) => opaque(batch),
+        });
+    }
+    content_of_plain(batch)
+}
+
+/// A batch the cleaner cannot read: kept whole.
+fn opaque(batch: &RecordBatch) -> BatchContent {
+    BatchContent::Opaque {
+        is_control: batch.is_control(),
+    }
+}
+
+fn content_of_plain(batch: &RecordBatch) -> Result<BatchContent, ViewError> {
     let spans = match record_spans(batch) {
         Ok(spans) => spans,
-        Err(FilterError::Compressed(_)) => {
-            return Ok(BatchContent::Opaque {
-                is_control: batch.is_control(),
-            })
-        }
+        Err(FilterError::Compressed(_)) => return Ok(opaque(batch)),
         Err(e) => return Err(ViewError::Framing(e)),
     };
     let records = batch

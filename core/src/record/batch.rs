@@ -26,7 +26,7 @@ const BATCH_LENGTH: usize = 8;
 const PARTITION_LEADER_EPOCH: usize = 12;
 const MAGIC: usize = 16;
 const CRC: usize = 17;
-const ATTRIBUTES: usize = 21;
+pub(crate) const ATTRIBUTES: usize = 21;
 const LAST_OFFSET_DELTA: usize = 23;
 const BASE_TIMESTAMP: usize = 27;
 const MAX_TIMESTAMP: usize = 35;
@@ -39,7 +39,7 @@ const RECORD_COUNT: usize = 57;
 /// rewritten by the broker for free.
 const CRC_START: usize = ATTRIBUTES;
 
-const COMPRESSION_MASK: i16 = 0x07;
+pub(crate) const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_BIT: i16 = 0x08;
 const TRANSACTIONAL_BIT: i16 = 0x10;
 const CONTROL_BIT: i16 = 0x20;

@@ -22,8 +22,10 @@
 //!   batches; a `LogAppendTime` batch keeps its own (its record timestamps
 //!   are not the ones consumers see).
 //!
-//! Compressed batches are refused: kaas cannot decompress them yet, and the
-//! cleaner keeps them whole.
+//! A compressed batch is decompressed (bounded by
+//! [`MAX_DECOMPRESSED_BATCH_BYTES`]), filtered as above, and its kept
+//! records compressed again with the batch's own codec; a batch left with
+//! no records is written uncompressed, as Kafka writes it.
 
 use bytes::{BufMut, BytesMut};
 use std::fmt;
@@ -33,12 +35,16 @@ use super::batch::{
     BATCH_HEADER_LEN, DELETE_HORIZON_BIT, NO_TIMESTAMP,
 };
 use super::varint::{get_varint, get_varlong, put_varint, put_varlong};
+use crate::compression::{CompressionError, MAX_DECOMPRESSED_BATCH_BYTES};
 
 /// Why a batch could not be rewritten.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FilterError {
-    /// The batch is compressed; its records cannot be picked apart.
+    /// The batch is compressed; its records cannot be picked apart as
+    /// they are stored (see [`RecordBatch::decompressed`]).
     Compressed(Compression),
+    /// A compressed batch could not be decompressed (or compressed again).
+    Codec(CompressionError),
     /// The record at this index is malformed (or the declared count does not
     /// match the records present, reported at the first missing or extra one).
     Malformed {
@@ -65,6 +71,7 @@ impl fmt::Display for FilterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FilterError::Compressed(c) => write!(f, "cannot filter a compressed batch ({c:?})"),
+            FilterError::Codec(e) => write!(f, "{e}"),
             FilterError::Malformed { index } => write!(f, "record {index} is malformed"),
             FilterError::FlagCountMismatch { records, flags } => {
                 write!(f, "{flags} keep flags for {records} records")
@@ -165,11 +172,17 @@ impl RecordBatch {
     /// already has is kept.
     ///
     /// If no flag is set, the result is [`empty_header`](Self::empty_header).
+    /// A compressed batch is filtered through its uncompressed twin and
+    /// compressed again with its codec ([`retain_compressed`](Self::retain_compressed)).
     pub fn retain(
         &self,
         keep: &[bool],
         new_delete_horizon: Option<i64>,
     ) -> Result<RecordBatch, FilterError> {
+        let codec = self.compression();
+        if codec != Compression::None {
+            return self.retain_compressed(codec, keep, new_delete_horizon);
+        }
         let spans = record_spans(self)?;
         if spans.len() != keep.len() {
             return Err(FilterError::FlagCountMismatch {
@@ -224,6 +237,27 @@ impl RecordBatch {
         }
         finish_header(&mut out);
         Ok(RecordBatch::from_built(out.freeze()))
+    }
+
+    /// [`retain`](Self::retain) for a batch compressed with `codec`: its
+    /// records decompressed, filtered, and compressed again with the same
+    /// codec, so the batch's attributes are unchanged (but for the delete
+    /// horizon bit). Header fields and record bytes come out as for an
+    /// uncompressed batch. A batch left with no records is its bare header,
+    /// uncompressed.
+    fn retain_compressed(
+        &self,
+        codec: Compression,
+        keep: &[bool],
+        new_delete_horizon: Option<i64>,
+    ) -> Result<RecordBatch, FilterError> {
+        let plain = self
+            .decompressed(MAX_DECOMPRESSED_BATCH_BYTES)
+            .map_err(FilterError::Codec)?;
+        plain
+            .retain(keep, new_delete_horizon)?
+            .compressed_with(codec)
+            .map_err(FilterError::Codec)
     }
 
     /// The header of this batch with no records, kept where every record
@@ -429,14 +463,68 @@ mod tests {
     }
 
     #[test]
-    fn compressed_batches_are_refused() {
+    fn a_compressed_batch_is_rewritten_with_its_own_codec() {
+        let plain = sample();
+        let all = records(&plain);
+        let limit = MAX_DECOMPRESSED_BATCH_BYTES;
+        for codec in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let packed = plain.compressed_with(codec).unwrap();
+            let out = packed.retain(&[false, true, false, true], None).unwrap();
+            assert_eq!(out.validate(), Ok(()));
+            assert_eq!(out.compression(), codec);
+            assert_eq!(out.attributes(), packed.attributes());
+            assert_eq!(
+                (
+                    out.base_offset(),
+                    out.last_offset_delta(),
+                    out.record_count()
+                ),
+                (1_000, 3, 2)
+            );
+            assert_eq!(
+                (out.producer_id(), out.producer_epoch(), out.base_sequence()),
+                (7, 3, 100)
+            );
+            assert_eq!(out.partition_leader_epoch(), 5);
+            let kept = records(&out.decompressed(limit).unwrap());
+            assert_eq!(kept, vec![all[1].clone(), all[3].clone()]);
+            // The twin filtered, compressed: the same as the twin's rewrite.
+            let expected = plain.retain(&[false, true, false, true], None).unwrap();
+            assert_eq!(out.decompressed(limit).unwrap(), expected);
+            // With a horizon, timestamps are rebased inside the codec too.
+            let stamped = packed
+                .retain(&[true, true, false, false], Some(9_999))
+                .unwrap();
+            assert_eq!(stamped.compression(), codec);
+            assert_eq!(stamped.delete_horizon_ms(), Some(9_999));
+            let kept = records(&stamped.decompressed(limit).unwrap());
+            assert_eq!(kept, vec![all[0].clone(), all[1].clone()]);
+            // Nothing kept: the bare header, uncompressed.
+            let empty = packed.retain(&[false; 4], None).unwrap();
+            assert_eq!(empty.compression(), Compression::None);
+            assert_eq!(empty.record_count(), 0);
+        }
+    }
+
+    #[test]
+    fn a_compressed_batch_that_does_not_decompress_is_a_codec_error() {
         let mut bytes = sample().as_bytes().to_vec();
-        bytes[22] |= 0x01; // gzip
+        bytes[22] |= 0x01; // gzip, over records that are not gzip
         let b = RecordBatch::new(reseal(bytes)).unwrap();
         assert_eq!(b.validate(), Ok(()));
-        assert_eq!(
+        assert!(matches!(
             b.retain(&[true; 4], None),
-            Err(FilterError::Compressed(Compression::Gzip))
+            Err(FilterError::Codec(CompressionError::Corrupt { .. }))
+        ));
+        assert_eq!(
+            record_spans(&b),
+            Err(FilterError::Compressed(Compression::Gzip)),
+            "its stored bytes are not records"
         );
     }
 

@@ -27,6 +27,7 @@
 
 mod batch;
 mod builder;
+mod compressed;
 mod control;
 mod filter;
 mod records;

@@ -2,8 +2,9 @@
 //! step of it.
 
 use kaas_core::cleaner::{ActiveProducers, CleanPlan, CompactionConfig};
+use kaas_core::compression::MAX_DECOMPRESSED_BATCH_BYTES;
 use kaas_core::layout::{self, Entry};
-use kaas_core::record::{split_batches, BatchBuilder, NewRecord, RecordBatch};
+use kaas_core::record::{split_batches, BatchBuilder, Compression, NewRecord, RecordBatch};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -53,8 +54,19 @@ impl Fixture {
 /// `count` batches of 5 records over keys `k0`..`k{keys-1}`, in order;
 /// every `tombstone_every`-th record (if not 0) is a delete.
 fn fill(log: &mut PartitionLog, count: usize, keys: usize, tombstone_every: usize) {
+    fill_with(log, count, keys, tombstone_every, |_| Compression::None);
+}
+
+/// [`fill`], batch `i` compressed with `codec(i)`.
+fn fill_with(
+    log: &mut PartitionLog,
+    count: usize,
+    keys: usize,
+    tombstone_every: usize,
+    codec: impl Fn(usize) -> Compression,
+) {
     let mut n = 0;
-    for _ in 0..count {
+    for i in 0..count {
         let mut b = BatchBuilder::new();
         for _ in 0..5 {
             let key = format!("k{}", n % keys);
@@ -67,7 +79,8 @@ fn fill(log: &mut PartitionLog, count: usize, keys: usize, tombstone_every: usiz
             ));
             n += 1;
         }
-        log.append_batch(&b.build()).unwrap();
+        let batch = b.build().compressed_with(codec(i)).unwrap();
+        log.append_batch(&batch).unwrap();
     }
     log.sync().unwrap();
 }
@@ -85,7 +98,8 @@ fn records(log: &PartitionLog) -> (Vec<Read>, Vec<RecordBatch>) {
         assert!(read.next_offset > offset, "no progress at {offset}");
         for batch in split_batches(read.records) {
             assert_eq!(batch.validate(), Ok(()));
-            for r in batch.records() {
+            let plain = batch.decompressed(MAX_DECOMPRESSED_BATCH_BYTES).unwrap();
+            for r in plain.records() {
                 let r = r.unwrap();
                 let text = |b: &bytes::Bytes| String::from_utf8(b.to_vec()).unwrap();
                 out.push((
@@ -186,6 +200,49 @@ fn a_round_keeps_the_last_record_of_each_key_at_its_offset() {
     drop(log);
     let log = fx.open(0);
     assert_eq!(records(&log).0, after);
+}
+
+#[test]
+fn a_round_cleans_compressed_batches_and_writes_them_back_compressed() {
+    const CODECS: [Compression; 5] = [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+        Compression::None,
+    ];
+    let fx = Fixture::new();
+    let mut log = fx.open(0);
+    fill_with(&mut log, 60, 7, 9, |i| CODECS[i % CODECS.len()]);
+    let (before, original) = records(&log);
+    let active = log.segment_base_offsets().last().copied().unwrap();
+    let outcome = clean(&fx, &mut log, 10_000);
+    assert_eq!(outcome.checkpoint, Some(active));
+    assert!(outcome.summary.records_superseded > 200);
+    let (after, batches) = records(&log);
+    assert_eq!(
+        after,
+        model(&before, active),
+        "the latest value per key, at its offset"
+    );
+    let codec_at: BTreeMap<i64, Compression> = original
+        .iter()
+        .map(|b| (b.base_offset(), b.compression()))
+        .collect();
+    let mut rewritten = 0;
+    for b in batches.iter().filter(|b| b.record_count() > 0) {
+        assert_eq!(
+            b.compression(),
+            codec_at[&b.base_offset()],
+            "batch {} keeps its codec",
+            b.base_offset()
+        );
+        rewritten += usize::from(b.compression() != Compression::None && b.record_count() < 5);
+    }
+    assert!(rewritten > 0, "some compressed batches were rewritten");
+    drop(log);
+    let log = fx.open(0);
+    assert_eq!(records(&log).0, after, "reopened, it reads the same");
 }
 
 #[test]
