@@ -352,6 +352,7 @@ impl PartitionLog {
             tracing::warn!(dir = self.dir, new_base, "discarding stale segment file");
             file.truncate(0)?;
         }
+        tracing::debug!(dir = self.dir, new_base, "rolling the active segment");
         let mut active = Segment::empty(new_base, epoch, file);
         active.created_ms = Some(now_ms);
         let sealed = std::mem::replace(&mut self.active, active);
