@@ -99,6 +99,14 @@ struct ServeArgs {
     /// Segment size before a roll (log.segment.bytes).
     #[arg(long, default_value_t = LogDefaults::default().segment_bytes)]
     segment_bytes: u64,
+    /// Default time before the active segment rolls, in ms (log.roll.ms;
+    /// a topic's segment.ms overrides it).
+    #[arg(long, default_value_t = LogDefaults::default().roll_ms, value_parser = clap::value_parser!(i64).range(1..))]
+    log_roll_ms: i64,
+    /// Default most a segment's roll jitter takes off the roll time, in ms
+    /// (log.roll.jitter.ms; a topic's segment.jitter.ms overrides it).
+    #[arg(long, default_value_t = LogDefaults::default().roll_jitter_ms, value_parser = clap::value_parser!(i64).range(0..))]
+    log_roll_jitter_ms: i64,
     /// Default retention time in ms, -1 for none (log.retention.ms).
     #[arg(long, default_value_t = LogDefaults::default().retention_ms)]
     retention_ms: i64,
@@ -230,6 +238,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     config.log = LogDefaults {
         segment_bytes: args.segment_bytes,
+        roll_ms: args.log_roll_ms,
+        roll_jitter_ms: args.log_roll_jitter_ms,
         retention_ms: args.retention_ms,
         retention_bytes: args.retention_bytes,
         retention_check_interval_ms: args.retention_check_interval_ms,

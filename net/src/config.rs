@@ -86,6 +86,12 @@ pub const TRANSACTION_VERSIONS: std::ops::RangeInclusive<i16> = 1..=2;
 #[derive(Debug, Clone)]
 pub struct LogDefaults {
     pub segment_bytes: u64,
+    /// The topics' default `segment.ms` (Kafka's `log.roll.ms`, else
+    /// `log.roll.hours`, 168).
+    pub roll_ms: i64,
+    /// The topics' default `segment.jitter.ms` (Kafka's
+    /// `log.roll.jitter.ms`, 0).
+    pub roll_jitter_ms: i64,
     pub retention_ms: i64,
     pub retention_bytes: i64,
     pub max_message_bytes: i32,
@@ -107,6 +113,8 @@ impl Default for LogDefaults {
     fn default() -> Self {
         LogDefaults {
             segment_bytes: 1 << 30,
+            roll_ms: kaas_core::partition::segment_roll::DEFAULT_SEGMENT_MS,
+            roll_jitter_ms: 0,
             retention_ms: 7 * 24 * 60 * 60 * 1000,
             retention_bytes: -1,
             // Kafka's default message.max.bytes.

@@ -347,6 +347,66 @@ async fn a_smaller_segment_bytes_applies_to_the_open_log_at_once() {
     assert!(segments(&tb) >= 3, "rolled: {} segments", segments(&tb));
 }
 
+/// Appends one durable record to t-0 stamped `ts`.
+async fn produce_at_time(tb: &support::TestBroker, ts: i64) {
+    let p = tb.broker.partition("t", 0, -1).unwrap();
+    let mut b = BatchBuilder::new();
+    b.push(NewRecord::new(ts, Some(b"k"), Some(b"v")));
+    let d = p.append(b.build()).await.unwrap();
+    p.wait_durable(d.end_offset()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_shorter_segment_ms_applies_to_the_open_log_at_once() {
+    let tb = support::start_broker(|_| {}).await;
+    tb.broker
+        .create_topic("t", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let now = tb.broker.env.now_ms();
+    produce_at_time(&tb, now).await;
+    // A week's default: records stamped minutes apart share a segment.
+    produce_at_time(&tb, now + 600_000).await;
+    assert_eq!(segments(&tb), 1);
+    assert_eq!(
+        incremental(
+            tb.addr,
+            vec![resource(TOPIC, "t", &[("segment.ms", SET, Some("1000"))])],
+            false
+        )
+        .await,
+        [0]
+    );
+    // The segment's first batch is at `now`: this one is more than a
+    // second after it.
+    produce_at_time(&tb, now + 600_500).await;
+    assert_eq!(segments(&tb), 2, "rolled by segment.ms");
+    produce_at_time(&tb, now + 601_000).await;
+    assert_eq!(segments(&tb), 2, "500 ms into the new segment");
+    produce_at_time(&tb, now + 601_501).await;
+    assert_eq!(segments(&tb), 3);
+}
+
+#[tokio::test]
+async fn the_broker_default_of_segment_ms_is_its_log_roll_ms() {
+    let tb = support::start_broker(|c| c.log.roll_ms = 1000).await;
+    tb.broker
+        .create_topic("t", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        described(tb.addr, "t")
+            .await
+            .get("segment.ms")
+            .map(|v| v.0.as_str()),
+        Some("1000")
+    );
+    let now = tb.broker.env.now_ms();
+    produce_at_time(&tb, now).await;
+    produce_at_time(&tb, now + 1_001).await;
+    assert_eq!(segments(&tb), 2);
+}
+
 #[tokio::test]
 async fn two_brokers_changing_one_topic_at_once_both_land_and_each_sees_the_other() {
     // Long enough that neither broker is counted gone while CI loads the

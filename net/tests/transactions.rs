@@ -83,7 +83,7 @@ async fn add_partition(conn: &mut Connection, pid: i64, epoch: i16, topic: &str,
 fn txn_batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> RecordBatch {
     let mut b = BatchBuilder::transactional(pid, epoch, seq);
     for v in values {
-        b.push(NewRecord::new(1_000, None, Some(v.as_bytes())));
+        b.push(NewRecord::new(support::now_ms(), None, Some(v.as_bytes())));
     }
     b.build()
 }

@@ -53,7 +53,7 @@ fn txn_batch(pid: i64, epoch: i16, seq: i32, n: usize) -> RecordBatch {
     let mut b = BatchBuilder::transactional(pid, epoch, seq);
     for i in 0..n {
         b.push(NewRecord::new(
-            0,
+            support::now_ms(),
             None,
             Some(format!("{pid}-{seq}-{i}").as_bytes()),
         ));
@@ -65,7 +65,7 @@ fn plain_batch(n: usize) -> RecordBatch {
     let mut b = BatchBuilder::new();
     for i in 0..n {
         b.push(NewRecord::new(
-            0,
+            support::now_ms(),
             None,
             Some(format!("plain-{i}").as_bytes()),
         ));

@@ -2,7 +2,8 @@
 over 1,000 keys, read back after cleaning, holds the latest value of each key at the offset
 it was written at (and so does one written compressed, with each codec, the cleaned batches
 still compressed with it); deleted keys go once delete.retention.ms has passed; a committed offset
-stays valid; aborted transactional records go. The broker runs its cleaner every 300 ms
+stays valid; aborted transactional records go; a quiet topic rolls by segment.ms and is
+cleaned. The broker runs its cleaner every 300 ms
 (`--log-cleaner-backoff-ms`) on small segments, so rounds happen within the test. kaas only:
 Apache Kafka's cleaner cannot be made to run on this schedule from a client."""
 
@@ -310,3 +311,41 @@ def _kp_produce(bootstrap, topic, records, codec):
         return written
     finally:
         p.close(timeout=10)
+
+
+def test_a_quiet_compacted_topic_rolls_by_segment_ms_and_is_cleaned(kaas_factory, topic_name):
+    """segment.ms (issue 12): a compacted topic whose segment.bytes is never reached still
+    gets cleaned. A burst of updates over a few keys, a pause longer than segment.ms, then
+    one more record: that append rolls the active segment (its timestamp is more than
+    segment.ms after the segment's first), the cleaner cleans the sealed one, and each
+    key's latest value is what is left of the burst, at the offset it was written at."""
+    kaas = kaas_factory(CLEANER)
+    segment_ms = 1500
+    ck_create_topic(kaas.bootstrap, topic_name, 1, {
+        "cleanup.policy": "compact",
+        "segment.ms": str(segment_ms),
+        "min.cleanable.dirty.ratio": "0.01",
+    })
+    burst = [(b"q%d" % (i % 20), b"v%d" % i) for i in range(2000)]
+    written = _produce(kaas.bootstrap, topic_name, burst)
+    assert len(written) == len(burst)
+    # Nothing rolls, so nothing is cleaned, while the producer is quiet (the default 1 GiB
+    # segment.bytes is far away and the active segment is never cleaned).
+    time.sleep(segment_ms / 1000 + 1.0)
+    assert len(_read_all(kaas.bootstrap, topic_name)) == len(burst)
+    # The next record rolls the segment by time; the cleaner takes the sealed one.
+    written.update(_produce(kaas.bootstrap, topic_name, [(b"tick", b"t")]))
+    expected = _latest(written)
+
+    def cleaned():
+        return {o for o, _, _ in _read_all(kaas.bootstrap, topic_name)} == expected
+
+    wait_for(cleaned, 60, interval=1, what="the time-rolled segment to be cleaned")
+    got = _read_all(kaas.bootstrap, topic_name)
+    for o, k, v in got:
+        assert written[o] == (k, v), (o, k, v, written[o])
+    live = {k: v for _, k, v in got}
+    for k in range(20):
+        last = max(i for i in range(len(burst)) if i % 20 == k)
+        assert live[b"q%d" % k] == b"v%d" % last
+    assert ck_watermarks(kaas.bootstrap, topic_name, 0) == (0, len(burst) + 1)

@@ -310,7 +310,7 @@ impl fmt::Display for SeedReport {
         write!(
             f,
             "{} crashes ({} power cuts, {} fsync failures, {} torn: {} unsynced bytes dropped, {} kept, {} zeroed), {} clogs, {} fsyncs | \
-             {} partitions, {} producers ({} idempotent, {} in flight), {} group members, segment {} B | {:?} simulated | fingerprint {:016x}",
+             {} partitions, {} producers ({} idempotent, {} in flight), {} group members, segment {} B / {} ms | {:?} simulated | fingerprint {:016x}",
             self.faults.crashes,
             self.faults.power_cuts,
             self.faults.fsync_failures,
@@ -326,6 +326,7 @@ impl fmt::Display for SeedReport {
             p.max_in_flight,
             p.group_members,
             p.segment_bytes,
+            p.segment_ms.0,
             self.simulated,
             self.fingerprint,
         )
@@ -398,6 +399,8 @@ fn broker_config(params: &SimParams, id: usize) -> BrokerConfig {
     config.default_partitions = params.partitions;
     config.log = LogDefaults {
         segment_bytes: params.segment_bytes,
+        roll_ms: params.segment_ms.0,
+        roll_jitter_ms: params.segment_ms.1,
         // Nothing may be deleted behind the checker's back.
         retention_ms: -1,
         retention_bytes: -1,
@@ -927,7 +930,9 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let handle = Handle::current();
     let seed = handle.seed();
     let started = Instant::now();
-    let params = SimParams::draw(&mut thread_rng()).with_cluster(seed);
+    let params = SimParams::draw(&mut thread_rng())
+        .with_cluster(seed)
+        .with_roll(seed);
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
 

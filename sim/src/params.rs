@@ -18,6 +18,10 @@ pub struct SimParams {
     /// `segment.bytes`: small values make segments roll (and sealed-segment
     /// recovery run) during the run.
     pub segment_bytes: u64,
+    /// The broker's default `segment.ms` and `segment.jitter.ms`: short
+    /// ones make segments roll by time (by record timestamps, and by the
+    /// clock after a recovery) during the run.
+    pub segment_ms: (i64, i64),
     /// How long faults are injected.
     pub fault_phase: Duration,
     /// Range of an fsync's simulated duration.
@@ -157,6 +161,7 @@ impl SimParams {
             max_records_per_batch: rng.gen_range(1..=8),
             producer_think_ms: [0, 5, 20][rng.gen_range(0..3)],
             segment_bytes: [1024, 8 * 1024, 1 << 30][rng.gen_range(0..3)],
+            segment_ms: (kaas_core::partition::segment_roll::DEFAULT_SEGMENT_MS, 0),
             fault_phase: Duration::from_secs(rng.gen_range(20..=40)),
             sync_latency: [
                 (Duration::from_micros(20), Duration::from_micros(200)),
@@ -258,6 +263,17 @@ impl SimParams {
             // The last draw, so the others stay as they were.
             self.listing_cache_ms = [50, 150, 290][rng.gen_range(0..3)];
         }
+        self
+    }
+
+    /// Draws the seed's `segment.ms` (and jitter), from an rng of its own
+    /// seeded by the seed, as [`with_cluster`](Self::with_cluster) does, so
+    /// that every other draw, and the simulation's rng, stay as they were
+    /// before segments rolled by time. Half the seeds keep Kafka's week.
+    pub fn with_roll(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_726f_6c6c);
+        let week = kaas_core::partition::segment_roll::DEFAULT_SEGMENT_MS;
+        self.segment_ms = [(week, 0), (week, 0), (200, 0), (1_000, 500)][rng.gen_range(0..4)];
         self
     }
 

@@ -30,6 +30,7 @@
 //!   if that is lower.
 
 pub mod leader_epochs;
+pub mod segment_roll;
 #[cfg(test)]
 mod tests;
 pub mod txn_index;

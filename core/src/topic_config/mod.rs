@@ -72,6 +72,12 @@ pub enum Effect {
 pub const RETENTION_MS: &str = "retention.ms";
 pub const RETENTION_BYTES: &str = "retention.bytes";
 pub const SEGMENT_BYTES: &str = "segment.bytes";
+/// The active segment rolls once it has waited this long (by its records'
+/// timestamps, or the clock when they have none).
+pub const SEGMENT_MS: &str = "segment.ms";
+/// Up to this much is taken off `segment.ms`, per segment, so partitions
+/// do not all roll at once.
+pub const SEGMENT_JITTER_MS: &str = "segment.jitter.ms";
 pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
 pub const DELETE_RETENTION_MS: &str = "delete.retention.ms";
@@ -150,8 +156,9 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     // Kafka's minimum is 1 MiB; kaas takes any segment one batch header fits.
     def(SEGMENT_BYTES, ConfigType::Int, Check::AtLeast(14), Some("log.segment.bytes"), "1073741824", Effect::Honoured),
     def("segment.index.bytes", ConfigType::Int, Check::AtLeast(4), Some("log.index.size.max.bytes"), "10485760", Effect::NoEffect("kaas's index is sparse and sized by its segment")),
-    def("segment.jitter.ms", ConfigType::Long, Check::AtLeast(0), None, "0", Effect::NoEffect("as segment.ms")),
-    def("segment.ms", ConfigType::Long, Check::AtLeast(1), None, "604800000", Effect::NoEffect("not yet: segments roll by size (segment.bytes) only")),
+    // Both roll the active segment by time (`kaas_core::partition::segment_roll`).
+    def(SEGMENT_JITTER_MS, ConfigType::Long, Check::AtLeast(0), None, "0", Effect::Honoured),
+    def(SEGMENT_MS, ConfigType::Long, Check::AtLeast(1), None, "604800000", Effect::Honoured),
     def("unclean.leader.election.enable", ConfigType::Boolean, Check::Bool, Some("unclean.leader.election.enable"), "false", Effect::NoEffect(NO_REPLICAS)),
 ];
 

@@ -3,6 +3,7 @@
 //! it never knows which broker it talks to.
 
 mod admin;
+mod compaction;
 mod fetch;
 pub(crate) mod groups;
 mod idempotence;
@@ -54,6 +55,7 @@ pub fn all() -> Vec<Scenario> {
     v.extend(fetch::scenarios());
     v.extend(offsets::scenarios());
     v.extend(admin::scenarios());
+    v.extend(compaction::scenarios());
     v.extend(groups::scenarios());
     // Transactions (issue 10): written against Kafka 4.1.1 while kaas's
     // coordinator is being built; this one line registers them all.

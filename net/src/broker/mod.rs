@@ -264,6 +264,13 @@ impl Broker {
                 LogConfig::default().index_interval_bytes as i64,
             )
             .max(0) as u64,
+            segment_ms: topic_config::get_i64(configs, topic_config::SEGMENT_MS, d.roll_ms).max(1),
+            segment_jitter_ms: topic_config::get_i64(
+                configs,
+                topic_config::SEGMENT_JITTER_MS,
+                d.roll_jitter_ms,
+            )
+            .max(0),
         }
     }
 

@@ -260,13 +260,16 @@ impl Partition {
                 verify(&id)?;
             }
         }
-        let decision = self.state().append(&incoming, self.env.now_ms())?;
+        let now_ms = self.env.now_ms();
+        let decision = self.state().append(&incoming, now_ms)?;
         let AppendDecision::Write { base_offset, .. } = decision else {
             return Ok(decision);
         };
         let written = self
             .env
-            .blocking(IoKind::Append, move || lane.append_at(base_offset, &batch))
+            .blocking(IoKind::Append, move || {
+                lane.append_at(base_offset, &batch, now_ms)
+            })
             .await;
         match written {
             Ok(info) => {
@@ -335,7 +338,7 @@ impl Partition {
         let result = self
             .env
             .blocking(IoKind::Append, move || {
-                let info = lane.append_at(offset, &batch)?;
+                let info = lane.append_at(offset, &batch, timestamp_ms)?;
                 // An abort is indexed in the marker's segment, in the same
                 // lane hold, so the flush that makes the marker durable
                 // (and with it the high watermark past it) syncs the entry.

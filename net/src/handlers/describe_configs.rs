@@ -36,6 +36,8 @@ pub fn broker_default(broker: &Broker, name: &str) -> String {
         "retention.bytes" => d.retention_bytes.to_string(),
         "retention.ms" => d.retention_ms.to_string(),
         "segment.bytes" => d.segment_bytes.to_string(),
+        "segment.ms" => d.roll_ms.to_string(),
+        "segment.jitter.ms" => d.roll_jitter_ms.to_string(),
         _ => topic_config::find(name)
             .map(|def| def.default.to_string())
             .unwrap_or_default(),

@@ -37,6 +37,7 @@ impl Fixture {
         let config = LogConfig {
             segment_bytes: 2_000,
             index_interval_bytes: 300,
+            ..LogConfig::default()
         };
         PartitionLog::open(self.volume.clone(), DIR.to_string(), config, epoch).unwrap()
     }
@@ -366,6 +367,7 @@ fn a_takeover_keeps_the_older_epochs_copies_and_cleans_with_its_own() {
         LogConfig {
             segment_bytes: 2_000,
             index_interval_bytes: 300,
+            ..LogConfig::default()
         },
         0
     )

@@ -53,6 +53,13 @@ pub struct LogConfig {
     /// Bytes of batches between two index entries (Kafka
     /// `index.interval.bytes`).
     pub index_interval_bytes: u64,
+    /// The active segment rolls before an append once it has waited longer
+    /// than this, less its jitter (Kafka `segment.ms`; the rule is
+    /// `kaas_core::partition::segment_roll`).
+    pub segment_ms: i64,
+    /// The most a segment's jitter takes off `segment_ms` (Kafka
+    /// `segment.jitter.ms`).
+    pub segment_jitter_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -60,6 +67,8 @@ impl Default for LogConfig {
         LogConfig {
             segment_bytes: 1 << 30,
             index_interval_bytes: 4096,
+            segment_ms: kaas_core::partition::segment_roll::DEFAULT_SEGMENT_MS,
+            segment_jitter_ms: 0,
         }
     }
 }

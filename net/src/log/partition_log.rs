@@ -3,6 +3,9 @@
 use bytes::{Bytes, BytesMut};
 use kaas_core::layout::SegmentId;
 use kaas_core::partition::leader_epochs::{trim_before_log_start, EpochEntry};
+use kaas_core::partition::segment_roll::{
+    roll_jitter_ms, roll_reason, ActiveSegment, IncomingBatch, RollSettings,
+};
 use kaas_core::partition::txn_index::encode_entry;
 use kaas_core::partition::{
     aborted_search_is_complete, aborted_transactions_in_range, txn_index_entry_is_trusted,
@@ -48,6 +51,9 @@ pub struct PartitionLog {
     /// volume says (empty: one epoch only), trimmed in memory as the log
     /// start moves.
     leader_epochs: Vec<EpochEntry>,
+    /// The seed of this partition's segment jitters (`segment.jitter.ms`):
+    /// a hash of its directory, so partitions do not roll in step.
+    jitter_seed: u64,
 }
 
 impl PartitionLog {
@@ -73,7 +79,6 @@ impl PartitionLog {
         let end_offset = recovered.active.next_offset;
         Ok(PartitionLog {
             volume,
-            dir,
             config,
             sealed: recovered.sealed,
             active: recovered.active,
@@ -81,6 +86,8 @@ impl PartitionLog {
             end_offset,
             leader_epoch,
             leader_epochs: recovered.leader_epochs,
+            jitter_seed: jitter_seed(&dir),
+            dir,
         })
     }
 
@@ -151,35 +158,52 @@ impl PartitionLog {
 
     // ---------------------------------------------------------------- append
 
-    /// Appends one batch; see [`append`](Self::append).
+    /// Appends one batch with the clock stopped; see
+    /// [`append`](Self::append).
     pub fn append_batch(&mut self, batch: &RecordBatch) -> io::Result<AppendInfo> {
         self.append(std::slice::from_ref(batch))
     }
 
     /// Appends one batch at `base_offset`, which the partition's rules
-    /// assigned; anything else means the log and the rules disagree about
-    /// the log end, and nothing is written.
-    pub fn append_at(&mut self, base_offset: i64, batch: &RecordBatch) -> io::Result<AppendInfo> {
+    /// assigned, at `now_ms` by the broker's clock; anything else means the
+    /// log and the rules disagree about the log end, and nothing is
+    /// written. What the driver calls.
+    pub fn append_at(
+        &mut self,
+        base_offset: i64,
+        batch: &RecordBatch,
+        now_ms: i64,
+    ) -> io::Result<AppendInfo> {
         if base_offset != self.end_offset {
             return Err(invalid_data(format!(
                 "append at {base_offset} but the log ends at {}",
                 self.end_offset
             )));
         }
-        self.append_batch(batch)
+        self.append_timed(std::slice::from_ref(batch), now_ms)
+    }
+
+    /// [`append_timed`](Self::append_timed) with the broker's clock left
+    /// out (held at 0): `segment.ms` then rolls a segment only by its
+    /// records' timestamps. For tests and tools that have no clock.
+    pub fn append(&mut self, batches: &[RecordBatch]) -> io::Result<AppendInfo> {
+        self.append_timed(batches, 0)
     }
 
     /// Appends already-validated batches, assigning offsets from the log end
     /// and stamping the leader epoch (both outside the CRC, so no
     /// recompute).
-    /// Rolls to a new segment when the active one would exceed
-    /// `segment_bytes`. Does not fsync; the data is readable at once below
-    /// an explicit bound, and durable once the driver has synced.
+    /// Rolls to a new segment first where `kaas_core::partition::
+    /// segment_roll` says so: the active one would exceed `segment_bytes`,
+    /// has waited longer than `segment_ms` (by record timestamps, or by
+    /// `now_ms` since it was created), or cannot index the offsets. Does
+    /// not fsync; the data is readable at once below an explicit bound,
+    /// and durable once the driver has synced.
     ///
     /// On an I/O error, batches written before it (into a segment that was
     /// then rolled) stay in the log; the caller should treat the partition
     /// as failed (KAFKA_STORAGE_ERROR) rather than retry blindly.
-    pub fn append(&mut self, batches: &[RecordBatch]) -> io::Result<AppendInfo> {
+    pub fn append_timed(&mut self, batches: &[RecordBatch], now_ms: i64) -> io::Result<AppendInfo> {
         if batches.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -206,9 +230,12 @@ impl PartitionLog {
             let last = next
                 .checked_add(i64::from(batch.last_offset_delta()))
                 .ok_or_else(|| invalid_data("offset overflow"))?;
-            if self.must_roll_before(pending.len() as u64, size, last) {
+            // The first batch of a segment still empty on the volume may be
+            // pending in this append.
+            let pending_first = metas.first().map(|m| m.max_timestamp);
+            if self.must_roll_before(pending.len() as u64, pending_first, batch, last, now_ms)? {
                 self.write_pending(&mut pending, &mut metas)?;
-                self.roll()?;
+                self.roll(now_ms)?;
                 rolled = true;
             }
             let position = self.active.size() + pending.len() as u64;
@@ -230,19 +257,58 @@ impl PartitionLog {
         })
     }
 
-    /// True if a batch of `size` bytes ending at offset `last`, appended
-    /// after `pending` bytes not yet written, needs a fresh segment: over
-    /// `segment_bytes` (unless the segment is still empty, so an oversized
-    /// batch still lands somewhere), or past the offsets the index's u32
-    /// relative offsets can address.
-    fn must_roll_before(&self, pending: u64, size: u64, last: i64) -> bool {
-        let filled = self.active.size() + pending;
-        if filled == 0 {
-            return false;
+    /// True if `batch`, ending at offset `last` and appended after
+    /// `pending` bytes not yet written (the first of them stamped
+    /// `pending_first`), needs a fresh segment: the rule of
+    /// `kaas_core::partition::segment_roll`, which this only feeds.
+    fn must_roll_before(
+        &mut self,
+        pending: u64,
+        pending_first: Option<i64>,
+        batch: &RecordBatch,
+        last: i64,
+        now_ms: i64,
+    ) -> io::Result<bool> {
+        // A segment this log did not create counts from its first append
+        // after the opening.
+        let created_ms = *self.active.created_ms.get_or_insert(now_ms);
+        let size = self.active.size() + pending;
+        if size == 0 {
+            return Ok(false);
         }
-        let too_big = filled + size > self.config.segment_bytes;
-        let offsets_overflow = self.active.relative(last.saturating_add(1)).is_none();
-        too_big || offsets_overflow
+        if self.active.first_batch_timestamp.is_none() && self.active.size() > 0 {
+            // Opened through its index, so never scanned: read its first
+            // batch once (Kafka loads it the same way).
+            let first = self.active.find_batch(None, MIN_READ_CHUNK, |_| true)?;
+            self.active.first_batch_timestamp = first.map(|(_, b)| b.max_timestamp());
+        }
+        let segment = ActiveSegment {
+            size,
+            // A batch of this append placed first in an empty segment.
+            first_batch_timestamp: if self.active.size() == 0 {
+                pending_first
+            } else {
+                self.active.first_batch_timestamp
+            },
+            created_ms,
+            jitter_ms: roll_jitter_ms(
+                self.jitter_seed,
+                self.active.base_offset,
+                self.config.segment_ms,
+                self.config.segment_jitter_ms,
+            ),
+        };
+        let incoming = IncomingBatch {
+            size: batch.size() as u64,
+            max_timestamp: batch.max_timestamp(),
+            offsets_fit: self.active.relative(last.saturating_add(1)).is_some(),
+        };
+        let settings = RollSettings {
+            segment_bytes: self.config.segment_bytes,
+            segment_ms: self.config.segment_ms,
+            segment_jitter_ms: self.config.segment_jitter_ms,
+        };
+        Ok(roll_reason(&segment, &incoming, &settings, now_ms).is_some())
     }
 
     fn write_pending(
@@ -274,7 +340,7 @@ impl PartitionLog {
     /// it and only then writes its index (an index on the volume promises a
     /// durable segment; recovery trusts it without a scan). Creating the
     /// new file is the only volume call here; no fsync of data.
-    fn roll(&mut self) -> io::Result<()> {
+    fn roll(&mut self, now_ms: i64) -> io::Result<()> {
         let new_base = self.end_offset;
         let epoch = self.leader_epoch;
         let file = self
@@ -286,7 +352,10 @@ impl PartitionLog {
             tracing::warn!(dir = self.dir, new_base, "discarding stale segment file");
             file.truncate(0)?;
         }
-        let sealed = std::mem::replace(&mut self.active, Segment::empty(new_base, epoch, file));
+        tracing::debug!(dir = self.dir, new_base, "rolling the active segment");
+        let mut active = Segment::empty(new_base, epoch, file);
+        active.created_ms = Some(now_ms);
+        let sealed = std::mem::replace(&mut self.active, active);
         self.sealed.push(sealed);
         Ok(())
     }
@@ -771,6 +840,14 @@ impl PartitionLog {
         self.log_start_offset = offset;
         trim_before_log_start(&mut self.leader_epochs, offset);
     }
+}
+
+/// FNV-1a of a partition's directory name: the seed of its segment
+/// jitters, the same at every opening and on every broker.
+fn jitter_seed(dir: &str) -> u64 {
+    dir.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// What the flusher must do to make the log durable up to `end_offset`.

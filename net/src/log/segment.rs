@@ -45,6 +45,13 @@ pub(crate) struct Segment {
     /// leader at this epoch: the original's name is gone, and removing the
     /// segment removes the copy.
     pub cleaned_by: Option<i32>,
+    /// The max timestamp of the first batch, once known (tracked as it is
+    /// appended or scanned; read from the file when the segment was opened
+    /// through its index): what `segment.ms` is judged from.
+    pub first_batch_timestamp: Option<i64>,
+    /// When this broker created the segment, or first appended to it after
+    /// opening it (the clock's side of `segment.ms`).
+    pub created_ms: Option<i64>,
 }
 
 /// What an appended batch contributes to the segment's bookkeeping.
@@ -86,6 +93,8 @@ impl Segment {
             aborted: Vec::new(),
             txn_index_unsynced: false,
             cleaned_by: None,
+            first_batch_timestamp: None,
+            created_ms: None,
         }
     }
 
@@ -114,6 +123,8 @@ impl Segment {
             aborted: Vec::new(),
             txn_index_unsynced: false,
             cleaned_by: None,
+            first_batch_timestamp: None,
+            created_ms: None,
         }
     }
 
@@ -166,6 +177,9 @@ impl Segment {
             self.bytes_since_index_entry = 0;
         }
         self.bytes_since_index_entry += meta.size;
+        if meta.position == 0 {
+            self.first_batch_timestamp = Some(meta.max_timestamp);
+        }
         self.max_timestamp = self.max_timestamp.max(meta.max_timestamp);
         self.next_offset = meta.next_offset;
         Ok(())

@@ -82,6 +82,7 @@ fn small_segments() -> LogConfig {
     LogConfig {
         segment_bytes: 1_000,
         index_interval_bytes: 200,
+        ..LogConfig::default()
     }
 }
 
@@ -417,6 +418,7 @@ fn an_index_whose_entries_point_nowhere_falls_back_to_scanning() {
     let mut log = fx.open(LogConfig {
         segment_bytes: 2_000,
         index_interval_bytes: 1,
+        ..LogConfig::default()
     });
     for i in 0..30 {
         log.append_batch(&batch(1, i, 60)).unwrap();
@@ -1424,4 +1426,90 @@ fn an_aborted_index_entry_partly_zeroed_by_a_crash_is_cut_off() {
         "the torn entry is cut off"
     );
     assert_eq!(log.aborted_transactions(0, 8), vec![(7, 2)]);
+}
+
+// ------------------------------------------------------------- segment.ms
+
+/// 2026-01-01 by the clock, for records stamped as real producers stamp them.
+const NOW: i64 = 1_767_225_600_000;
+
+fn timed_segments(segment_ms: i64) -> LogConfig {
+    LogConfig {
+        segment_ms,
+        ..LogConfig::default()
+    }
+}
+
+#[test]
+fn the_active_segment_rolls_once_its_records_span_more_than_segment_ms() {
+    let fx = Fixture::new();
+    let mut log = fx.open(timed_segments(1_000));
+    assert!(!log.append_batch(&batch(2, NOW, 10)).unwrap().rolled);
+    // Its last record is at NOW + 1000: waited exactly segment.ms, not more.
+    assert!(!log.append_batch(&batch(1, NOW + 1_000, 10)).unwrap().rolled);
+    let a = log.append_batch(&batch(1, NOW + 1_002, 10)).unwrap();
+    assert!(a.rolled, "1002 ms after the first batch");
+    assert_eq!(log.segment_base_offsets(), vec![0, 3]);
+    // The new segment is judged from its own first batch.
+    assert!(!log.append_batch(&batch(1, NOW + 1_900, 10)).unwrap().rolled);
+    assert_eq!(read_all(&log, 0).len(), 4);
+}
+
+#[test]
+fn one_append_of_batches_spanning_segment_ms_rolls_between_them() {
+    let fx = Fixture::new();
+    let mut log = fx.open(timed_segments(1_000));
+    let a = log
+        .append(&[
+            batch(1, NOW, 10),
+            batch(1, NOW + 500, 10),
+            batch(1, NOW + 5_000, 10),
+        ])
+        .unwrap();
+    assert!(a.rolled);
+    assert_eq!(log.segment_base_offsets(), vec![0, 2]);
+}
+
+#[test]
+fn without_record_timestamps_the_clock_since_the_roll_decides() {
+    let fx = Fixture::new();
+    let mut log = fx.open(timed_segments(1_000));
+    let untimed = || batch(1, -1, 10);
+    log.append_timed(&[untimed()], NOW).unwrap();
+    // The opened segment counts from its first append after the opening.
+    assert!(!log.append_timed(&[untimed()], NOW + 1_000).unwrap().rolled);
+    assert!(log.append_timed(&[untimed()], NOW + 1_001).unwrap().rolled);
+    // The new segment counts from its roll.
+    log.append_timed(&[untimed()], NOW + 1_500).unwrap();
+    assert!(!log.append_timed(&[untimed()], NOW + 2_001).unwrap().rolled);
+    assert!(log.append_timed(&[untimed()], NOW + 2_002).unwrap().rolled);
+    assert_eq!(log.segment_base_offsets(), vec![0, 2, 5]);
+}
+
+#[test]
+fn a_reopened_active_segment_is_judged_from_its_first_batch() {
+    let fx = Fixture::new();
+    {
+        let mut log = fx.open(timed_segments(1_000));
+        log.append_batch(&batch(1, NOW, 10)).unwrap();
+        log.sync().unwrap();
+    }
+    let mut log = fx.open(timed_segments(1_000));
+    assert!(log.append_batch(&batch(1, NOW + 2_000, 10)).unwrap().rolled);
+}
+
+#[test]
+fn a_segment_with_jitter_rolls_no_later_than_segment_ms_and_no_sooner_than_less_the_jitter() {
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig {
+        segment_jitter_ms: 400,
+        ..timed_segments(1_000)
+    });
+    log.append_batch(&batch(1, NOW, 10)).unwrap();
+    assert!(!log.append_batch(&batch(1, NOW + 600, 10)).unwrap().rolled);
+    let mut at = NOW + 600;
+    while !log.append_batch(&batch(1, at, 10)).unwrap().rolled {
+        at += 1;
+        assert!(at <= NOW + 1_001, "rolled by segment.ms at the latest");
+    }
 }

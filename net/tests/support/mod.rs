@@ -125,3 +125,14 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// The wall clock in ms, for record timestamps. Records must be stamped as
+/// real producers stamp them: a test record stamped at 1970 followed by a
+/// transaction marker (which the broker stamps with its clock) rolls the
+/// segment by `segment.ms`, in Kafka as in kaas.
+#[allow(dead_code)] // not every test binary builds records
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
