@@ -14,7 +14,7 @@
 
 use super::{Durability, SlotFile};
 use crate::volume::{SegmentFile, Volume};
-use kaas_core::slot_journal::{encode_record, scan};
+use kaas_core::slot_journal::{encode_record, scan, RECORD_HEADER_BYTES};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -161,6 +161,16 @@ impl Journal {
             Some(path) => Ok(volume.read(path)?.is_some()),
             None => Ok(false),
         }
+    }
+
+    /// Whether a round of `len` bytes would be appended (rather than
+    /// written as a snapshot: the journal is full, or suspect after a
+    /// failed append). A deferred round that appends can run in place;
+    /// one that writes a snapshot waits on the disk.
+    pub fn would_append(&self, len: usize) -> bool {
+        let inner = &self.inner;
+        let record = (RECORD_HEADER_BYTES + len) as u64;
+        !inner.suspect.load(Ordering::Acquire) && inner.file.len() + record <= COMPACT_AT
     }
 
     /// Makes `state` (encoded as `bytes`) the slot's durable state, or with
@@ -426,8 +436,10 @@ mod tests {
             .write(&volume, &complete, Durability::Deferred)
             .unwrap();
         fail.store(1, Ordering::SeqCst);
+        assert!(loaded.journal.would_append(10));
         assert!(write(&loaded.journal, &volume, &state(3, "refused")).is_err());
         assert_eq!(volume.read(SNAPSHOT).unwrap(), None);
+        assert!(!loaded.journal.would_append(10), "the next round replaces");
         write(&loaded.journal, &volume, &state(3, "next")).unwrap();
         assert_eq!(
             volume.read(SNAPSHOT).unwrap().as_deref(),

@@ -440,11 +440,11 @@ async fn write<O: SlotOwner>(
     let volume = owner.volume().clone();
     let journal = journal.clone();
     // A deferred round is an append to the page cache, done in place like
-    // a partition's append; a synced one waits on the disk, off the async
-    // workers.
+    // a partition's append; a synced one, or one that replaces the
+    // snapshot, waits on the disk, off the async workers.
     let kind = match durability {
-        Durability::Synced => IoKind::Fsync,
-        Durability::Deferred => IoKind::Append,
+        Durability::Deferred if journal.would_append(bytes.len()) => IoKind::Append,
+        _ => IoKind::Fsync,
     };
     owner
         .env()
