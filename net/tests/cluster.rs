@@ -562,6 +562,60 @@ async fn markers_for_a_partition_another_broker_leads_go_through_the_queue() {
     assert_eq!(std::fs::read_dir(&queue).unwrap().count(), 0);
 }
 
+/// A queued marker that its partition refuses as stale (the producer has
+/// written there at a later epoch) is acknowledged, not applied again and
+/// again: its coordinator may have abandoned it (it lost the slot while
+/// waiting, and the next owner completed the transaction another way), and
+/// each refused attempt counted as a marker written, so every transaction
+/// check asked of another broker for the partition was retried (simulator
+/// seed 1164: the EOS loop never committed again).
+#[tokio::test]
+async fn a_stale_queued_marker_is_acknowledged_not_applied_forever() {
+    use kaas_core::layout::{marker_ack_file, marker_file};
+    use kaas_core::txn::marker_queue::{MarkerRequest, MARKER_QUEUE_VERSION};
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, _, led) = three_brokers_with_topic(dir.path(), "f").await;
+    let (partition, (leader, _)) = led.iter().enumerate().next().unwrap();
+    let (partition, leader) = (partition as i32, *leader);
+    let from = (leader + 1) % 3;
+    let pid = (1 << 40) + 77;
+    // The producer is at epoch 1 on the partition.
+    assert_eq!(
+        produce_as(brokers[&leader].addr, partition, pid, 1, 0).await,
+        0
+    );
+    let request = MarkerRequest {
+        version: MARKER_QUEUE_VERSION,
+        from,
+        nonce: 7,
+        producer_id: pid,
+        producer_epoch: 0,
+        coordinator_epoch: 0,
+        commit: false,
+        partitions: [("f".to_string(), partition)].into(),
+        groups: Default::default(),
+    };
+    let queued = dir.path().join(marker_file(leader, pid, 0));
+    std::fs::create_dir_all(queued.parent().unwrap()).unwrap();
+    std::fs::write(&queued, request.encode().unwrap()).unwrap();
+    let ack = dir.path().join(marker_ack_file(from, pid, 0, leader));
+    for _ in 0..100 {
+        if ack.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ack.exists(), "the stale marker is acknowledged");
+    let p = brokers[&leader]
+        .broker
+        .partition("f", partition, -1)
+        .unwrap();
+    assert_eq!(p.high_watermark(), 1, "and nothing was written for it");
+    let attempts = p.markers_written();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(p.markers_written(), attempts, "nor is it tried again");
+}
+
 /// Sends a transactional batch of `pid`/`epoch` for `transactional_id` to
 /// partition `partition` of "x" at `addr`, with Produce `version` (12: the
 /// partition joins the transaction by itself).

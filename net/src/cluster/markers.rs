@@ -204,6 +204,15 @@ async fn watch_once(broker: &Arc<Broker>) -> io::Result<()> {
     Ok(())
 }
 
+/// A marker refusal that means a later epoch of the producer, or a later
+/// coordinator, already wrote here (`kaas_core::producer::check_marker`).
+fn stale_marker(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::InvalidProducerEpoch | ErrorCode::TransactionCoordinatorFenced
+    )
+}
+
 /// Applies what this broker leads of `left`, durably, then records it in
 /// the ack (on top of what `ack` already acknowledged).
 async fn apply(
@@ -246,7 +255,17 @@ async fn apply(
             Ok(offset) => partition.wait_durable(offset + 1).await,
             Err(code) => Err(code),
         };
-        if written.is_ok() {
+        // A marker refused as stale (the partition has seen a later epoch
+        // of the producer, or a later coordinator's marker) has nothing
+        // left to close here: that later epoch exists only once this
+        // transaction was settled. Acknowledged, it stops being applied
+        // again: a request its coordinator abandoned (it lost the slot
+        // while waiting, and the next owner completed the transaction
+        // through other leaders) stays in the queue, and every refused
+        // attempt counts as a marker written, which made every
+        // transaction check asked of another broker for this partition
+        // retry (simulator seed 1164: a livelock of the EOS loop).
+        if written.is_ok() || written.is_err_and(stale_marker) {
             done.partitions.insert((topic.clone(), *index));
         }
     }

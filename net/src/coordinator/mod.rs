@@ -32,7 +32,7 @@ use crate::cluster::Membership;
 use crate::env::Env;
 use crate::slot_store::{
     self, wait_written, Claimed, CoordinatorSlot, MovingSlots, Round, RoundOutcome, SlotFile,
-    SlotOwner, SlotQueues, Taken, WriteDone,
+    SlotOwner, SlotQueues, WriteDone,
 };
 use crate::volume::Volume;
 use kaas_core::cluster::{check_slot_access, coordinator_slot, Claim, ClusterView};
@@ -637,19 +637,7 @@ impl SlotOwner for GroupCoordinator {
     fn take_round(&self, slot: u32) -> Option<Round<SlotState>> {
         let mut inner = self.lock();
         let state = inner.core.slot(slot).cloned()?;
-        let Taken {
-            ops,
-            done,
-            journal,
-            incarnation,
-        } = inner.queues.take(slot)?;
-        Some(Round {
-            ops,
-            done,
-            state,
-            journal,
-            incarnation,
-        })
+        Some(inner.queues.take(slot)?.into_round(state))
     }
 
     fn finish_round(

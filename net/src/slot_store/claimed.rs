@@ -235,7 +235,13 @@ mod tests {
         let mut next = slot.state.clone();
         next.apply(&word.to_string());
         next.bump_version();
-        slot.journal.write(volume, &next.encode().unwrap()).unwrap();
+        slot.journal
+            .write(
+                volume,
+                &next.encode().unwrap(),
+                crate::slot_store::Durability::Synced,
+            )
+            .unwrap();
         slot.state = next;
         !slot.journal.deposed(volume).unwrap()
     }

@@ -12,9 +12,9 @@
 //! by compaction (or after a failed append) before the journal was emptied,
 //! and the snapshot is the one known to be whole and current then.
 
-use super::SlotFile;
+use super::{Durability, SlotFile};
 use crate::volume::{SegmentFile, Volume};
-use kaas_core::slot_journal::{encode_record, scan};
+use kaas_core::slot_journal::{encode_record, scan, RECORD_HEADER_BYTES};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -164,9 +164,25 @@ impl Journal {
         }
     }
 
-    /// Makes `state` (encoded as `bytes`) the slot's durable state. Blocks:
-    /// run it on the IO runner.
-    pub fn write(&self, volume: &dyn Volume, bytes: &[u8]) -> io::Result<()> {
+    /// Whether a round of `len` bytes would be appended (rather than
+    /// written as a snapshot: the journal is full, or suspect after a
+    /// failed append). A deferred round that appends can run in place;
+    /// one that writes a snapshot waits on the disk.
+    pub fn would_append(&self, len: usize) -> bool {
+        let inner = &self.inner;
+        let record = (RECORD_HEADER_BYTES + len) as u64;
+        !inner.suspect.load(Ordering::Acquire) && inner.file.len() + record <= COMPACT_AT
+    }
+
+    /// Makes `state` (encoded as `bytes`) the slot's durable state, or with
+    /// [`Durability::Deferred`] its state once the next synced write is
+    /// done. Blocks: run it on the IO runner.
+    pub fn write(
+        &self,
+        volume: &dyn Volume,
+        bytes: &[u8],
+        durability: Durability,
+    ) -> io::Result<()> {
         let inner = &self.inner;
         let record = encode_record(bytes);
         let fits = record
@@ -175,11 +191,25 @@ impl Journal {
         match record {
             Some(record) if fits && !inner.suspect.load(Ordering::Acquire) => {
                 let before = inner.file.len();
-                let appended = inner.file.append(&record).and_then(|_| inner.file.sync());
+                let appended = inner.file.append(&record).and_then(|_| match durability {
+                    Durability::Synced => inner.file.sync(),
+                    Durability::Deferred => Ok(()),
+                });
                 if appended.is_err() {
                     // Best effort: take the record back now; if that fails
                     // too, the next round replaces rather than appends.
                     if inner.file.truncate(before).is_err() {
+                        inner.suspect.store(true, Ordering::Release);
+                    }
+                    if durability == Durability::Synced {
+                        // A failed sync may also have lost deferred records
+                        // appended before this one, which stay in the file
+                        // (Linux marks the pages of a failed fsync clean:
+                        // "fsyncgate"). A later sync would not write them
+                        // again, and a crash could leave garbage there that
+                        // hides every record synced after it. The next
+                        // round writes a snapshot and empties the journal
+                        // instead.
                         inner.suspect.store(true, Ordering::Release);
                     }
                 }
@@ -256,7 +286,7 @@ mod tests {
     }
 
     fn write(journal: &Journal, volume: &dyn Volume, s: &Counter) -> io::Result<()> {
-        journal.write(volume, &s.encode().unwrap())
+        journal.write(volume, &s.encode().unwrap(), Durability::Synced)
     }
 
     #[test]
@@ -355,12 +385,81 @@ mod tests {
         assert_eq!(open(&volume).state, Some(state(2, "two")));
     }
 
+    /// A deferred round appends without a sync; the next synced round's
+    /// sync is the one that makes both durable.
+    #[test]
+    fn a_deferred_write_waits_for_the_next_synced_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let syncs = Arc::new(AtomicUsize::new(0));
+        let seen = syncs.clone();
+        let volume = HookedVolume::new(LocalVolume::new(dir.path()).unwrap(), move |wait| {
+            if matches!(wait, DiskWait::Sync(_)) {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        });
+        let loaded = open(&volume);
+        let deferred = state(1, "complete");
+        let bytes = deferred.encode().unwrap();
+        loaded
+            .journal
+            .write(&volume, &bytes, Durability::Deferred)
+            .unwrap();
+        assert_eq!(syncs.load(Ordering::SeqCst), 0, "appended, not synced");
+        assert_eq!(open(&volume).state, Some(deferred), "but written");
+        write(&loaded.journal, &volume, &state(2, "next")).unwrap();
+        assert_eq!(syncs.load(Ordering::SeqCst), 1);
+        assert_eq!(open(&volume).state, Some(state(2, "next")));
+    }
+
+    /// A failed sync can lose a deferred record appended before the failed
+    /// one, which the truncate leaves in the file: Linux marks the failed
+    /// pages clean, so no later sync writes them, and what a crash leaves
+    /// there could hide every record synced after it. So the next round
+    /// replaces (snapshot, empty journal) rather than appends behind it.
+    #[test]
+    fn after_a_failed_sync_behind_a_deferred_write_the_next_round_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let fail = Arc::new(AtomicUsize::new(0));
+        let failing = fail.clone();
+        let volume = HookedVolume::new(LocalVolume::new(dir.path()).unwrap(), move |wait| {
+            if matches!(wait, DiskWait::Sync(_)) && failing.load(Ordering::SeqCst) > 0 {
+                failing.fetch_sub(1, Ordering::SeqCst);
+                return Err(io::Error::other("injected"));
+            }
+            Ok(())
+        });
+        let loaded = open(&volume);
+        write(&loaded.journal, &volume, &state(1, "prepare")).unwrap();
+        let complete = state(2, "complete").encode().unwrap();
+        loaded
+            .journal
+            .write(&volume, &complete, Durability::Deferred)
+            .unwrap();
+        fail.store(1, Ordering::SeqCst);
+        assert!(loaded.journal.would_append(10));
+        assert!(write(&loaded.journal, &volume, &state(3, "refused")).is_err());
+        assert_eq!(volume.read(SNAPSHOT).unwrap(), None);
+        assert!(!loaded.journal.would_append(10), "the next round replaces");
+        write(&loaded.journal, &volume, &state(3, "next")).unwrap();
+        assert_eq!(
+            volume.read(SNAPSHOT).unwrap().as_deref(),
+            Some(&b"3 next"[..]),
+            "replaced, not appended behind the record whose sync failed"
+        );
+        assert_eq!(loaded.journal.inner.file.len(), 0, "journal emptied");
+        assert_eq!(open(&volume).state, Some(state(3, "next")));
+    }
+
     #[test]
     fn a_record_that_does_not_decode_stops_the_load() {
         let dir = tempfile::tempdir().unwrap();
         let volume = LocalVolume::new(dir.path()).unwrap();
         let loaded = open(&volume);
-        loaded.journal.write(&volume, b"garbage").unwrap();
+        loaded
+            .journal
+            .write(&volume, b"garbage", Durability::Synced)
+            .unwrap();
         let err = load(&volume, SNAPSHOT, JOURNAL, decode).err().unwrap();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }

@@ -88,6 +88,9 @@ pub struct SlotQueues<Op> {
 struct SlotQueue<Op> {
     ops: Vec<Op>,
     done: Vec<WriteDone>,
+    /// How the next round is written: synced unless everything queued for
+    /// it was queued as deferred.
+    durability: Durability,
     /// A writer task is running for this slot.
     writing: bool,
     /// Served here: the claim held and the journal rounds append to.
@@ -100,6 +103,21 @@ struct SlotQueue<Op> {
     incarnation: u64,
 }
 
+/// What a round's waiters are told to wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// The round is synced before its waiters hear of it: the usual case.
+    Synced,
+    /// The round is appended, and synced by the slot's next synced round
+    /// (a sync of the journal covers every append before it). Only for a
+    /// change that a crash may take back because something else redoes it:
+    /// a transaction's Complete*, which the reconcile writes again from
+    /// the durable Prepare* after a restart (docs/transactions.md,
+    /// "Complete* without its own sync"). A round is deferred only if
+    /// everything in it was queued deferred ([`SlotQueues::push_deferred`]).
+    Deferred,
+}
+
 /// One round of a slot's writer: what was queued, and the durable state it
 /// applies to.
 pub struct Round<F: SlotFile> {
@@ -110,6 +128,7 @@ pub struct Round<F: SlotFile> {
     /// The slot's incarnation when the round was taken (see
     /// [`SlotQueues::is_current`]).
     pub incarnation: u64,
+    pub durability: Durability,
 }
 
 /// What a round takes from a slot's queue.
@@ -118,6 +137,7 @@ pub struct Taken<Op> {
     pub done: Vec<WriteDone>,
     pub journal: Journal,
     pub incarnation: u64,
+    pub durability: Durability,
 }
 
 impl<Op> Default for SlotQueues<Op> {
@@ -134,6 +154,7 @@ impl<Op> SlotQueues<Op> {
                 .map(|_| SlotQueue {
                     ops: Vec::new(),
                     done: Vec::new(),
+                    durability: Durability::Deferred,
                     writing: false,
                     served: None,
                     elsewhere: None,
@@ -209,9 +230,29 @@ impl<Op> SlotQueues<Op> {
         match self.queues.get_mut(slot as usize) {
             Some(q) if q.served.is_some() => {
                 q.ops.push(op);
+                q.durability = Durability::Synced;
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Queues `op` for `slot` with its waiter `done`, told once the op is
+    /// written but perhaps not yet synced: the round is appended without a
+    /// sync unless something else queued for it needs one, and the slot's
+    /// next synced round makes it durable (see [`Durability::Deferred`]).
+    /// False (and NOT_COORDINATOR) for a slot not served here.
+    pub fn push_deferred(&mut self, slot: u32, op: Op, done: WriteDone) -> bool {
+        match self.queues.get_mut(slot as usize) {
+            Some(q) if q.served.is_some() => {
+                q.ops.push(op);
+                q.done.push(done);
+                true
+            }
+            _ => {
+                let _ = done.send(Err(ErrorCode::NotCoordinator));
+                false
+            }
         }
     }
 
@@ -221,6 +262,7 @@ impl<Op> SlotQueues<Op> {
         match self.queues.get_mut(slot as usize) {
             Some(q) if q.served.is_some() => {
                 q.done.push(done);
+                q.durability = Durability::Synced;
                 true
             }
             _ => {
@@ -258,7 +300,23 @@ impl<Op> SlotQueues<Op> {
             done: std::mem::take(&mut q.done),
             journal,
             incarnation: q.incarnation,
+            durability: std::mem::replace(&mut q.durability, Durability::Deferred),
         })
+    }
+}
+
+impl<Op> Taken<Op> {
+    /// The round that applies what was taken to `state`, the slot's
+    /// durable state.
+    pub fn into_round<F: SlotFile<Op = Op>>(self, state: F) -> Round<F> {
+        Round {
+            ops: self.ops,
+            done: self.done,
+            state,
+            journal: self.journal,
+            incarnation: self.incarnation,
+            durability: self.durability,
+        }
     }
 }
 
@@ -341,6 +399,7 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
         mut state,
         journal,
         incarnation,
+        durability,
     }) = owner.take_round(slot)
     {
         let mut changed = false;
@@ -349,7 +408,7 @@ pub async fn run_writer<O: SlotOwner>(owner: Arc<O>, slot: u32) {
         }
         let outcome = if changed {
             state.bump_version();
-            match write(owner.as_ref(), &journal, &state).await {
+            match write(owner.as_ref(), &journal, &state, durability).await {
                 Ok(Written::Alone) => RoundOutcome::Written(state),
                 Ok(Written::Deposed) => RoundOutcome::Deposed,
                 Err(e) => RoundOutcome::Failed(e),
@@ -371,14 +430,34 @@ enum Written {
     Deposed,
 }
 
-async fn write<O: SlotOwner>(owner: &O, journal: &Journal, state: &O::File) -> io::Result<Written> {
+async fn write<O: SlotOwner>(
+    owner: &O,
+    journal: &Journal,
+    state: &O::File,
+    durability: Durability,
+) -> io::Result<Written> {
     let bytes = state.encode()?;
     let volume = owner.volume().clone();
     let journal = journal.clone();
+    // A deferred round is an append to the page cache, done in place like
+    // a partition's append; a synced one, or one that replaces the
+    // snapshot, waits on the disk, off the async workers.
+    let kind = match durability {
+        Durability::Deferred if journal.would_append(bytes.len()) => IoKind::Append,
+        _ => IoKind::Fsync,
+    };
     owner
         .env()
-        .blocking(IoKind::Fsync, move || {
-            journal.write(volume.as_ref(), &bytes)?;
+        .blocking(kind, move || {
+            journal.write(volume.as_ref(), &bytes, durability)?;
+            if durability == Durability::Deferred {
+                // Not asked: what a deferred round writes may be lost
+                // anyway, and is redone from the durable state by whoever
+                // serves the slot next, so acknowledging it after a
+                // successor claimed the slot promises nothing the
+                // successor must keep. The next synced round asks.
+                return Ok(Written::Alone);
+            }
             // The last word before acknowledging (one failed lookup per
             // round, on the IO runner with the sync it follows).
             Ok(if journal.deposed(volume.as_ref())? {
@@ -474,5 +553,64 @@ pub(crate) mod test_volume {
             Ok(())
         });
         (Arc::new(volume), watch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::LocalVolume;
+
+    /// Slot 0 served at epoch 0, its journal in `dir`.
+    fn served(dir: &std::path::Path) -> SlotQueues<u8> {
+        let volume = LocalVolume::new(dir).unwrap();
+        volume.create_dir_all("s").unwrap();
+        let loaded = load(&volume, "s/slot-0.json", "s/slot-0.log", |_: &[u8]| {
+            Err::<kaas_core::txn::TxnSlotState, _>("nothing to decode")
+        })
+        .unwrap();
+        let mut queues = SlotQueues::new();
+        let claim = Claim {
+            broker_id: 0,
+            epoch: 0,
+        };
+        queues.serve(0, claim, loaded.journal);
+        queues
+    }
+
+    /// Only a round made of deferred ops alone goes unsynced: an op queued
+    /// the usual way, even one nobody waits for (a group's metadata change,
+    /// an expiry), makes its round synced as it always was.
+    #[test]
+    fn a_round_is_deferred_only_if_everything_in_it_was_queued_deferred() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut q = served(dir.path());
+        let (tx, _rx) = oneshot::channel();
+        assert!(q.push_deferred(0, 1, tx));
+        assert_eq!(q.take(0).unwrap().durability, Durability::Deferred);
+
+        let (tx, _rx) = oneshot::channel();
+        assert!(q.push_deferred(0, 2, tx));
+        assert!(q.push_op(0, 3), "no waiter");
+        assert_eq!(q.take(0).unwrap().durability, Durability::Synced);
+
+        assert!(q.push_op(0, 4));
+        assert_eq!(q.take(0).unwrap().durability, Durability::Synced);
+
+        let (tx, _rx) = oneshot::channel();
+        assert!(q.push_deferred(0, 5, tx));
+        let (tx, _rx) = oneshot::channel();
+        assert!(q.push_done(0, tx));
+        let taken = q.take(0).unwrap();
+        assert_eq!(taken.durability, Durability::Synced);
+        assert_eq!(taken.ops, vec![5]);
+
+        let (tx, _rx) = oneshot::channel();
+        assert!(q.push_deferred(0, 6, tx));
+        assert_eq!(
+            q.take(0).unwrap().durability,
+            Durability::Deferred,
+            "a synced round does not carry over to the next"
+        );
     }
 }

@@ -37,8 +37,8 @@ pub use timers::run_timers;
 use crate::cluster::Membership;
 use crate::env::Env;
 use crate::slot_store::{
-    self, wait_written, Claimed, CoordinatorSlot, MovingSlots, Round, RoundOutcome, SlotFile,
-    SlotOwner, SlotQueues, Taken,
+    self, wait_written, Claimed, CoordinatorSlot, Durability, MovingSlots, Round, RoundOutcome,
+    SlotFile, SlotOwner, SlotQueues,
 };
 use crate::volume::Volume;
 use kaas_core::cluster::{
@@ -183,6 +183,17 @@ impl TxnCoordinator {
         id: &str,
         decide: impl FnOnce(Option<&TxnEntry>) -> Result<(Option<TxnEntry>, T), ErrorCode>,
     ) -> Result<T, ErrorCode> {
+        self.decide_with(id, Durability::Synced, decide).await
+    }
+
+    /// [`Self::decide`], answering once the entry is written as `durability`
+    /// says.
+    async fn decide_with<T>(
+        self: &Arc<Self>,
+        id: &str,
+        durability: Durability,
+        decide: impl FnOnce(Option<&TxnEntry>) -> Result<(Option<TxnEntry>, T), ErrorCode>,
+    ) -> Result<T, ErrorCode> {
         let slot = coordinator_slot(id);
         let (rx, answer) = {
             let mut inner = self.lock();
@@ -199,8 +210,15 @@ impl TxnCoordinator {
                 return Ok(answer);
             };
             let (tx, rx) = oneshot::channel();
-            inner.queues.push_op(slot, TxnSlotOp::Put(next));
-            inner.queues.push_done(slot, tx);
+            match durability {
+                Durability::Synced => {
+                    inner.queues.push_op(slot, TxnSlotOp::Put(next));
+                    inner.queues.push_done(slot, tx);
+                }
+                Durability::Deferred => {
+                    inner.queues.push_deferred(slot, TxnSlotOp::Put(next), tx);
+                }
+            }
             inner.writing.insert(id.to_string());
             if inner.queues.claim_writer(slot) {
                 tokio::spawn(slot_store::run_writer(self.clone(), slot));
@@ -414,7 +432,8 @@ impl TxnCoordinator {
     /// prepared transaction (another completer finished it).
     pub async fn finish_prepared(self: &Arc<Self>, prepared: &TxnEntry) -> Result<(), ErrorCode> {
         let now = self.env.now_ms();
-        self.decide(&prepared.transactional_id, |entry| match entry {
+        let id = &prepared.transactional_id;
+        self.decide_with(id, Durability::Deferred, |entry| match entry {
             Some(e)
                 if e.state == prepared.state
                     && e.producer_id == prepared.producer_id
@@ -523,19 +542,7 @@ impl SlotOwner for TxnCoordinator {
     fn take_round(&self, slot: u32) -> Option<Round<TxnSlotState>> {
         let mut inner = self.lock();
         let state = inner.slots.get(slot as usize).cloned()?;
-        let Taken {
-            ops,
-            done,
-            journal,
-            incarnation,
-        } = inner.queues.take(slot)?;
-        Some(Round {
-            ops,
-            done,
-            state,
-            journal,
-            incarnation,
-        })
+        Some(inner.queues.take(slot)?.into_round(state))
     }
 
     fn finish_round(

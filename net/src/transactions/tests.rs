@@ -328,3 +328,29 @@ async fn a_slot_let_go_of_decides_nothing_and_a_new_owner_finds_its_transactions
     assert_eq!(next.finish_prepared(&prepared).await, Ok(()));
     assert_eq!(state(&next), TxnState::CompleteCommit);
 }
+
+/// Complete* is written without a sync of its own: EndTxn's completion
+/// costs no journal sync, and the producer's next decision, synced, makes
+/// it durable along with itself.
+#[tokio::test]
+async fn a_completion_is_made_durable_by_the_next_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, writes) = flaky(dir.path());
+    let c = open(volume.clone());
+    let (pid, epoch) = ongoing(&c, 60_000).await;
+    let synced = || writes.writes.load(Ordering::SeqCst);
+    let before = synced();
+    let prepared = end_txn(&c, pid, epoch, true).await.unwrap().unwrap();
+    assert_eq!(synced(), before + 1, "Prepare* is synced");
+    c.finish_prepared(&prepared).await.unwrap();
+    assert_eq!(state(&c), TxnState::CompleteCommit);
+    assert_eq!(synced(), before + 1, "Complete* has no sync of its own");
+    c.add_to_transaction(ID, pid, epoch, &[("t".into(), 1)], &[])
+        .await
+        .unwrap();
+    assert_eq!(synced(), before + 2);
+    drop(c);
+    let e = open(volume).entry(ID).unwrap();
+    assert_eq!(e.state, TxnState::Ongoing);
+    assert_eq!(e.partitions.len(), 1, "the new transaction's only");
+}
