@@ -59,6 +59,11 @@ const INIT_PRODUCER_ID_VERSION: i16 = 4;
 /// acknowledged (no faults any more by then).
 const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
 const CLIENT_ID: &str = "sim-idempotent";
+/// If no answer was lost by the time this many idempotent batches are
+/// acknowledged, the next answer is: a seed with few batches and a low
+/// `lose_answer_percent` could otherwise have no retry answered as a
+/// duplicate at all, and its duplicate checks would compare nothing.
+const LOSE_AN_ANSWER_BY: u64 = 8;
 
 /// One batch until it is acknowledged.
 struct Batch {
@@ -729,7 +734,11 @@ impl Producer {
         let Some(lane) = self.lanes.get_mut(partition as usize) else {
             return;
         };
-        let lose = percent(self.params.lose_answer_percent);
+        let drawn = percent(self.params.lose_answer_percent);
+        let lose = drawn || {
+            let idem = &self.shared.history().idem;
+            idem.answers_lost == 0 && idem.batches_acked >= LOSE_AN_ANSWER_BY
+        };
         let Some(batch) = lane.window.get(position) else {
             return;
         };
