@@ -240,12 +240,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const CODECS: [Compression; 4] = [
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ];
+    const CODECS: [Compression; 4] = Compression::CODECS;
 
     /// Text that compresses well, longer than one snappy or lz4 block.
     fn sample(len: usize) -> Vec<u8> {

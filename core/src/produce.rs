@@ -266,12 +266,7 @@ mod tests {
             b = b.push_record(NewRecord::new(1000, key, Some(b"v")));
         }
         let plain = b.build();
-        for codec in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in Compression::CODECS {
             let packed = plain.compressed_with(codec).unwrap();
             assert_eq!(records_without_key(&packed), Ok(vec![1, 3]), "{codec:?}");
             let keyed = RecordBatch::new(batch())

@@ -709,12 +709,7 @@ fn the_last_batch_of_the_round_is_kept_empty() {
 
 #[test]
 fn a_compressed_batch_is_cleaned_record_by_record_and_stays_compressed() {
-    for codec in [
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ] {
+    for codec in Compression::CODECS {
         let mut log = Log::default();
         log.zipped(
             codec,

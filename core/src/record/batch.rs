@@ -67,6 +67,14 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// Every codec Kafka defines, `None` aside.
+    pub const CODECS: [Compression; 4] = [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
     fn from_attributes(attributes: i16) -> Self {
         match attributes & COMPRESSION_MASK {
             0 => Compression::None,

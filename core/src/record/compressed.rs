@@ -64,12 +64,7 @@ mod tests {
     use crate::compression::MAX_DECOMPRESSED_BATCH_BYTES;
     use crate::record::{BatchBuilder, Compression, NewRecord, Record, RecordBatch};
 
-    const CODECS: [Compression; 4] = [
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ];
+    const CODECS: [Compression; 4] = Compression::CODECS;
 
     fn sample() -> RecordBatch {
         BatchBuilder::transactional(7, 3, 100)

@@ -467,12 +467,7 @@ mod tests {
         let plain = sample();
         let all = records(&plain);
         let limit = MAX_DECOMPRESSED_BATCH_BYTES;
-        for codec in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for codec in Compression::CODECS {
             let packed = plain.compressed_with(codec).unwrap();
             let out = packed.retain(&[false, true, false, true], None).unwrap();
             assert_eq!(out.validate(), Ok(()));

@@ -14,6 +14,7 @@
 //! Applying a marker twice closes nothing the second time, so a request
 //! read again after a crash is harmless.
 
+use crate::protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
@@ -124,6 +125,19 @@ pub fn outstanding(request: &MarkerRequest, ack: Option<&MarkerAck>) -> MarkerRe
     left
 }
 
+/// Whether a partition's refusal of a queued marker settles that marker:
+/// a stale refusal (`crate::producer::check_marker`: a later epoch of the
+/// producer, or a later coordinator, already wrote there) means the
+/// transaction was settled before that later epoch existed, so the marker
+/// owes nothing there and is acknowledged, as Kafka's coordinator drops
+/// it. Any other refusal leaves it owed, to be applied again.
+pub fn refusal_settles_marker(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::InvalidProducerEpoch | ErrorCode::TransactionCoordinatorFenced
+    )
+}
+
 impl MarkerRequest {
     pub fn is_empty(&self) -> bool {
         self.partitions.is_empty() && self.groups.is_empty()
@@ -158,6 +172,21 @@ mod tests {
             producer_epoch: epoch,
             partitions: partitions.iter().map(|p| ("t".to_string(), *p)).collect(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_stale_refusal_settles_a_queued_marker_and_others_leave_it_owed() {
+        assert!(refusal_settles_marker(ErrorCode::InvalidProducerEpoch));
+        assert!(refusal_settles_marker(
+            ErrorCode::TransactionCoordinatorFenced
+        ));
+        for owed in [
+            ErrorCode::NotLeaderOrFollower,
+            ErrorCode::KafkaStorageError,
+            ErrorCode::UnknownTopicOrPartition,
+        ] {
+            assert!(!refusal_settles_marker(owed), "{owed:?}");
         }
     }
 

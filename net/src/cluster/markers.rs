@@ -11,7 +11,9 @@ use kaas_core::layout::{
 };
 use kaas_core::partition::IncomingMarker;
 use kaas_core::protocol::ErrorCode;
-use kaas_core::txn::marker_queue::{outstanding, MarkerAck, MarkerRequest, MARKER_QUEUE_VERSION};
+use kaas_core::txn::marker_queue::{
+    outstanding, refusal_settles_marker, MarkerAck, MarkerRequest, MARKER_QUEUE_VERSION,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::{Arc, Weak};
@@ -204,15 +206,6 @@ async fn watch_once(broker: &Arc<Broker>) -> io::Result<()> {
     Ok(())
 }
 
-/// A marker refusal that means a later epoch of the producer, or a later
-/// coordinator, already wrote here (`kaas_core::producer::check_marker`).
-fn stale_marker(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::InvalidProducerEpoch | ErrorCode::TransactionCoordinatorFenced
-    )
-}
-
 /// Applies what this broker leads of `left`, durably, then records it in
 /// the ack (on top of what `ack` already acknowledged).
 async fn apply(
@@ -265,7 +258,7 @@ async fn apply(
         // attempt counts as a marker written, which made every
         // transaction check asked of another broker for this partition
         // retry (simulator seed 1164: a livelock of the EOS loop).
-        if written.is_ok() || written.is_err_and(stale_marker) {
+        if written.is_ok() || written.is_err_and(refusal_settles_marker) {
             done.partitions.insert((topic.clone(), *index));
         }
     }
