@@ -98,6 +98,9 @@ pub struct FaultStats {
     pub host_crashes_with_unsynced: u64,
 }
 
+/// Marks, in a passing seed's line, the vacuity gates it fell short of.
+pub const VACUOUS_TAG: &str = "VACUOUS: ";
+
 /// A passing seed's numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedReport {
@@ -130,6 +133,8 @@ pub struct SeedReport {
     /// Listings a broker was answered from its stale cache.
     pub stale_listings: u64,
     pub simulated: Duration,
+    /// The vacuity gates this seed fell short of, each with its counts.
+    pub vacuous: Vec<String>,
     /// Equal between two runs of a seed iff they behaved the same.
     pub fingerprint: u64,
 }
@@ -168,6 +173,7 @@ impl SeedReport {
             ("group generations", count(self.generations)),
             ("group member crashes", g.member_crashes),
             ("fsyncs", self.syncs),
+            ("vacuous seeds", u64::from(!self.vacuous.is_empty())),
         ]
     }
 }
@@ -306,6 +312,9 @@ impl fmt::Display for SeedReport {
                 self.writers.claims,
                 self.writers.foreign_truncations,
             )?;
+        }
+        if !self.vacuous.is_empty() {
+            write!(f, "{VACUOUS_TAG}{} | ", self.vacuous.join("; "))?;
         }
         write!(
             f,
@@ -996,6 +1005,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
 
     let shared = Arc::new(Shared::default());
     let mut problems = Vec::new();
+    // Events the seed's draw should have produced and did not: the seed's
+    // checkers compared less than they could. Not a failure of the seed; the
+    // batch bounds how many of its seeds may be vacuous (see
+    // `runner::BatchRun::vacuous`).
+    let mut vacuous: Vec<String> = Vec::new();
     let plain = params.producers - params.idempotent_producers;
     let producers: Vec<_> = (0..params.producers)
         .map(|id| {
@@ -1261,20 +1275,20 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     if params.txn_producers > 0 {
         let t = txns.stats;
         if t.commits_acked < MIN_TXN_COMMITS {
-            problems.push(format!(
-                "vacuous: {} transactions committed (need {MIN_TXN_COMMITS})",
+            vacuous.push(format!(
+                "{} transactions committed (need {MIN_TXN_COMMITS})",
                 t.commits_acked
             ));
         }
         if txns.aborted() < MIN_TXN_ABORTS {
-            problems.push(format!(
-                "vacuous: {} transactions aborted (need {MIN_TXN_ABORTS})",
+            vacuous.push(format!(
+                "{} transactions aborted (need {MIN_TXN_ABORTS})",
                 txns.aborted()
             ));
         }
         if params.txn_zombie_percent > 0 && t.zombies > 0 && t.fences_seen < MIN_TXN_FENCES {
-            problems.push(format!(
-                "vacuous: {} zombies but {} fences (need {MIN_TXN_FENCES})",
+            vacuous.push(format!(
+                "{} zombies but {} fences (need {MIN_TXN_FENCES})",
                 t.zombies, t.fences_seen
             ));
         }
@@ -1297,20 +1311,20 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     if params.eos {
         let e = eos_history.stats;
         if e.commits_acked < MIN_EOS_COMMITS {
-            problems.push(format!(
-                "vacuous: {} EOS transactions committed (need {MIN_EOS_COMMITS})",
+            vacuous.push(format!(
+                "{} EOS transactions committed (need {MIN_EOS_COMMITS})",
                 e.commits_acked
             ));
         }
         if e.resumes < MIN_EOS_RESUMES {
-            problems.push(format!(
-                "vacuous: {} EOS instances resumed from committed offsets (need {MIN_EOS_RESUMES})",
+            vacuous.push(format!(
+                "{} EOS instances resumed from committed offsets (need {MIN_EOS_RESUMES})",
                 e.resumes
             ));
         }
         if e.observations < MIN_EOS_OBSERVATIONS {
-            problems.push(format!(
-                "vacuous: {} committed EOS offsets checked against the output (need {MIN_EOS_OBSERVATIONS})",
+            vacuous.push(format!(
+                "{} committed EOS offsets checked against the output (need {MIN_EOS_OBSERVATIONS})",
                 e.observations
             ));
         }
@@ -1318,34 +1332,31 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     // Gates against vacuous passes: a seed that did no work or never
     // crashed the broker proves nothing.
     if history.acked_records() < MIN_ACKED_RECORDS {
-        problems.push(format!(
-            "vacuous: only {} records acknowledged (need {MIN_ACKED_RECORDS})",
+        vacuous.push(format!(
+            "only {} records acknowledged (need {MIN_ACKED_RECORDS})",
             history.acked_records()
         ));
     }
     if faults.crashes < MIN_CRASHES {
-        problems.push(format!(
-            "vacuous: {} crashes (need {MIN_CRASHES})",
-            faults.crashes
-        ));
+        vacuous.push(format!("{} crashes (need {MIN_CRASHES})", faults.crashes));
     }
     if params.idempotent_producers > 0 {
         let i = &history.idem;
         if i.batches_acked < MIN_IDEMPOTENT_BATCHES {
-            problems.push(format!(
-                "vacuous: only {} idempotent batches acknowledged (need {MIN_IDEMPOTENT_BATCHES})",
+            vacuous.push(format!(
+                "only {} idempotent batches acknowledged (need {MIN_IDEMPOTENT_BATCHES})",
                 i.batches_acked
             ));
         }
         if i.duplicates_confirmed < MIN_CONFIRMED_DUPLICATES {
-            problems.push(format!(
-                "vacuous: {} retries answered as duplicates (need {MIN_CONFIRMED_DUPLICATES})",
+            vacuous.push(format!(
+                "{} retries answered as duplicates (need {MIN_CONFIRMED_DUPLICATES})",
                 i.duplicates_confirmed
             ));
         }
         if history.pid_blocks() < MIN_PID_BLOCKS {
-            problems.push(format!(
-                "vacuous: producer ids from {} allocator blocks (need {MIN_PID_BLOCKS})",
+            vacuous.push(format!(
+                "producer ids from {} allocator blocks (need {MIN_PID_BLOCKS})",
                 history.pid_blocks()
             ));
         }
@@ -1353,8 +1364,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     if params.group_members > 0 {
         let g = &groups.stats;
         if g.commits_acked < MIN_COMMITS {
-            problems.push(format!(
-                "vacuous: {} offset commits acknowledged (need {MIN_COMMITS})",
+            vacuous.push(format!(
+                "{} offset commits acknowledged (need {MIN_COMMITS})",
                 g.commits_acked
             ));
         }
@@ -1366,20 +1377,21 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             1
         };
         if groups.generations() < min_generations {
-            problems.push(format!(
-                "vacuous: assignments in {} generations (need {min_generations})",
+            vacuous.push(format!(
+                "assignments in {} generations (need {min_generations})",
                 groups.generations()
             ));
         }
         if g.offsets_read_after_restart < MIN_OFFSETS_READ_AFTER_RESTART {
-            problems.push(format!(
-                "vacuous: {} committed offsets read back after a restart (need {MIN_OFFSETS_READ_AFTER_RESTART})",
+            vacuous.push(format!(
+                "{} committed offsets read back after a restart (need {MIN_OFFSETS_READ_AFTER_RESTART})",
                 g.offsets_read_after_restart
             ));
         }
     }
     let (final_records, duplicates) = History::summarize(&logs);
     if !problems.is_empty() {
+        problems.extend(vacuous.iter().map(|v| format!("vacuous: {v}")));
         return Err(SeedFailure {
             seed,
             problems,
@@ -1420,6 +1432,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         volume_late_io: volume.late_io_counter().load(Relaxed),
         stale_listings: volume.stats().stale_listings,
         simulated: started.elapsed(),
+        vacuous,
         fingerprint: history.fingerprint(&logs, &{
             let mut extra = format!(
                 "{} {} {}",

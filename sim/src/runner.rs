@@ -36,7 +36,7 @@
 //!   (a mutation run).
 
 use crate::batch::{decode_counts, encode_counts, BatchSummary, SeedCounts};
-use crate::harness::run_seed;
+use crate::harness::{run_seed, VACUOUS_TAG};
 use kaas_core::coverage;
 use madsim::runtime::Runtime;
 use madsim::Config;
@@ -299,6 +299,10 @@ pub fn run_isolated(seed: u64, child_test: &str) -> Outcome {
 pub struct BatchRun {
     pub failures: Vec<String>,
     pub summary: BatchSummary,
+    /// Passing seeds that fell short of a vacuity gate, each as
+    /// `seed N: <the gates and their counts>`, in seed order. The batch,
+    /// not the seed, is held to them (`batch::vacuous_seed_limit`).
+    pub vacuous: Vec<(u64, String)>,
 }
 
 /// Runs every seed in its own process, `jobs` at a time, printing a
@@ -313,6 +317,7 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
     // partition moved (the vacuity gate of `cluster_history`).
     let multi = std::sync::atomic::AtomicU64::new(0);
     let unmoved = std::sync::Mutex::new(Vec::new());
+    let vacuous = std::sync::Mutex::new(Vec::new());
     let tally = std::sync::Mutex::new(ClusterTally::default());
     let total = selection.seeds.len();
     let progress_every = (total / 20).max(1);
@@ -344,6 +349,16 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
                             None
                         };
                         if failure.is_none() {
+                            if let Some(at) = line.find(VACUOUS_TAG) {
+                                let gates = line[at + VACUOUS_TAG.len()..]
+                                    .split(" | ")
+                                    .next()
+                                    .unwrap_or_default();
+                                vacuous
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .push((seed, format!("seed {seed}: {gates}")));
+                            }
                             summary
                                 .lock()
                                 .unwrap_or_else(|p| p.into_inner())
@@ -397,7 +412,16 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
         println!("{tally}");
     }
     print!("{}", summary.table(started.elapsed(), selection.jobs));
-    BatchRun { failures, summary }
+    let mut vacuous = vacuous.into_inner().unwrap_or_else(|p| p.into_inner());
+    vacuous.sort_unstable();
+    for (_, v) in &vacuous {
+        println!("vacuous (the batch bounds these): {v}");
+    }
+    BatchRun {
+        failures,
+        summary,
+        vacuous,
+    }
 }
 
 /// What the passing multi-broker seeds of a run did, from their report
