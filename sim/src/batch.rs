@@ -21,7 +21,7 @@ use std::time::Duration;
 /// or a fault that stops reaching its path in many seeds at once. So the
 /// bound is 2 % of the batch, rounded down: none in a batch below 50 seeds,
 /// and so none when one seed is replayed.
-pub fn vacuous_seed_limit(seeds: usize) -> usize {
+pub fn vacuous_seed_limit(seeds: u64) -> u64 {
     seeds / 50
 }
 
@@ -32,6 +32,8 @@ pub struct SeedCounts {
     pub tallies: Vec<(String, u64)>,
     /// (mark name, hits), every mark.
     pub marks: Vec<(String, u64)>,
+    /// The vacuity gates the seed fell short of, each with its counts.
+    pub vacuous: Vec<String>,
 }
 
 const FIELD_SEP: char = ';';
@@ -43,6 +45,20 @@ pub fn encode_counts(counts: &[(String, u64)]) -> String {
         .map(|(n, v)| format!("{n}={v}"))
         .collect::<Vec<_>>()
         .join(&FIELD_SEP.to_string())
+}
+
+/// `a;b` (items never hold `;`).
+pub fn encode_list(items: &[String]) -> String {
+    items.join(&FIELD_SEP.to_string())
+}
+
+/// The inverse of [`encode_list`].
+pub fn decode_list(s: &str) -> Vec<String> {
+    s.split(FIELD_SEP)
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The inverse of [`encode_counts`]; a malformed field is skipped.
@@ -78,11 +94,16 @@ pub struct BatchSummary {
     order: Vec<String>,
     tallies: BTreeMap<String, Total>,
     marks: BTreeMap<String, Total>,
+    /// Passing seeds short of a vacuity gate, and the gates.
+    vacuous: BTreeMap<u64, Vec<String>>,
 }
 
 impl BatchSummary {
-    pub fn passed(&mut self, counts: &SeedCounts) {
+    pub fn passed(&mut self, seed: u64, counts: &SeedCounts) {
         self.passed += 1;
+        if !counts.vacuous.is_empty() {
+            self.vacuous.insert(seed, counts.vacuous.clone());
+        }
         for (name, value) in &counts.tallies {
             if !self.tallies.contains_key(name) {
                 self.order.push(name.clone());
@@ -100,6 +121,28 @@ impl BatchSummary {
 
     pub fn seeds(&self) -> u64 {
         self.passed + self.failed
+    }
+
+    /// Why the batch fails as vacuous, if more of its seeds passed
+    /// vacuously than [`vacuous_seed_limit`] allows.
+    pub fn too_vacuous(&self) -> Option<String> {
+        let limit = vacuous_seed_limit(self.seeds());
+        let count = self.vacuous.len() as u64;
+        (count > limit).then(|| {
+            format!(
+                "{count} of {} seeds passed vacuously (at most {limit} may): a workload or fault stopped reaching its path\n{}",
+                self.seeds(),
+                self.vacuous_lines()
+            )
+        })
+    }
+
+    /// `seed N: gate; gate`, a line each, in seed order.
+    fn vacuous_lines(&self) -> String {
+        self.vacuous
+            .iter()
+            .map(|(seed, gates)| format!("seed {seed}: {}\n", gates.join("; ")))
+            .collect()
     }
 
     /// Marks no passing seed hit, in declaration order.
@@ -178,7 +221,13 @@ impl fmt::Display for Table<'_> {
             let note = if t.sum == 0 { "   NEVER HIT" } else { "" };
             writeln!(f, "  {:<42} {:>12} {:>8}{note}", m.name(), t.sum, t.seeds)?;
         }
-        Ok(())
+        writeln!(
+            f,
+            "  vacuous seeds: {} (at most {} may)",
+            s.vacuous.len(),
+            vacuous_seed_limit(s.seeds())
+        )?;
+        write!(f, "{}", s.vacuous_lines())
     }
 }
 
@@ -193,15 +242,46 @@ mod tests {
                 .iter()
                 .map(|(m, v)| (m.name().to_string(), *v))
                 .collect(),
+            vacuous: Vec::new(),
+        }
+    }
+
+    fn vacuous(gate: &str) -> SeedCounts {
+        SeedCounts {
+            vacuous: vec![gate.to_string()],
+            ..SeedCounts::default()
         }
     }
 
     #[test]
     fn a_batch_may_hold_two_vacuous_seeds_in_a_hundred_and_a_replay_none() {
-        assert_eq!(vacuous_seed_limit(1), 0);
-        assert_eq!(vacuous_seed_limit(49), 0);
-        assert_eq!(vacuous_seed_limit(300), 6);
-        assert_eq!(vacuous_seed_limit(1000), 20);
+        let mut replay = BatchSummary::default();
+        replay.passed(359, &vacuous("1 crashes (need 2)"));
+        let why = replay.too_vacuous().expect("a lone vacuous seed fails");
+        assert!(why.contains("seed 359: 1 crashes (need 2)"), "{why}");
+
+        let mut batch = BatchSummary::default();
+        for seed in 0..300 {
+            if seed % 50 == 0 {
+                batch.passed(seed, &vacuous("0 transactions aborted (need 1)"));
+            } else {
+                batch.passed(seed, &SeedCounts::default());
+            }
+        }
+        assert_eq!(batch.too_vacuous(), None, "6 of 300 may");
+        batch.passed(300, &vacuous("0 transactions aborted (need 1)"));
+        batch.failed();
+        assert!(
+            batch.too_vacuous().is_some(),
+            "7 of 302 may not: 302 / 50 = 6"
+        );
+    }
+
+    #[test]
+    fn gates_survive_their_encoding() {
+        let gates = vec!["1 crashes (need 2)".to_string(), "x (need 3)".to_string()];
+        assert_eq!(decode_list(&encode_list(&gates)), gates);
+        assert!(decode_list("").is_empty());
     }
 
     #[test]
@@ -217,8 +297,14 @@ mod tests {
     #[test]
     fn totals_add_up_and_count_the_seeds_that_contributed() {
         let mut b = BatchSummary::default();
-        b.passed(&counts(&[("crashes", 2)], &[(Mark::TornSegmentTailCut, 1)]));
-        b.passed(&counts(&[("crashes", 0)], &[(Mark::TornSegmentTailCut, 4)]));
+        b.passed(
+            0,
+            &counts(&[("crashes", 2)], &[(Mark::TornSegmentTailCut, 1)]),
+        );
+        b.passed(
+            1,
+            &counts(&[("crashes", 0)], &[(Mark::TornSegmentTailCut, 4)]),
+        );
         b.failed();
         assert_eq!(b.seeds(), 3);
         assert_eq!(b.tallies["crashes"], Total { sum: 2, seeds: 1 });
@@ -234,10 +320,13 @@ mod tests {
     #[test]
     fn a_mark_no_seed_hit_is_reported_and_missing_if_required() {
         let mut b = BatchSummary::default();
-        b.passed(&counts(
-            &[],
-            &[(Mark::TornSegmentTailCut, 1), (Mark::TornJournalTailCut, 0)],
-        ));
+        b.passed(
+            0,
+            &counts(
+                &[],
+                &[(Mark::TornSegmentTailCut, 1), (Mark::TornJournalTailCut, 0)],
+            ),
+        );
         let never = b.never_hit();
         assert!(!never.contains(&Mark::TornSegmentTailCut));
         assert!(never.contains(&Mark::TornJournalTailCut));

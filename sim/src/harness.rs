@@ -98,9 +98,6 @@ pub struct FaultStats {
     pub host_crashes_with_unsynced: u64,
 }
 
-/// Marks, in a passing seed's line, the vacuity gates it fell short of.
-pub const VACUOUS_TAG: &str = "VACUOUS: ";
-
 /// A passing seed's numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedReport {
@@ -173,7 +170,6 @@ impl SeedReport {
             ("group generations", count(self.generations)),
             ("group member crashes", g.member_crashes),
             ("fsyncs", self.syncs),
-            ("vacuous seeds", u64::from(!self.vacuous.is_empty())),
         ]
     }
 }
@@ -314,7 +310,7 @@ impl fmt::Display for SeedReport {
             )?;
         }
         if !self.vacuous.is_empty() {
-            write!(f, "{VACUOUS_TAG}{} | ", self.vacuous.join("; "))?;
+            write!(f, "VACUOUS: {} | ", self.vacuous.join("; "))?;
         }
         write!(
             f,
@@ -1007,8 +1003,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let mut problems = Vec::new();
     // Events the seed's draw should have produced and did not: the seed's
     // checkers compared less than they could. Not a failure of the seed; the
-    // batch bounds how many of its seeds may be vacuous (see
-    // `runner::BatchRun::vacuous`).
+    // batch bounds how many of its seeds may be vacuous
+    // (`batch::BatchSummary::too_vacuous`).
     let mut vacuous: Vec<String> = Vec::new();
     let plain = params.producers - params.idempotent_producers;
     let producers: Vec<_> = (0..params.producers)

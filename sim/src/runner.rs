@@ -35,8 +35,10 @@
 //!   above the 300 ms staleness bound, it breaks what the brokers assume
 //!   (a mutation run).
 
-use crate::batch::{decode_counts, encode_counts, BatchSummary, SeedCounts};
-use crate::harness::{run_seed, VACUOUS_TAG};
+use crate::batch::{
+    decode_counts, decode_list, encode_counts, encode_list, BatchSummary, SeedCounts,
+};
+use crate::harness::run_seed;
 use kaas_core::coverage;
 use madsim::runtime::Runtime;
 use madsim::Config;
@@ -57,6 +59,7 @@ const PASS_PREFIX: &str = "KAAS_SIM_PASS ";
 /// Prefixes of the child's counters and coverage marks lines.
 const TALLY_PREFIX: &str = "KAAS_SIM_TALLY ";
 const MARKS_PREFIX: &str = "KAAS_SIM_MARKS ";
+const VACUOUS_PREFIX: &str = "KAAS_SIM_VACUOUS ";
 
 /// Which seeds to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +169,7 @@ pub fn run_in_process(seed: u64) -> Outcome {
                     .into_iter()
                     .map(|(m, n)| (m.name().to_string(), n))
                     .collect(),
+                vacuous: report.vacuous.clone(),
             };
             Outcome::Passed(report.to_string(), counts)
         }
@@ -189,6 +193,7 @@ pub fn child_main() {
             println!("{PASS_PREFIX}{line}");
             println!("{TALLY_PREFIX}{}", encode_counts(&counts.tallies));
             println!("{MARKS_PREFIX}{}", encode_counts(&counts.marks));
+            println!("{VACUOUS_PREFIX}{}", encode_list(&counts.vacuous));
         }
         Outcome::Failed(why) => panic!("{why}"),
     }
@@ -268,6 +273,7 @@ pub fn run_isolated(seed: u64, child_test: &str) -> Outcome {
     let counts = SeedCounts {
         tallies: after(TALLY_PREFIX).map_or_else(Vec::new, |s| decode_counts(&s)),
         marks: after(MARKS_PREFIX).map_or_else(Vec::new, |s| decode_counts(&s)),
+        vacuous: after(VACUOUS_PREFIX).map_or_else(Vec::new, |s| decode_list(&s)),
     };
     match (output.status.success(), pass) {
         (true, Some(line)) => Outcome::Passed(line, counts),
@@ -299,10 +305,6 @@ pub fn run_isolated(seed: u64, child_test: &str) -> Outcome {
 pub struct BatchRun {
     pub failures: Vec<String>,
     pub summary: BatchSummary,
-    /// Passing seeds that fell short of a vacuity gate, each as
-    /// `seed N: <the gates and their counts>`, in seed order. The batch,
-    /// not the seed, is held to them (`batch::vacuous_seed_limit`).
-    pub vacuous: Vec<(u64, String)>,
 }
 
 /// Runs every seed in its own process, `jobs` at a time, printing a
@@ -317,7 +319,6 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
     // partition moved (the vacuity gate of `cluster_history`).
     let multi = std::sync::atomic::AtomicU64::new(0);
     let unmoved = std::sync::Mutex::new(Vec::new());
-    let vacuous = std::sync::Mutex::new(Vec::new());
     let tally = std::sync::Mutex::new(ClusterTally::default());
     let total = selection.seeds.len();
     let progress_every = (total / 20).max(1);
@@ -349,20 +350,10 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
                             None
                         };
                         if failure.is_none() {
-                            if let Some(at) = line.find(VACUOUS_TAG) {
-                                let gates = line[at + VACUOUS_TAG.len()..]
-                                    .split(" | ")
-                                    .next()
-                                    .unwrap_or_default();
-                                vacuous
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .push((seed, format!("seed {seed}: {gates}")));
-                            }
                             summary
                                 .lock()
                                 .unwrap_or_else(|p| p.into_inner())
-                                .passed(&counts);
+                                .passed(seed, &counts);
                         }
                         failure
                     }
@@ -412,16 +403,7 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
         println!("{tally}");
     }
     print!("{}", summary.table(started.elapsed(), selection.jobs));
-    let mut vacuous = vacuous.into_inner().unwrap_or_else(|p| p.into_inner());
-    vacuous.sort_unstable();
-    for (_, v) in &vacuous {
-        println!("vacuous (the batch bounds these): {v}");
-    }
-    BatchRun {
-        failures,
-        summary,
-        vacuous,
-    }
+    BatchRun { failures, summary }
 }
 
 /// What the passing multi-broker seeds of a run did, from their report

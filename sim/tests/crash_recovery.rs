@@ -19,7 +19,6 @@
 #![cfg(madsim)]
 
 use kaas_core::coverage::Mark;
-use kaas_sim::batch;
 use kaas_sim::runner::{self, check_determinism, run_all, run_isolated, Outcome, Selection};
 
 /// Seeds of a default (CI) run; `KAAS_SIM_SEEDS` overrides. Sized to the
@@ -63,18 +62,9 @@ fn acknowledged_records_survive_broker_crashes() {
         selection.seeds.len(),
         run.failures.join("\n\n")
     );
-    let limit = batch::vacuous_seed_limit(selection.seeds.len());
-    assert!(
-        run.vacuous.len() <= limit,
-        "{} of {} seeds passed vacuously (at most {limit} may): a workload or fault stopped reaching its path\n{}",
-        run.vacuous.len(),
-        selection.seeds.len(),
-        run.vacuous
-            .iter()
-            .map(|(_, v)| v.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    if let Some(why) = run.summary.too_vacuous() {
+        panic!("{why}");
+    }
     // Only the default batch is held to its marks: a chosen few seeds
     // need not reach every path.
     if Selection::is_default() {
