@@ -131,6 +131,14 @@ def main() -> int:
             "transaction.timeout.ms": 60000,
             "retry.backoff.ms": 100,
             "retry.backoff.max.ms": 500,
+            # librdkafka 2.16.1 re-bootstraps when its only broker goes down and
+            # decommissions that broker's handle, which can stay cached as the group
+            # coordinator: send_offsets_to_transaction then waits for a state change of
+            # a thread that is gone and hangs (librdkafka issue 5511, open). Without
+            # re-bootstrap every broker kill -9 cost the app the 30 s watchdog below
+            # and a restart. The broker keeps its id and address across its restarts,
+            # so the bootstrap list has nothing new to teach the client.
+            "metadata.recovery.strategy": "none",
         },
     ))
     consumer = Consumer(dict(

@@ -407,6 +407,14 @@ def test_rolling_restart_of_all_three_brokers_under_an_idempotent_producer(clust
     assert len(at) == len(d.ok), "%d records for %d acknowledged; %s" % (len(at), len(d.ok), info)
 
 
+# The Java loop commits 250 records a transaction, and a transaction across brokers
+# waits for the marker queue's watchers (100 ms a hop, docs/cluster.md): about 0.7 s
+# each here. 10,000 records are 40 transactions, each kill lands inside one of them,
+# and the test takes about 50 s instead of the 100 s that the single-broker test's
+# 20,000 (JAVA_EOS_RECORDS) would.
+JAVA_CLUSTER_EOS_RECORDS = 10_000
+
+
 def eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, records, **copy_args):
     """run_eos_copy (test_transactions.py) across the three brokers while the broker
     coordinating the app's transactional id is kill -9'd twice, each time inside a
@@ -468,10 +476,8 @@ def test_java_eos_copy_survives_kill9_of_its_transaction_coordinators_broker(clu
     """The same with the Java client's loop (java/ EosCopy: sendOffsetsToTransaction with
     the consumer's group metadata, read_committed, transaction version 2): the Java
     producer and consumer follow the coordinators and leaders as they move."""
-    from test_transactions import JAVA_EOS_RECORDS
-
     command = ["java", "-Xss1m", "-XX:TieredStopAtLevel=1", "-cp", java_client_classpath, "kaas.e2e.EosCopy"]
-    eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, JAVA_EOS_RECORDS,
+    eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, JAVA_CLUSTER_EOS_RECORDS,
                                        timeout=180, command=command)
 
 

@@ -12,6 +12,7 @@ and there each side's own answer is asserted."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -41,15 +42,21 @@ def _stale() -> bool:
 @pytest.fixture(scope="session")
 def java_client_classpath():
     """Build the module once per session (skipped when the jar is newer than its sources).
-    A fresh ~/.m2 downloads kafka-clients and the Maven plugins (about 2 minutes here)."""
-    if _stale():
-        t0 = time.monotonic()
-        out = subprocess.run(
-            ["mvn", "-q", "-B", "package", "-DskipTests"],
-            cwd=JAVA, capture_output=True, text=True, timeout=600,
-        )
-        assert out.returncode == 0, "mvn package failed:\n%s\n%s" % (out.stdout[-4000:], out.stderr[-4000:])
-        print("built %s in %.1fs" % (JAR, time.monotonic() - t0))
+    A fresh ~/.m2 downloads kafka-clients and the Maven plugins (about 2 minutes here).
+    Under pytest-xdist every worker process has this session fixture: the build holds a
+    lock in java/target, so that two `mvn package` never write one jar at once and the
+    second worker finds the first one's jar fresh."""
+    (JAVA / "target").mkdir(exist_ok=True)
+    with open(JAVA / "target" / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _stale():
+            t0 = time.monotonic()
+            out = subprocess.run(
+                ["mvn", "-q", "-B", "package", "-DskipTests"],
+                cwd=JAVA, capture_output=True, text=True, timeout=600,
+            )
+            assert out.returncode == 0, "mvn package failed:\n%s\n%s" % (out.stdout[-4000:], out.stderr[-4000:])
+            print("built %s in %.1fs" % (JAR, time.monotonic() - t0))
     return "%s:%s/*" % (JAR, LIB)
 
 
