@@ -41,22 +41,19 @@ const MS_PER_HOUR: i64 = 3_600_000;
 
 /// The broker configs that are dynamic in kaas, sorted by name: the
 /// broker-wide defaults of the topic configs kaas acts on (retention,
-/// segment size and roll time, the largest batch) with Kafka's synonyms in
-/// other units, and the log cleaner's pace and budgets. Each is dynamic in
-/// Kafka too, both per broker and cluster-wide. Kafka's other dynamic
-/// configs (thread pools, listeners, quotas, the defaults of topic configs
-/// kaas only stores) are static here: see [`is_dynamic`].
+/// segment size and roll time, the largest batch), and the log cleaner's
+/// pace and budgets. Each is dynamic in Kafka too, both per broker and
+/// cluster-wide. As in Kafka, only the ms spelling of a time is: the
+/// coarser synonyms ([`UNIT_SYNONYMS`]) are start-up settings. Kafka's
+/// other dynamic configs (thread pools, listeners, quotas, the defaults of
+/// topic configs kaas only stores) are static here: see [`is_dynamic`].
 #[rustfmt::skip]
 pub const DYNAMIC_BROKER_CONFIGS: &[DynamicDef] = &[
     dynamic(LOG_CLEANER_BACKOFF_MS, ConfigType::Long, Some(0)),
     dynamic(LOG_CLEANER_DEDUPE_BUFFER_SIZE, ConfigType::Long, Some(0)),
     dynamic(LOG_CLEANER_IO_MAX_BYTES_PER_SECOND, ConfigType::Double, Some(0)),
     dynamic(LOG_RETENTION_BYTES, ConfigType::Long, None),
-    dynamic(LOG_RETENTION_HOURS, ConfigType::Int, None),
-    dynamic(LOG_RETENTION_MINUTES, ConfigType::Int, None),
     dynamic(LOG_RETENTION_MS, ConfigType::Long, None),
-    dynamic(LOG_ROLL_HOURS, ConfigType::Int, Some(1)),
-    dynamic(LOG_ROLL_JITTER_HOURS, ConfigType::Int, Some(0)),
     dynamic(LOG_ROLL_JITTER_MS, ConfigType::Long, Some(0)),
     dynamic(LOG_ROLL_MS, ConfigType::Long, Some(1)),
     // Kafka's minimum; kaas's segment.bytes takes the same.
@@ -67,6 +64,17 @@ pub const DYNAMIC_BROKER_CONFIGS: &[DynamicDef] = &[
 const fn dynamic(name: &'static str, kind: ConfigType, min: Option<i64>) -> DynamicDef {
     DynamicDef { name, kind, min }
 }
+
+/// The coarser spellings of the dynamic times (`log.retention.hours` for
+/// `log.retention.ms`, ...), with their types: described, and listed as
+/// synonyms, but not dynamic, as in Kafka, whose dynamic set has only the
+/// ms spellings.
+pub const UNIT_SYNONYMS: &[(&str, ConfigType)] = &[
+    (LOG_RETENTION_HOURS, ConfigType::Int),
+    (LOG_RETENTION_MINUTES, ConfigType::Int),
+    (LOG_ROLL_HOURS, ConfigType::Int),
+    (LOG_ROLL_JITTER_HOURS, ConfigType::Int),
+];
 
 /// Broker configs kaas knows and holds fixed for the broker's life (its
 /// `kaas serve` flags, or Kafka settings with no counterpart that can
@@ -103,6 +111,7 @@ pub fn is_dynamic(name: &str) -> bool {
 pub fn is_known_static(name: &str) -> bool {
     !is_dynamic(name)
         && (STATIC_BROKER_CONFIGS.contains(&name)
+            || UNIT_SYNONYMS.iter().any(|(n, _)| *n == name)
             || TOPIC_CONFIGS.iter().any(|d| d.broker_name == Some(name)))
 }
 
@@ -332,8 +341,8 @@ impl<'a> Layers<'a> {
 
     /// A time that Kafka takes in ms or coarser units: the first of
     /// `units` (name, ms per unit) some layer sets wins, whatever layer
-    /// sets a coarser one (as in Kafka, where a static `log.retention.ms`
-    /// outranks a dynamic `log.retention.hours`).
+    /// sets a coarser one (as in Kafka, where `log.retention.ms` in any
+    /// layer outranks `log.retention.hours` in any).
     fn millis(&self, units: &[(&str, i64)]) -> Option<i64> {
         units.iter().find_map(|(name, factor)| {
             self.number(name)
@@ -420,14 +429,10 @@ mod tests {
     fn only_the_log_defaults_kaas_acts_on_are_dynamic() {
         for name in [
             "log.retention.ms",
-            "log.retention.minutes",
-            "log.retention.hours",
             "log.retention.bytes",
             "log.segment.bytes",
             "log.roll.ms",
-            "log.roll.hours",
             "log.roll.jitter.ms",
-            "log.roll.jitter.hours",
             "message.max.bytes",
             "log.cleaner.backoff.ms",
             "log.cleaner.dedupe.buffer.size",
@@ -442,6 +447,11 @@ mod tests {
             "log.dirs",
             "log.cleanup.policy",
             "log.index.interval.bytes",
+            // Kafka's dynamic set has only the ms spellings of the times.
+            "log.retention.hours",
+            "log.retention.minutes",
+            "log.roll.hours",
+            "log.roll.jitter.hours",
         ] {
             assert!(!is_dynamic(name), "{name}");
             assert!(is_known_static(name), "{name}");
@@ -481,7 +491,7 @@ mod tests {
         for (name, value, says) in [
             ("log.retention.ms", "soon", "Not a number of type LONG"),
             ("log.segment.bytes", "10", "Value must be at least 14"),
-            ("log.roll.hours", "0", "Value must be at least 1"),
+            ("log.roll.ms", "0", "Value must be at least 1"),
             (
                 "message.max.bytes",
                 "4294967296",

@@ -191,6 +191,10 @@ async fn a_broker_config_changes_at_once_and_validate_only_changes_nothing() {
         [syn("log.retention.hours", "168", SOURCE_DEFAULT)]
     );
     assert!(before["broker.id"].read_only);
+    assert!(
+        before["log.retention.hours"].read_only,
+        "only the ms spelling is dynamic, as in Kafka"
+    );
 
     let answer = incremental(
         tb.addr,
@@ -403,7 +407,12 @@ async fn static_configs_bad_values_and_other_brokers_ids_are_refused_as_kafka_re
             "resource {name:?}"
         );
     }
-    let refused: [(Ops<'static>, ErrorCode, &str); 5] = [
+    let refused: [(Ops<'static>, ErrorCode, &str); 6] = [
+        (
+            &[("log.retention.hours", SET, Some("1"))],
+            ErrorCode::InvalidRequest,
+            "Cannot update these configs dynamically: Set(log.retention.hours)",
+        ),
         (
             &[("log.retention.ms", SET, Some("soon"))],
             ErrorCode::InvalidRequest,
@@ -477,10 +486,10 @@ fn dynamic_broker_configs_survive_a_restart() {
     let (dir, before) = first.block_on(async {
         let tb = support::start_broker(|_| {}).await;
         assert_eq!(
-            set(tb.addr, "", &[("log.retention.minutes", "30")]).await,
+            set(tb.addr, "", &[("log.retention.ms", "1800000")]).await,
             0
         );
-        assert_eq!(set(tb.addr, "0", &[("log.roll.hours", "2")]).await, 0);
+        assert_eq!(set(tb.addr, "0", &[("log.roll.ms", "7200000")]).await, 0);
         let before = describe(tb.addr, BROKER, "0").await;
         assert_eq!(tb.broker.log_defaults().retention_ms, 30 * 60_000);
         assert_eq!(tb.broker.log_defaults().roll_ms, 2 * 3_600_000);
@@ -490,10 +499,15 @@ fn dynamic_broker_configs_survive_a_restart() {
     support::runtime().block_on(async {
         let tb = support::start_broker_in(dir, |_| {}).await;
         assert_eq!(describe(tb.addr, BROKER, "0").await, before);
-        let minutes = &before["log.retention.minutes"];
+        let ms = &before["log.retention.ms"];
         assert_eq!(
-            (minutes.value.as_deref(), minutes.source),
-            (Some("30"), SOURCE_DYNAMIC_DEFAULT)
+            (ms.value.as_deref(), ms.source),
+            (Some("1800000"), SOURCE_DYNAMIC_DEFAULT)
+        );
+        let roll = &before["log.roll.ms"];
+        assert_eq!(
+            (roll.value.as_deref(), roll.source),
+            (Some("7200000"), SOURCE_DYNAMIC_BROKER)
         );
         assert_eq!(tb.broker.log_defaults().retention_ms, 30 * 60_000);
         assert_eq!(tb.broker.log_defaults().roll_ms, 2 * 3_600_000);

@@ -106,6 +106,7 @@ fn broker_entries(broker: &Broker, per_broker: bool) -> Vec<Entry> {
             (!broker_config::is_dynamic(name)).then_some((name, d.kind))
         });
         dynamic
+            .chain(broker_config::UNIT_SYNONYMS.iter().copied())
             .chain(topic_defaults)
             .filter_map(|(name, kind)| {
                 // The cluster default's resource lists only what is set
