@@ -478,6 +478,37 @@ async fn static_configs_bad_values_and_other_brokers_ids_are_refused_as_kafka_re
         "nothing changed"
     );
     assert!(describe(tb.addr, BROKER, "").await.is_empty());
+    assert_eq!(
+        describe_error(tb.addr, "7").await,
+        (
+            code(ErrorCode::InvalidRequest),
+            Some("Unexpected broker id, expected 0 or empty string, but received 7".into())
+        )
+    );
+}
+
+/// DescribeConfigs of a BROKER resource that is refused: (code, message).
+async fn describe_error(addr: SocketAddr, name: &str) -> (i16, Option<String>) {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::DescribeConfigs(DescribeConfigsRequest {
+        resources: vec![describe_configs_request::DescribeConfigsResource {
+            resource_type: BROKER,
+            resource_name: name.into(),
+            configuration_keys: None,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match conn
+        .send(describe_configs_request::API_KEY, 4, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::DescribeConfigs(r) => {
+            (r.results[0].error_code, r.results[0].error_message.clone())
+        }
+        other => panic!("unexpected {other:?}"),
+    }
 }
 
 #[test]

@@ -175,9 +175,19 @@ pub fn handle(
                 RESOURCE_BROKER if res.resource_name == broker.config.broker_id.to_string() => {
                     Ok(broker_entries(broker, true))
                 }
+                // Kafka's answers: a broker describes only itself.
                 RESOURCE_BROKER => Err((
                     ErrorCode::InvalidRequest,
-                    format!("Unexpected broker id {}", res.resource_name),
+                    match res.resource_name.parse::<i32>() {
+                        Ok(_) => format!(
+                            "Unexpected broker id, expected {} or empty string, but received {}",
+                            broker.config.broker_id, res.resource_name
+                        ),
+                        Err(_) => format!(
+                            "Broker id must be an integer, but it is: {}",
+                            res.resource_name
+                        ),
+                    },
                 )),
                 other => Err((
                     ErrorCode::InvalidRequest,
