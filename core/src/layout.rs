@@ -372,6 +372,39 @@ pub fn topic_of_file(entry: &str) -> Option<&str> {
     topic_version_of_file(entry).and_then(|(name, version)| (version == 0).then_some(name))
 }
 
+/// Dynamic broker configs (KIP-226): each broker's own, and the cluster
+/// default's versions.
+pub const BROKER_CONFIGS_DIR: &str = "__cluster/broker_configs";
+
+/// The dynamic configs set for broker `broker` alone (a BROKER resource
+/// named by its id). Its one writer is that broker, which replaces it whole
+/// (`write_atomic`): another broker's id is refused before anything is
+/// written, as Kafka refuses it.
+pub fn broker_config_file(broker: i32) -> String {
+    format!("{BROKER_CONFIGS_DIR}/kaas-{broker}.json")
+}
+
+/// Version `version` (1 and up) of the cluster-wide dynamic broker
+/// default (the BROKER resource named ""). Any broker may change it, so,
+/// as with topic versions, every change creates the next version
+/// exclusively: each version has one writer, and of two brokers changing
+/// the default at once one wins and the other rebuilds its change on the
+/// winner's. No version on the volume means nothing is set.
+pub fn broker_default_config_file(version: u32) -> String {
+    format!("{BROKER_CONFIGS_DIR}/default@{version}.json")
+}
+
+/// The version named by an entry of [`BROKER_CONFIGS_DIR`], if it is a
+/// cluster-default file ([`broker_default_config_file`]).
+pub fn broker_default_config_version(entry: &str) -> Option<u32> {
+    let digits = entry.strip_prefix("default@")?.strip_suffix(".json")?;
+    // Spelled as written: no sign, no leading zero, never 0.
+    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// Producer id block files.
 pub const PRODUCER_IDS_DIR: &str = "__cluster/producer_ids";
 
@@ -890,6 +923,25 @@ mod tests {
             marker_file(4, 1 << 40, 3),
             "__cluster/marker_queue/to-4/1099511627776-3.json"
         );
+        assert_eq!(
+            broker_config_file(3),
+            "__cluster/broker_configs/kaas-3.json"
+        );
+        assert_eq!(
+            broker_default_config_file(12),
+            "__cluster/broker_configs/default@12.json"
+        );
+        assert_eq!(broker_default_config_version("default@12.json"), Some(12));
+        for stray in [
+            "default@0.json",
+            "default@01.json",
+            "default@.json",
+            "default@-1.json",
+            "default@1.json.tmp",
+            "kaas-1.json",
+        ] {
+            assert_eq!(broker_default_config_version(stray), None, "{stray}");
+        }
         assert_eq!(broker_file(0), "__cluster/brokers/kaas-0.json");
         for id in [0, 7, 42, i32::MAX] {
             let path = broker_file(id);
@@ -914,6 +966,8 @@ mod tests {
             group_slot_file(0, 1),
             marker_file(0, 0, 0),
             broker_file(0),
+            broker_config_file(0),
+            broker_default_config_file(1),
             partition_epoch_file("t", 0, 0),
             txn_slot_epoch_file(0, 0),
             group_slot_epoch_file(0, 0),

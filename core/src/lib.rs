@@ -5,6 +5,7 @@
 //! The `net` crate drives it over real sockets and files; the simulator
 //! drives it over simulated ones.
 
+pub mod broker_config;
 pub mod cleaner;
 pub mod cluster;
 pub mod compression;

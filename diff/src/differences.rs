@@ -80,7 +80,7 @@ pub static KNOWN: &[Known] = &[
         step: "configs: min.insync.replicas",
         kafka: r#"{"read_only":false,"sensitive":false,"source":3,"value":"1"}"#,
         kaas: r#"{"read_only":false,"sensitive":false,"source":5,"value":"1"}"#,
-        why: "Same value, other source: Kafka 4's storage format writes min.insync.replicas as a cluster-wide dynamic default (source 3, DYNAMIC_DEFAULT_BROKER_CONFIG, for eligible leader replicas); kaas has no dynamic broker configs, so it is the built-in default (source 5).",
+        why: "Same value, other source: Kafka 4's storage format writes min.insync.replicas as a cluster-wide dynamic default (source 3, DYNAMIC_DEFAULT_BROKER_CONFIG, for eligible leader replicas); min.insync.replicas is not a dynamic broker config in kaas (it has no replicas), so it is the built-in default (source 5).",
     },
     Known {
         scenario: "list-offsets/max-timestamp-below-log-start",

@@ -239,7 +239,7 @@ async fn incremental_alter_configs_sets_deletes_appends_and_subtracts_as_kafka_d
             resource(TOPIC, "missing", &[("retention.ms", SET, Some("1"))]),
             resource(TOPIC, "t", &[("retention.ms", SET, Some("1"))]),
             resource(TOPIC, "t", &[("retention.bytes", SET, Some("1"))]),
-            resource(BROKER, "0", &[("log.retention.ms", SET, Some("1"))]),
+            resource(BROKER, "0", &[("num.partitions", SET, Some("3"))]),
             resource(8, "0", &[("kafka", SET, Some("DEBUG"))]),
         ],
         false,

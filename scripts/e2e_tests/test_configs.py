@@ -98,3 +98,86 @@ def test_kafka_python_alter_configs_both_apis(kaas_or_kafka, topic_name):
         admin.close()
     _settles(ck_admin(kaas_or_kafka.bootstrap), topic_name,
              {"retention.ms": "86400000", "retention.bytes": "2097152", "segment.bytes": "4194304"})
+
+
+def _broker_resource(name, ops):
+    entries = [ConfigEntry(n, v, incremental_operation=op) for n, op, v in ops]
+    return ConfigResource(ResourceType.BROKER, name, incremental_configs=entries)
+
+
+def _alter_broker(admin, name, *ops, validate_only=False):
+    """One IncrementalAlterConfigs of a BROKER resource: None, or the error code.
+    (confluent-kafka refuses an empty resource name, so the cluster default "" is not
+    reachable from it: net/tests/broker_configs.rs and the differential suite cover it.)"""
+    res = _broker_resource(name, ops)
+    fut = admin.incremental_alter_configs([res], request_timeout=T, validate_only=validate_only)[res]
+    try:
+        fut.result(timeout=T)
+        return None
+    except KafkaException as e:
+        return e.args[0].code()
+
+
+def _source(entry):
+    """A ConfigEntry's source as its wire number (an enum or an int, by client version)."""
+    return int(getattr(entry.source, "value", entry.source))
+
+
+def _describe_broker(admin, name):
+    res = ConfigResource(ResourceType.BROKER, name)
+    return admin.describe_configs([res], request_timeout=T)[res].result(timeout=T)
+
+
+def test_confluent_dynamic_broker_config(kaas_or_kafka, topic_name):
+    """KIP-226 with confluent-kafka's AdminClient: a per-broker log.retention.ms is validated,
+    set, described with its source and synonyms, becomes a new topic's default, and is
+    deleted again (Kafka's node is shared: the test leaves its broker config as it was)."""
+    from confluent_kafka.admin import ConfigSource
+
+    admin = ck_admin(kaas_or_kafka.bootstrap)
+    broker = str(next(iter(admin.list_topics(timeout=T).brokers)))
+    SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
+    day = "86400000"
+
+    # Refused whole, as Kafka refuses them: a static config, a bad value, another broker's id.
+    assert _alter_broker(admin, broker, ("log.retention.ms", SET, day),
+                         ("broker.id", SET, "7")) == KafkaError.INVALID_REQUEST
+    assert _alter_broker(admin, broker, ("log.retention.ms", SET, "soon")) \
+        == KafkaError.INVALID_REQUEST
+    assert _alter_broker(admin, broker, ("log.retention.ms", SET, day), validate_only=True) is None
+    got = _describe_broker(admin, broker).get("log.retention.ms")
+    assert got is None or _source(got) != ConfigSource.DYNAMIC_BROKER_CONFIG.value, \
+        "validate_only changed it"
+    # Only the ms spelling of a time is dynamic, in Kafka as in kaas.
+    assert _describe_broker(admin, broker)["log.retention.hours"].is_read_only
+    assert _alter_broker(admin, broker, ("log.retention.hours", SET, "1"), validate_only=True) \
+        == KafkaError.INVALID_REQUEST
+
+    try:
+        assert _alter_broker(admin, broker, ("log.retention.ms", SET, day)) is None
+
+        def dynamic():
+            e = _describe_broker(admin, broker)["log.retention.ms"]
+            return e.value == day and _source(e) == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+
+        wait_for(dynamic, T, what="a dynamic log.retention.ms")
+        e = _describe_broker(admin, broker)["log.retention.ms"]
+        assert not e.is_read_only
+        synonyms = [(s.name, s.value, _source(s)) for s in e.synonyms.values()]
+        assert synonyms[0] == ("log.retention.ms", day, ConfigSource.DYNAMIC_BROKER_CONFIG.value), \
+            synonyms
+        # Kafka's node may also set it statically (STATIC_BROKER_CONFIG); the value is the same.
+        assert any(n == "log.retention.hours" and v == "168" for n, v, _ in synonyms), synonyms
+
+        # A new topic that sets no retention.ms takes the broker's, and says so.
+        ck_create_topic(admin, topic_name, 1)
+        r = _describe(admin, topic_name)["retention.ms"]
+        assert (r.value, _source(r)) == (day, ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    finally:
+        assert _alter_broker(admin, broker, ("log.retention.ms", DELETE, None)) is None
+
+    def gone():
+        e = _describe_broker(admin, broker).get("log.retention.ms")
+        return e is None or _source(e) != ConfigSource.DYNAMIC_BROKER_CONFIG.value
+
+    wait_for(gone, T, what="log.retention.ms back to its default")

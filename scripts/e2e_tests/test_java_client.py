@@ -172,6 +172,24 @@ def test_java_admin_configs(kaas_or_kafka, topic_name, java_client_classpath):
     assert r["entries"] > 30, r
 
 
+def test_java_admin_dynamic_broker_default(kaas_or_kafka, topic_name, java_client_classpath):
+    """The Java AdminClient on the cluster-wide default broker resource (KIP-226), which
+    confluent-kafka cannot name: set, seen with its source on the default resource, on the
+    broker and as a new topic's default, deleted again."""
+    r = run_scenario(java_client_classpath, "admin-broker-configs", kaas_or_kafka.bootstrap, topic_name)
+    assert r["static_refused"] == "InvalidRequestException", r
+    assert r["set_default"] == "ok", r
+    dynamic = {"value": "1048588", "source": "DYNAMIC_DEFAULT_BROKER_CONFIG", "default": False,
+               "read_only": False}
+    assert r["broker_message_max_bytes"] == dynamic, r
+    assert r["default_message_max_bytes"] == dynamic, r
+    assert r["default_lists_retention_ms"] is False, r
+    assert r["topic_max_message_bytes"]["source"] == "DYNAMIC_DEFAULT_BROKER_CONFIG", r
+    assert r["topic_max_message_bytes"]["value"] == "1048588", r
+    assert r["delete_default"] == "ok", r
+    assert r["broker_message_max_bytes_after_delete"]["source"] in ("STATIC_BROKER_CONFIG", "DEFAULT_CONFIG"), r
+
+
 def test_java_admin_groups_and_offsets(kaas_or_kafka, topic_name, java_client_classpath):
     r = run_scenario(java_client_classpath, "admin-groups", kaas_or_kafka.bootstrap, topic_name)
     # ListOffsets on 10 records with timestamps t0..t0+9

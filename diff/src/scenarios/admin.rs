@@ -75,7 +75,7 @@ pub fn scenarios() -> Vec<Scenario> {
         ),
         scenario!(
             "admin/incremental-alter-configs",
-            "SET, DELETE, APPEND, SUBTRACT; invalid values, unknown names, duplicates, validate_only, unknown topics, broker resources",
+            "SET, DELETE, APPEND, SUBTRACT; invalid values, unknown names, duplicates, validate_only, unknown topics, broker resources (static and dynamic configs)",
             incremental_alter_configs
         ),
         scenario!(
@@ -542,6 +542,33 @@ async fn incremental_alter_configs(s: &mut Session) -> Step {
         "a broker's static config",
         &[(BROKER, "", &[("broker.id", SET, Some("7"))])],
         false,
+    )
+    .await?;
+    // Dynamic broker configs (KIP-226) on the cluster default, validated
+    // only: Kafka's node is shared by every scenario.
+    s.incremental_alter_configs(
+        "a dynamic broker default, validate only",
+        &[(BROKER, "", &[("log.retention.ms", SET, Some("86400000"))])],
+        true,
+    )
+    .await?;
+    s.incremental_alter_configs(
+        "a dynamic broker default beside a static config",
+        &[(
+            BROKER,
+            "",
+            &[
+                ("log.retention.ms", SET, Some("86400000")),
+                ("num.partitions", SET, Some("3")),
+            ],
+        )],
+        true,
+    )
+    .await?;
+    s.incremental_alter_configs(
+        "a dynamic broker default with a bad value",
+        &[(BROKER, "", &[("log.segment.bytes", SET, Some("soon"))])],
+        true,
     )
     .await?;
     s.describe_configs("at the end", &t, ALTERED_KEYS).await?;

@@ -4,6 +4,7 @@
 //! topic files on the volume and the background tasks (one group-commit
 //! flusher per partition, and retention).
 
+pub mod dynamic_config;
 pub mod ownership;
 mod partition;
 mod producer_ids;
@@ -20,7 +21,7 @@ pub use seat::{Leadership, Seat};
 pub use topic_file::TopicFile;
 
 use crate::cluster::Membership;
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, LogDefaults};
 use crate::coordinator::GroupCoordinator;
 use crate::entropy;
 use crate::env::{Env, IoKind};
@@ -83,6 +84,19 @@ struct ClusterFile {
     cluster_id: String,
 }
 
+/// The dynamic layers of the broker's configs as installed, and the log
+/// defaults they make.
+pub struct DynamicState {
+    /// Set for this broker alone (its own file).
+    pub per_broker: dynamic_config::Configs,
+    /// The cluster-wide default, and the version of it read.
+    pub cluster_default: dynamic_config::Configs,
+    pub default_version: u32,
+    /// The effective log defaults: `config.log` overlaid by the dynamic
+    /// default, then by `per_broker`.
+    pub log: LogDefaults,
+}
+
 pub struct Broker {
     pub config: BrokerConfig,
     pub volume: Arc<dyn Volume>,
@@ -100,6 +114,20 @@ pub struct Broker {
     /// Serializes topic administration (create, delete, add partitions) so
     /// the topic files have one writer at a time.
     admin: tokio::sync::Mutex<()>,
+    /// The dynamic broker configs and the log defaults they make. Read on
+    /// the hot path (every Produce's `max.message.bytes`, every log opened
+    /// or retention round): a read lock held for a copy of the `Arc`,
+    /// contended only by a config change, which holds the write lock just
+    /// to swap the `Arc`.
+    dynamic: RwLock<Arc<DynamicState>>,
+    /// Serializes dynamic broker config changes: this broker's file has one
+    /// writer, and a cluster default change is read, decided and published
+    /// one at a time here.
+    config_admin: tokio::sync::Mutex<()>,
+    /// The start-up and built-in layers under the dynamic ones
+    /// (`dynamic_config::static_layer`, `default_layer`).
+    static_layer: dynamic_config::Configs,
+    default_layer: dynamic_config::Configs,
     /// Bumped whenever any high watermark moves: long-poll fetches wait on it.
     progress: Arc<watch::Sender<u64>>,
     /// Hands out producer ids, never the same one twice.
@@ -171,6 +199,19 @@ impl Broker {
             membership.clone(),
             config.txn.clone(),
         )?;
+        volume.create_dir_all(layout::BROKER_CONFIGS_DIR)?;
+        let per_broker = dynamic_config::read_own(volume.as_ref(), config.broker_id)?;
+        let cluster_default = dynamic_config::read_default(volume.as_ref())?;
+        let static_layer = dynamic_config::static_layer(&config.log);
+        let default_layer = dynamic_config::default_layer();
+        let dynamic = make_state(
+            &config.log,
+            &static_layer,
+            &default_layer,
+            per_broker,
+            cluster_default.configs,
+            cluster_default.version,
+        );
         let broker = Arc::new(Broker {
             view: ClusterView::single(config.broker_id),
             membership,
@@ -184,6 +225,10 @@ impl Broker {
             cluster_id,
             topics: RwLock::new(BTreeMap::new()),
             admin: tokio::sync::Mutex::new(()),
+            dynamic: RwLock::new(Arc::new(dynamic)),
+            config_admin: tokio::sync::Mutex::new(()),
+            static_layer,
+            default_layer,
             progress: Arc::new(watch::Sender::new(0)),
             lapses_seen: std::sync::atomic::AtomicU64::new(0),
             _alive: alive,
@@ -253,8 +298,38 @@ impl Broker {
         self.topics.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The dynamic configs as installed now.
+    pub fn dynamic_state(&self) -> Arc<DynamicState> {
+        self.dynamic
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The effective broker-wide log defaults: the start-up ones
+    /// (`config.log`) overlaid by the dynamic cluster default, then by this
+    /// broker's own dynamic configs.
+    pub fn log_defaults(&self) -> LogDefaults {
+        self.dynamic_state().log.clone()
+    }
+
+    /// Runs `f` on this broker's config layers (for describing them and
+    /// for the defaults of topic configs).
+    pub fn with_config_layers<R>(
+        &self,
+        f: impl FnOnce(&kaas_core::broker_config::Layers<'_>) -> R,
+    ) -> R {
+        let state = self.dynamic_state();
+        f(&kaas_core::broker_config::Layers {
+            per_broker: &state.per_broker,
+            cluster_default: &state.cluster_default,
+            static_broker: &self.static_layer,
+            default: &self.default_layer,
+        })
+    }
+
     pub fn log_config(&self, configs: &BTreeMap<String, String>) -> LogConfig {
-        let d = &self.config.log;
+        let d = &self.log_defaults();
         LogConfig {
             segment_bytes: topic_config::get_i64(configs, SEGMENT_BYTES, d.segment_bytes as i64)
                 .max(14) as u64,
@@ -280,7 +355,7 @@ impl Broker {
         if !topic_config::cleanup_deletes(&topic.configs) {
             return (-1, -1);
         }
-        let d = &self.config.log;
+        let d = &self.log_defaults();
         (
             topic_config::get_i64(&topic.configs, RETENTION_BYTES, d.retention_bytes),
             topic_config::get_i64(&topic.configs, RETENTION_MS, d.retention_ms),
@@ -308,7 +383,7 @@ impl Broker {
         topic_config::get_i64(
             &topic.configs,
             MAX_MESSAGE_BYTES,
-            self.config.log.max_message_bytes as i64,
+            self.log_defaults().max_message_bytes as i64,
         )
     }
 
@@ -722,6 +797,8 @@ impl Broker {
             }
         }
         self.reconcile_slots(lapsed).await;
+        drop(_admin);
+        self.follow_dynamic_default().await;
     }
 
     /// One partition's part of [`reconcile`](Self::reconcile).
@@ -1014,6 +1091,139 @@ impl Broker {
         Ok(updated)
     }
 
+    /// Changes a BROKER resource's dynamic configs (AlterConfigs,
+    /// IncrementalAlterConfigs): `per_broker` for this broker's own set,
+    /// else the cluster-wide default. `change` builds the next set from the
+    /// current one, refusing what does not apply (`validate_only` stops
+    /// there). This broker's set is its own file, written whole; the
+    /// default is published as its next version, created exclusively, and
+    /// rebuilt on the winner's when another broker published that version
+    /// first. The result applies here at once (new segments, retention,
+    /// `max.message.bytes`, the cleaner's next round, the open logs' roll
+    /// settings); the other brokers follow a default in their next
+    /// ownership round.
+    pub async fn alter_broker_configs<F>(
+        &self,
+        per_broker: bool,
+        validate_only: bool,
+        change: F,
+    ) -> Result<(), AdminError>
+    where
+        F: Fn(&dynamic_config::Configs) -> Result<dynamic_config::Configs, AdminError>,
+    {
+        /// As `change_topic`'s: each lost race is another broker's change.
+        const ATTEMPTS: usize = 8;
+        let _config_admin = self.config_admin.lock().await;
+        let storage = |e: io::Error| AdminError::new(ErrorCode::KafkaStorageError, e.to_string());
+        if per_broker {
+            let state = self.dynamic_state();
+            let next = change(&state.per_broker)?;
+            if validate_only {
+                return Ok(());
+            }
+            let (volume, id, written) = (self.volume.clone(), self.config.broker_id, next.clone());
+            self.env
+                .blocking(IoKind::Fsync, move || {
+                    dynamic_config::write_own(volume.as_ref(), id, &written)
+                })
+                .await
+                .map_err(storage)?;
+            tracing::info!(configs = ?next, "changed this broker's dynamic configs");
+            self.install_dynamic(next, state.cluster_default.clone(), state.default_version)
+                .await;
+            return Ok(());
+        }
+        for _ in 0..ATTEMPTS {
+            let volume = self.volume.clone();
+            let current = self
+                .env
+                .blocking(IoKind::Buffered, move || {
+                    dynamic_config::read_default(volume.as_ref())
+                })
+                .await
+                .map_err(storage)?;
+            let next = change(&current.configs)?;
+            if validate_only {
+                return Ok(());
+            }
+            let (volume, read, published) = (self.volume.clone(), current.clone(), next.clone());
+            let outcome = self
+                .env
+                .blocking(IoKind::Fsync, move || {
+                    dynamic_config::publish_default(volume.as_ref(), &read, &published)
+                })
+                .await;
+            match outcome {
+                Ok(version) => {
+                    tracing::info!(version, configs = ?next, "changed the cluster's dynamic broker default");
+                    let own = self.dynamic_state().per_broker.clone();
+                    self.install_dynamic(own, next, version).await;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(storage(e)),
+            }
+        }
+        Err(AdminError::new(
+            ErrorCode::NotController,
+            "The cluster's broker default kept changing on other brokers; try again.",
+        ))
+    }
+
+    /// Follows a cluster default another broker changed (the ownership
+    /// round's part): a newer version read is installed and applied.
+    async fn follow_dynamic_default(&self) {
+        let _config_admin = self.config_admin.lock().await;
+        let volume = self.volume.clone();
+        let read = self
+            .env
+            .blocking(IoKind::Buffered, move || {
+                dynamic_config::read_default(volume.as_ref())
+            })
+            .await;
+        let state = self.dynamic_state();
+        match read {
+            Ok(current) if current.version > state.default_version => {
+                tracing::info!(
+                    version = current.version,
+                    "following the cluster's dynamic broker default"
+                );
+                self.install_dynamic(state.per_broker.clone(), current.configs, current.version)
+                    .await;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the cluster's dynamic broker default")
+            }
+        }
+    }
+
+    /// Installs new dynamic layers and applies the log defaults they make
+    /// to the logs open here (their roll settings; the rest is read at
+    /// use). The caller holds `config_admin`.
+    async fn install_dynamic(
+        &self,
+        per_broker: dynamic_config::Configs,
+        cluster_default: dynamic_config::Configs,
+        default_version: u32,
+    ) {
+        let state = make_state(
+            &self.config.log,
+            &self.static_layer,
+            &self.default_layer,
+            per_broker,
+            cluster_default,
+            default_version,
+        );
+        // Under `admin`, so a topic change applying its configs to the same
+        // logs (`follow`) runs wholly before or after this.
+        let _admin = self.admin.lock().await;
+        *self.dynamic.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(state);
+        for (topic, p) in self.led_partitions() {
+            p.apply_log_config(&self.log_config(&topic.configs)).await;
+        }
+    }
+
     /// Applies retention to every partition this broker leads (the
     /// periodic task's body).
     pub async fn apply_retention(&self, now_ms: i64) {
@@ -1034,7 +1244,7 @@ impl Broker {
             return None;
         }
         let (delete_retention_ms, compaction) = topic_config::compaction(&topic.configs);
-        let d = &self.config.log;
+        let d = &self.log_defaults();
         Some(CleanerSettings {
             delete_retention_ms,
             compaction,
@@ -1075,10 +1285,12 @@ impl Broker {
     }
 
     /// Runs the log cleaner every `cleaner_backoff_ms` until the broker is
-    /// dropped.
+    /// dropped; the pause is read again each round, so a dynamic change
+    /// applies from the next one.
     pub async fn run_cleaner(self: Arc<Self>) {
-        let every = std::time::Duration::from_millis(self.config.log.cleaner_backoff_ms.max(1));
         loop {
+            let every =
+                std::time::Duration::from_millis(self.log_defaults().cleaner_backoff_ms.max(1));
             tokio::time::sleep(every).await;
             self.clean_compacted(self.env.now_ms()).await;
         }
@@ -1188,6 +1400,33 @@ fn taker(
             },
         )
         .map(|p| TakenPartition::Opened(Box::new(p)))
+    }
+}
+
+/// The dynamic layers `per_broker` and `cluster_default` over the start-up
+/// and built-in ones, and the log defaults they make.
+fn make_state(
+    start: &LogDefaults,
+    static_layer: &dynamic_config::Configs,
+    default_layer: &dynamic_config::Configs,
+    per_broker: dynamic_config::Configs,
+    cluster_default: dynamic_config::Configs,
+    default_version: u32,
+) -> DynamicState {
+    let log = dynamic_config::effective(
+        start,
+        &kaas_core::broker_config::Layers {
+            per_broker: &per_broker,
+            cluster_default: &cluster_default,
+            static_broker: static_layer,
+            default: default_layer,
+        },
+    );
+    DynamicState {
+        per_broker,
+        cluster_default,
+        default_version,
+        log,
     }
 }
 

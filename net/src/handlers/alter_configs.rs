@@ -4,11 +4,13 @@
 //! `kaas_core::topic_config::alter` (replace the whole set, or apply
 //! SET / DELETE / APPEND / SUBTRACT), then published as the topic's next
 //! metadata version and applied at once (`Broker::alter_topic_configs`);
-//! `validate_only` stops after the decision. kaas has no dynamic broker
-//! configs: a broker resource that asks to change one is refused as Kafka
-//! refuses a static config (docs/protocol.md).
+//! `validate_only` stops after the decision. A BROKER resource (this
+//! broker's id, or blank for the cluster-wide default) changes the dynamic
+//! broker configs, decided by `kaas_core::broker_config` and persisted by
+//! `Broker::alter_broker_configs` (docs/protocol.md).
 
 use crate::broker::{AdminError, Broker};
+use kaas_core::broker_config;
 use kaas_core::protocol::messages::{
     alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
     AlterConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
@@ -98,23 +100,39 @@ async fn alter_one(
                 .await
         }
         RESOURCE_BROKER => {
-            if !r.name.is_empty() && r.name.parse::<i32>().is_err() {
-                return Err(AdminError::new(
-                    ErrorCode::InvalidRequest,
-                    format!("Unexpected broker id {}", r.name),
-                ));
+            // Blank: the cluster-wide default; else it must be this
+            // broker's id (Kafka's checks and messages).
+            let per_broker = !r.name.is_empty();
+            if per_broker {
+                let me = broker.config.broker_id;
+                match r.name.parse::<i32>() {
+                    Err(_) => {
+                        return Err(AdminError::new(
+                            ErrorCode::InvalidRequest,
+                            format!("Node id must be an integer, but it is: {}", r.name),
+                        ))
+                    }
+                    Ok(id) if id != me => {
+                        return Err(AdminError::new(
+                            ErrorCode::InvalidRequest,
+                            format!(
+                                "Unexpected broker id, expected {me}, but received {}",
+                                r.name
+                            ),
+                        ))
+                    }
+                    Ok(_) => {}
+                }
             }
-            if changes.is_empty() {
-                return Ok(());
-            }
-            let names: Vec<&str> = changes.iter().map(|(name, ..)| name.as_str()).collect();
-            Err(AdminError::new(
-                ErrorCode::InvalidRequest,
-                format!(
-                    "Cannot update these configs dynamically: {}",
-                    names.join(", ")
-                ),
-            ))
+            broker
+                .alter_broker_configs(per_broker, validate_only, |current| {
+                    let next = match api {
+                        Api::Replace => broker_config::replacing(&changes),
+                        Api::Incremental => broker_config::incremental(current, &changes),
+                    };
+                    next.map_err(|refusal| AdminError::new(refusal.code, refusal.message))
+                })
+                .await
         }
         other => Err(AdminError::new(
             ErrorCode::InvalidRequest,

@@ -1,12 +1,15 @@
-//! DescribeConfigs for topics and for this broker.
+//! DescribeConfigs for topics and for this broker: every config with its
+//! effective value, where it comes from and (when asked) its synonyms in
+//! precedence order, as Kafka answers them (`kaas_core::broker_config`).
 
 use crate::broker::Broker;
+use kaas_core::broker_config::{self, Source};
 use kaas_core::protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kaas_core::protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kaas_core::protocol::ErrorCode;
-use kaas_core::topic_config::{self, ConfigType, TOPIC_CONFIGS};
+use kaas_core::topic_config::{ConfigType, TOPIC_CONFIGS};
 use std::collections::BTreeMap;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -27,100 +30,121 @@ pub struct Entry {
     pub synonyms: Vec<(String, String, i8)>,
 }
 
-/// The default of a topic config on this broker: the broker's own setting
-/// where `kaas serve` has one, else Kafka's default.
+/// The default of a topic config on this broker: the effective value of
+/// its broker synonym (dynamic per broker, dynamic cluster default, the
+/// `kaas serve` flags, built-in), else Kafka's default.
 pub fn broker_default(broker: &Broker, name: &str) -> String {
-    let d = &broker.config.log;
-    match name {
-        "max.message.bytes" => d.max_message_bytes.to_string(),
-        "retention.bytes" => d.retention_bytes.to_string(),
-        "retention.ms" => d.retention_ms.to_string(),
-        "segment.bytes" => d.segment_bytes.to_string(),
-        "segment.ms" => d.roll_ms.to_string(),
-        "segment.jitter.ms" => d.roll_jitter_ms.to_string(),
-        _ => topic_config::find(name)
-            .map(|def| def.default.to_string())
-            .unwrap_or_default(),
-    }
+    broker.with_config_layers(|layers| layers.topic_default(name))
 }
 
-/// Every topic config with its effective value.
+/// Every topic config with its effective value. A config the topic does
+/// not set takes its source from its broker synonym's first layer, as in
+/// Kafka (a dynamic `log.retention.ms` makes `retention.ms` DYNAMIC_BROKER_CONFIG).
 pub fn topic_entries(broker: &Broker, configs: &BTreeMap<String, String>) -> Vec<Entry> {
-    TOPIC_CONFIGS
-        .iter()
-        .map(|def| {
-            let default = broker_default(broker, def.name);
-            let mut synonyms = Vec::new();
-            let (value, source) = match configs.get(def.name) {
-                Some(v) => {
+    broker.with_config_layers(|layers| {
+        TOPIC_CONFIGS
+            .iter()
+            .map(|def| {
+                let mut synonyms = Vec::new();
+                if let Some(v) = configs.get(def.name) {
                     synonyms.push((def.name.to_string(), v.clone(), SOURCE_TOPIC));
-                    (v.clone(), SOURCE_TOPIC)
                 }
-                None => (default.clone(), SOURCE_DEFAULT),
-            };
-            if let Some(broker_name) = def.broker_name {
-                synonyms.push((broker_name.to_string(), default, SOURCE_DEFAULT));
-            }
-            Entry {
-                name: def.name.to_string(),
-                value: Some(value),
-                read_only: false,
-                config_source: source,
-                config_type: def.kind as i8,
-                synonyms,
-            }
-        })
-        .collect()
+                if let Some(broker_name) = broker_config::topic_synonym(def.name) {
+                    synonyms.extend(
+                        layers
+                            .synonyms(broker_name)
+                            .into_iter()
+                            .map(|(n, v, source)| (n, v, source as i8)),
+                    );
+                }
+                let value = match configs.get(def.name) {
+                    Some(v) => v.clone(),
+                    None => layers.topic_default(def.name),
+                };
+                Entry {
+                    name: def.name.to_string(),
+                    value: Some(value),
+                    read_only: false,
+                    config_source: synonyms.first().map_or(SOURCE_DEFAULT, |s| s.2),
+                    config_type: def.kind as i8,
+                    synonyms,
+                }
+            })
+            .collect()
+    })
 }
 
-fn broker_entries(broker: &Broker) -> Vec<Entry> {
+/// The broker configs kaas describes, sorted by name: the dynamic ones,
+/// the broker-wide defaults of the other topic configs, and the start-up
+/// settings below.
+fn broker_entries(broker: &Broker, per_broker: bool) -> Vec<Entry> {
     let cfg = &broker.config;
-    let entry = |name: &str, value: String, kind: ConfigType| Entry {
-        name: name.to_string(),
-        value: Some(value.clone()),
-        read_only: true,
-        config_source: SOURCE_STATIC_BROKER,
-        config_type: kind as i8,
-        synonyms: vec![(name.to_string(), value, SOURCE_STATIC_BROKER)],
-    };
-    vec![
-        entry(
+    let fixed = [
+        (
             "auto.create.topics.enable",
             cfg.auto_create_topics.to_string(),
             ConfigType::Boolean,
         ),
-        entry("broker.id", cfg.broker_id.to_string(), ConfigType::Int),
-        entry(
-            "log.retention.bytes",
-            cfg.log.retention_bytes.to_string(),
-            ConfigType::Long,
-        ),
-        entry(
-            "log.retention.ms",
-            cfg.log.retention_ms.to_string(),
-            ConfigType::Long,
-        ),
-        entry(
-            "log.segment.bytes",
-            cfg.log.segment_bytes.to_string(),
-            ConfigType::Int,
-        ),
-        entry(
-            "message.max.bytes",
-            cfg.log.max_message_bytes.to_string(),
-            ConfigType::Int,
-        ),
-        entry(
+        ("broker.id", cfg.broker_id.to_string(), ConfigType::Int),
+        (
             "num.partitions",
             cfg.default_partitions.to_string(),
             ConfigType::Int,
         ),
-        entry(
+        (
             "socket.request.max.bytes",
             cfg.max_frame_bytes.to_string(),
             ConfigType::Int,
         ),
-    ]
+    ];
+    let mut entries: Vec<Entry> = broker.with_config_layers(|layers| {
+        let dynamic = broker_config::DYNAMIC_BROKER_CONFIGS
+            .iter()
+            .map(|d| (d.name, d.kind));
+        let topic_defaults = TOPIC_CONFIGS.iter().filter_map(|d| {
+            let name = d.broker_name?;
+            (!broker_config::is_dynamic(name)).then_some((name, d.kind))
+        });
+        dynamic
+            .chain(broker_config::UNIT_SYNONYMS.iter().copied())
+            .chain(topic_defaults)
+            .filter_map(|(name, kind)| {
+                // The cluster default's resource lists only what is set
+                // there, as Kafka does.
+                let synonyms: Vec<(String, String, i8)> = layers
+                    .synonyms(name)
+                    .into_iter()
+                    .filter(|(.., source)| per_broker || *source == Source::DynamicDefault)
+                    .map(|(n, v, source)| (n, v, source as i8))
+                    .collect();
+                let value = if per_broker {
+                    layers.value(name).map(|(v, _)| v.to_string())
+                } else {
+                    Some(layers.cluster_default.get(name)?.clone())
+                };
+                Some(Entry {
+                    name: name.to_string(),
+                    value,
+                    read_only: !broker_config::is_dynamic(name),
+                    config_source: synonyms.first().map_or(SOURCE_DEFAULT, |s| s.2),
+                    config_type: kind as i8,
+                    synonyms,
+                })
+            })
+            .collect()
+    });
+    if per_broker {
+        entries.extend(fixed.into_iter().map(|(name, value, kind)| Entry {
+            name: name.to_string(),
+            value: Some(value.clone()),
+            read_only: true,
+            config_source: SOURCE_STATIC_BROKER,
+            config_type: kind as i8,
+            synonyms: vec![(name.to_string(), value, SOURCE_STATIC_BROKER)],
+        }));
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    entries
 }
 
 pub fn handle(
@@ -145,15 +169,25 @@ pub fn handle(
                         format!("Topic {} does not exist", res.resource_name),
                     )),
                 },
-                RESOURCE_BROKER
-                    if res.resource_name.is_empty()
-                        || res.resource_name == broker.config.broker_id.to_string() =>
-                {
-                    Ok(broker_entries(broker))
+                RESOURCE_BROKER if res.resource_name.is_empty() => {
+                    Ok(broker_entries(broker, false))
                 }
+                RESOURCE_BROKER if res.resource_name == broker.config.broker_id.to_string() => {
+                    Ok(broker_entries(broker, true))
+                }
+                // Kafka's answers: a broker describes only itself.
                 RESOURCE_BROKER => Err((
                     ErrorCode::InvalidRequest,
-                    format!("Unexpected broker id {}", res.resource_name),
+                    match res.resource_name.parse::<i32>() {
+                        Ok(_) => format!(
+                            "Unexpected broker id, expected {} or empty string, but received {}",
+                            broker.config.broker_id, res.resource_name
+                        ),
+                        Err(_) => format!(
+                            "Broker id must be an integer, but it is: {}",
+                            res.resource_name
+                        ),
+                    },
                 )),
                 other => Err((
                     ErrorCode::InvalidRequest,

@@ -130,6 +130,50 @@ final class AdminScenarios {
         return out;
     }
 
+    /** Dynamic broker configs (KIP-226) on the cluster-wide default (ConfigResource(BROKER, "")):
+     *  a static config refused, message.max.bytes set there (to its default value: Kafka's node is
+     *  shared), seen with its source on the default resource, on the broker and as a new topic's
+     *  default, then deleted again. */
+    static Map<String, Object> brokerConfigs() throws Exception {
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (Admin admin = admin()) {
+            ConfigResource cluster = new ConfigResource(ConfigResource.Type.BROKER, "");
+            String id = String.valueOf(admin.describeCluster().nodes().get(WAIT_S, TimeUnit.SECONDS)
+                .iterator().next().id());
+            ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, id);
+            AlterConfigOp fixed = new AlterConfigOp(new ConfigEntry("num.partitions", "3"), AlterConfigOp.OpType.SET);
+            out.put("static_refused", outcome(admin.incrementalAlterConfigs(Map.of(cluster, List.of(fixed))).all()));
+            AlterConfigOp set = new AlterConfigOp(new ConfigEntry("message.max.bytes", "1048588"), AlterConfigOp.OpType.SET);
+            out.put("set_default", outcome(admin.incrementalAlterConfigs(Map.of(cluster, List.of(set))).all()));
+            // Kafka's broker applies it from the metadata log a moment later: read until it shows.
+            Config seen = null;
+            for (int i = 0; i < 100; i++) {
+                seen = admin.describeConfigs(List.of(broker)).all().get(WAIT_S, TimeUnit.SECONDS).get(broker);
+                ConfigEntry e = seen.get("message.max.bytes");
+                if (e != null && e.source() == ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG) break;
+                Thread.sleep(100);
+            }
+            out.put("broker_message_max_bytes", entry(seen, "message.max.bytes"));
+            Config dflt = admin.describeConfigs(List.of(cluster)).all().get(WAIT_S, TimeUnit.SECONDS).get(cluster);
+            out.put("default_message_max_bytes", entry(dflt, "message.max.bytes"));
+            out.put("default_lists_retention_ms", dflt.get("log.retention.ms") != null);
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(WAIT_S, TimeUnit.SECONDS);
+            ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            Config t = admin.describeConfigs(List.of(res)).all().get(WAIT_S, TimeUnit.SECONDS).get(res);
+            out.put("topic_max_message_bytes", entry(t, "max.message.bytes"));
+            AlterConfigOp delete = new AlterConfigOp(new ConfigEntry("message.max.bytes", null), AlterConfigOp.OpType.DELETE);
+            out.put("delete_default", outcome(admin.incrementalAlterConfigs(Map.of(cluster, List.of(delete))).all()));
+            for (int i = 0; i < 100; i++) {
+                seen = admin.describeConfigs(List.of(broker)).all().get(WAIT_S, TimeUnit.SECONDS).get(broker);
+                ConfigEntry e = seen.get("message.max.bytes");
+                if (e != null && e.source() != ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG) break;
+                Thread.sleep(100);
+            }
+            out.put("broker_message_max_bytes_after_delete", entry(seen, "message.max.bytes"));
+        }
+        return out;
+    }
+
     /** ListOffsets (earliest, latest, by timestamp, max timestamp); a consumer group seen by
      *  ListGroups/DescribeGroups/OffsetFetch while it runs and once it is empty; the errors for
      *  deleting or rewriting an active group; AlterConsumerGroupOffsets (a new member starts

@@ -23,6 +23,7 @@ public final class Main {
         Map.entry("cooperative-sticky", ConsumerScenarios::cooperativeSticky),
         Map.entry("admin-topics", AdminScenarios::topics),
         Map.entry("admin-configs", AdminScenarios::configs),
+        Map.entry("admin-broker-configs", AdminScenarios::brokerConfigs),
         Map.entry("admin-groups", AdminScenarios::groupsAndOffsets),
         Map.entry("admin-records-producers", AdminScenarios::recordsAndProducers),
         Map.entry("txn-interleaved", TransactionScenarios::interleaved),
