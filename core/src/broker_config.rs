@@ -94,6 +94,48 @@ pub const STATIC_BROKER_CONFIGS: &[&str] = &[
     "socket.request.max.bytes",
 ];
 
+/// What a BROKER resource of a config request names: the cluster-wide
+/// default (a blank name) or the broker answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerResource {
+    ClusterDefault,
+    ThisBroker,
+}
+
+/// Which request a BROKER resource came in (Kafka words its refusals
+/// differently for each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceUse {
+    Alter,
+    Describe,
+}
+
+/// The rule for the name of a BROKER resource, as Kafka has it: blank for
+/// the cluster-wide default, else the id of the broker that answers; any
+/// other name is refused with INVALID_REQUEST and Kafka's message.
+pub fn broker_resource(name: &str, me: i32, by: ResourceUse) -> Result<BrokerResource, Refusal> {
+    if name.is_empty() {
+        return Ok(BrokerResource::ClusterDefault);
+    }
+    let message = match (name.parse::<i32>(), by) {
+        (Ok(id), _) if id == me => return Ok(BrokerResource::ThisBroker),
+        (Ok(_), ResourceUse::Alter) => {
+            format!("Unexpected broker id, expected {me}, but received {name}")
+        }
+        (Ok(_), ResourceUse::Describe) => {
+            format!("Unexpected broker id, expected {me} or empty string, but received {name}")
+        }
+        (Err(_), ResourceUse::Alter) => format!("Node id must be an integer, but it is: {name}"),
+        (Err(_), ResourceUse::Describe) => {
+            format!("Broker id must be an integer, but it is: {name}")
+        }
+    };
+    Err(Refusal {
+        code: ErrorCode::InvalidRequest,
+        message,
+    })
+}
+
 /// The definition of a dynamic broker config.
 pub fn find(name: &str) -> Option<&'static DynamicDef> {
     DYNAMIC_BROKER_CONFIGS.iter().find(|d| d.name == name)
@@ -413,6 +455,36 @@ impl<'a> Layers<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broker_resource_names_this_broker_or_the_cluster_default() {
+        use BrokerResource::*;
+        for by in [ResourceUse::Alter, ResourceUse::Describe] {
+            assert_eq!(broker_resource("", 3, by), Ok(ClusterDefault));
+            assert_eq!(broker_resource("3", 3, by), Ok(ThisBroker));
+            for other in ["4", "x", " 3"] {
+                let refused = broker_resource(other, 3, by).unwrap_err();
+                assert_eq!(refused.code, ErrorCode::InvalidRequest, "{other}");
+            }
+        }
+        let message = |name, by| broker_resource(name, 3, by).unwrap_err().message;
+        assert_eq!(
+            message("4", ResourceUse::Alter),
+            "Unexpected broker id, expected 3, but received 4"
+        );
+        assert_eq!(
+            message("4", ResourceUse::Describe),
+            "Unexpected broker id, expected 3 or empty string, but received 4"
+        );
+        assert_eq!(
+            message("x", ResourceUse::Alter),
+            "Node id must be an integer, but it is: x"
+        );
+        assert_eq!(
+            message("x", ResourceUse::Describe),
+            "Broker id must be an integer, but it is: x"
+        );
+    }
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

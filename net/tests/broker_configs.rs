@@ -18,19 +18,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
-const SET: i8 = 0;
-const DELETE: i8 = 1;
-const APPEND: i8 = 2;
-/// DescribeConfigs sources.
-const SOURCE_TOPIC: i8 = 1;
-const SOURCE_DYNAMIC_BROKER: i8 = 2;
-const SOURCE_DYNAMIC_DEFAULT: i8 = 3;
-const SOURCE_STATIC_BROKER: i8 = 4;
-const SOURCE_DEFAULT: i8 = 5;
-
-type Ops<'a> = &'a [(&'a str, i8, Option<&'a str>)];
+use support::configs::{
+    describe, incremental_answers, produce, replace, resource, segments, Described, Ops, APPEND,
+    BROKER, DELETE, SET, SOURCE_DEFAULT, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT,
+    SOURCE_STATIC_BROKER, SOURCE_TOPIC, TOPIC,
+};
 
 /// IncrementalAlterConfigs of one resource: (error code, message).
 async fn incremental(
@@ -40,38 +32,9 @@ async fn incremental(
     configs: Ops<'_>,
     validate_only: bool,
 ) -> (i16, Option<String>) {
-    let mut conn = Connection::connect(addr).await.unwrap();
-    let req = RequestBody::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
-        resources: vec![incremental_alter_configs_request::AlterConfigsResource {
-            resource_type: kind,
-            resource_name: name.into(),
-            configs: configs
-                .iter()
-                .map(
-                    |(n, op, v)| incremental_alter_configs_request::AlterableConfig {
-                        name: (*n).into(),
-                        config_operation: *op,
-                        value: v.map(str::to_string),
-                        ..Default::default()
-                    },
-                )
-                .collect(),
-            ..Default::default()
-        }],
-        validate_only,
-        ..Default::default()
-    });
-    match conn
-        .send(incremental_alter_configs_request::API_KEY, 1, &req)
-        .await
-        .unwrap()
-    {
-        ResponseBody::IncrementalAlterConfigs(r) => (
-            r.responses[0].error_code,
-            r.responses[0].error_message.clone(),
-        ),
-        other => panic!("unexpected {other:?}"),
-    }
+    let mut answers =
+        incremental_answers(addr, vec![resource(kind, name, configs)], validate_only).await;
+    answers.remove(0)
 }
 
 /// Sets configs of a BROKER resource, for real; its error code.
@@ -79,96 +42,6 @@ async fn set(addr: SocketAddr, name: &str, configs: &[(&str, &str)]) -> i16 {
     let ops: Vec<(&str, i8, Option<&str>)> =
         configs.iter().map(|(n, v)| (*n, SET, Some(*v))).collect();
     incremental(addr, BROKER, name, &ops, false).await.0
-}
-
-/// AlterConfigs (v0) of a BROKER resource's whole set; its error code.
-async fn replace(addr: SocketAddr, name: &str, configs: &[(&str, &str)]) -> i16 {
-    let mut conn = Connection::connect(addr).await.unwrap();
-    let req = RequestBody::AlterConfigs(AlterConfigsRequest {
-        resources: vec![alter_configs_request::AlterConfigsResource {
-            resource_type: BROKER,
-            resource_name: name.into(),
-            configs: configs
-                .iter()
-                .map(|(n, v)| alter_configs_request::AlterableConfig {
-                    name: (*n).into(),
-                    value: Some((*v).into()),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        validate_only: false,
-        ..Default::default()
-    });
-    match conn
-        .send(alter_configs_request::API_KEY, 0, &req)
-        .await
-        .unwrap()
-    {
-        ResponseBody::AlterConfigs(r) => r.responses[0].error_code,
-        other => panic!("unexpected {other:?}"),
-    }
-}
-
-/// One described config: value, source, read-only, synonyms.
-#[derive(Debug, Clone, PartialEq)]
-struct Described {
-    value: Option<String>,
-    source: i8,
-    read_only: bool,
-    synonyms: Vec<(String, String, i8)>,
-}
-
-/// DescribeConfigs (v4, with synonyms) of one resource: name → config.
-async fn describe(addr: SocketAddr, kind: i8, name: &str) -> BTreeMap<String, Described> {
-    let mut conn = Connection::connect(addr).await.unwrap();
-    let req = RequestBody::DescribeConfigs(DescribeConfigsRequest {
-        resources: vec![describe_configs_request::DescribeConfigsResource {
-            resource_type: kind,
-            resource_name: name.into(),
-            configuration_keys: None,
-            ..Default::default()
-        }],
-        include_synonyms: true,
-        ..Default::default()
-    });
-    match conn
-        .send(describe_configs_request::API_KEY, 4, &req)
-        .await
-        .unwrap()
-    {
-        ResponseBody::DescribeConfigs(r) => {
-            assert_eq!(r.results[0].error_code, 0, "{r:?}");
-            r.results[0]
-                .configs
-                .iter()
-                .map(|c| {
-                    let synonyms = c
-                        .synonyms
-                        .iter()
-                        .map(|s| {
-                            (
-                                s.name.clone(),
-                                s.value.clone().unwrap_or_default(),
-                                s.source,
-                            )
-                        })
-                        .collect();
-                    (
-                        c.name.clone(),
-                        Described {
-                            value: c.value.clone(),
-                            source: c.config_source,
-                            read_only: c.read_only,
-                            synonyms,
-                        },
-                    )
-                })
-                .collect()
-        }
-        other => panic!("unexpected {other:?}"),
-    }
 }
 
 fn syn(name: &str, value: &str, source: i8) -> (String, String, i8) {
@@ -365,7 +238,10 @@ async fn per_broker_beats_the_cluster_default_which_beats_the_static_config() {
     assert_eq!(tb.broker.log_defaults().segment_bytes, 2000);
 
     // AlterConfigs replaces the resource's whole set.
-    assert_eq!(replace(tb.addr, "", &[("log.roll.ms", "5000")]).await, 0);
+    assert_eq!(
+        replace(tb.addr, BROKER, "", &[("log.roll.ms", "5000")]).await,
+        0
+    );
     let cluster = describe(tb.addr, BROKER, "").await;
     assert_eq!(cluster.keys().collect::<Vec<_>>(), ["log.roll.ms"]);
     let effective = tb.broker.log_defaults();
@@ -468,7 +344,7 @@ async fn static_configs_bad_values_and_other_brokers_ids_are_refused_as_kafka_re
     .await;
     assert_eq!(answer.0, code(ErrorCode::InvalidRequest));
     assert_eq!(
-        replace(tb.addr, "0", &[("log.dirs", "/elsewhere")]).await,
+        replace(tb.addr, BROKER, "0", &[("log.dirs", "/elsewhere")]).await,
         code(ErrorCode::InvalidRequest)
     );
     let effective = tb.broker.log_defaults();
@@ -543,35 +419,6 @@ fn dynamic_broker_configs_survive_a_restart() {
         assert_eq!(tb.broker.log_defaults().retention_ms, 30 * 60_000);
         assert_eq!(tb.broker.log_defaults().roll_ms, 2 * 3_600_000);
     });
-}
-
-/// Appends `n` records of 100 bytes to t-0, each durable.
-async fn produce(tb: &support::TestBroker, n: usize) {
-    let p = tb.broker.partition("t", 0, -1).unwrap();
-    for i in 0..n {
-        let mut b = BatchBuilder::new();
-        let key = format!("k{i}");
-        b.push(NewRecord::new(
-            support::now_ms(),
-            Some(key.as_bytes()),
-            Some(&[b'v'; 100]),
-        ));
-        let d = p.append(b.build()).await.unwrap();
-        p.wait_durable(d.end_offset()).await.unwrap();
-    }
-}
-
-fn segments(tb: &support::TestBroker) -> usize {
-    std::fs::read_dir(tb._dir.path().join("topics/t-0"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".log")
-        })
-        .count()
 }
 
 #[tokio::test]

@@ -13,46 +13,17 @@ mod support;
 use kaas_core::cluster::membership::LeaseBounds;
 use kaas_core::protocol::messages::produce_response;
 use kaas_core::protocol::messages::*;
-use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_core::protocol::{ErrorCode, ResponseBody};
 use kaas_core::record::{BatchBuilder, NewRecord};
 use kaas_net::client::Connection;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
-const SET: i8 = 0;
-const DELETE: i8 = 1;
-const APPEND: i8 = 2;
-const SUBTRACT: i8 = 3;
-/// DescribeConfigs sources: set on the topic, or the default.
-const SOURCE_TOPIC: i8 = 1;
-const SOURCE_DEFAULT: i8 = 5;
-
-/// One resource of an IncrementalAlterConfigs: (name, operation, value).
-fn resource(
-    kind: i8,
-    name: &str,
-    configs: &[(&str, i8, Option<&str>)],
-) -> incremental_alter_configs_request::AlterConfigsResource {
-    incremental_alter_configs_request::AlterConfigsResource {
-        resource_type: kind,
-        resource_name: name.into(),
-        configs: configs
-            .iter()
-            .map(
-                |(n, op, v)| incremental_alter_configs_request::AlterableConfig {
-                    name: (*n).into(),
-                    config_operation: *op,
-                    value: v.map(str::to_string),
-                    ..Default::default()
-                },
-            )
-            .collect(),
-        ..Default::default()
-    }
-}
+use support::configs::{
+    describe, produce, resource, segments, APPEND, BROKER, DELETE, SET, SOURCE_DEFAULT,
+    SOURCE_TOPIC, SUBTRACT, TOPIC,
+};
 
 /// IncrementalAlterConfigs (v1, flexible); the error code of each resource.
 async fn incremental(
@@ -60,86 +31,25 @@ async fn incremental(
     resources: Vec<incremental_alter_configs_request::AlterConfigsResource>,
     validate_only: bool,
 ) -> Vec<i16> {
-    let mut conn = Connection::connect(addr).await.unwrap();
-    let req = RequestBody::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
-        resources,
-        validate_only,
-        ..Default::default()
-    });
-    match conn
-        .send(incremental_alter_configs_request::API_KEY, 1, &req)
+    support::configs::incremental_answers(addr, resources, validate_only)
         .await
-        .unwrap()
-    {
-        ResponseBody::IncrementalAlterConfigs(r) => {
-            r.responses.iter().map(|r| r.error_code).collect()
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+        .into_iter()
+        .map(|(code, _)| code)
+        .collect()
 }
 
 /// AlterConfigs (v0) of one topic's whole set; its error code.
 async fn replace(addr: SocketAddr, topic: &str, configs: &[(&str, &str)]) -> i16 {
-    let mut conn = Connection::connect(addr).await.unwrap();
-    let req = RequestBody::AlterConfigs(AlterConfigsRequest {
-        resources: vec![alter_configs_request::AlterConfigsResource {
-            resource_type: TOPIC,
-            resource_name: topic.into(),
-            configs: configs
-                .iter()
-                .map(|(n, v)| alter_configs_request::AlterableConfig {
-                    name: (*n).into(),
-                    value: Some((*v).into()),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        validate_only: false,
-        ..Default::default()
-    });
-    match conn
-        .send(alter_configs_request::API_KEY, 0, &req)
-        .await
-        .unwrap()
-    {
-        ResponseBody::AlterConfigs(r) => r.responses[0].error_code,
-        other => panic!("unexpected {other:?}"),
-    }
+    support::configs::replace(addr, TOPIC, topic, configs).await
 }
 
 /// DescribeConfigs of a topic: name → (value, source).
 async fn described(addr: SocketAddr, topic: &str) -> BTreeMap<String, (String, i8)> {
-    let mut conn = Connection::connect(addr).await.unwrap();
-    let req = RequestBody::DescribeConfigs(DescribeConfigsRequest {
-        resources: vec![describe_configs_request::DescribeConfigsResource {
-            resource_type: TOPIC,
-            resource_name: topic.into(),
-            configuration_keys: None,
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
-    match conn
-        .send(describe_configs_request::API_KEY, 4, &req)
+    describe(addr, TOPIC, topic)
         .await
-        .unwrap()
-    {
-        ResponseBody::DescribeConfigs(r) => {
-            assert_eq!(r.results[0].error_code, 0, "{r:?}");
-            r.results[0]
-                .configs
-                .iter()
-                .map(|c| {
-                    (
-                        c.name.clone(),
-                        (c.value.clone().unwrap_or_default(), c.config_source),
-                    )
-                })
-                .collect()
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+        .into_iter()
+        .map(|(name, c)| (name, (c.value.unwrap_or_default(), c.source)))
+        .collect()
 }
 
 fn code(e: ErrorCode) -> i16 {
@@ -298,31 +208,6 @@ fn alter_configs_replaces_the_whole_set_and_it_survives_a_restart() {
         let tb = support::start_broker_in(dir, |_| {}).await;
         assert_eq!(described(tb.addr, "t").await, before);
     });
-}
-
-/// Appends `n` records of 100 bytes to t-0, each durable.
-async fn produce(tb: &support::TestBroker, n: usize) {
-    let p = tb.broker.partition("t", 0, -1).unwrap();
-    for i in 0..n {
-        let mut b = BatchBuilder::new();
-        let key = format!("k{i}");
-        b.push(NewRecord::new(0, Some(key.as_bytes()), Some(&[b'v'; 100])));
-        let d = p.append(b.build()).await.unwrap();
-        p.wait_durable(d.end_offset()).await.unwrap();
-    }
-}
-
-fn segments(tb: &support::TestBroker) -> usize {
-    std::fs::read_dir(tb._dir.path().join("topics/t-0"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".log")
-        })
-        .count()
 }
 
 #[tokio::test]

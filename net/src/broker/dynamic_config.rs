@@ -46,12 +46,7 @@ pub struct CurrentDefault {
     pub next_version: u32,
 }
 
-/// Versions of the default kept besides the newest, so a reader whose
-/// listing lags finds the newer ones by name (as `topic_file` keeps them).
-const KEPT_VERSIONS: u32 = 16;
-
-/// Lists again when a listed version was removed under the reader.
-const READ_ATTEMPTS: usize = 8;
+use super::versions::{self, READ_ATTEMPTS};
 
 fn invalid(path: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}"))
@@ -175,115 +170,70 @@ pub fn publish_default(
         configs: configs.clone(),
     })
     .map_err(io::Error::other)?;
-    volume.create_exclusive(&layout::broker_default_config_file(version), &json)?;
-    if let Some(old) = version.checked_sub(KEPT_VERSIONS).filter(|&v| v > 0) {
-        let replaced = layout::broker_default_config_file(old);
-        if let Err(e) = volume.remove(&replaced) {
-            tracing::warn!(file = %replaced, error = %e, "cannot remove an old broker default version");
-        }
-    }
+    versions::publish(volume, layout::broker_default_config_file, version, &json)?;
     Ok(version)
 }
 
 // ------------------------------------------------------------- the layers
+
+/// Each log default under its Kafka name (times in ms): the one list both
+/// the start-up layer and the built-in layer are made from. (All are
+/// integers; i128 holds each of their types.)
+fn by_kafka_name(log: &LogDefaults) -> [(&'static str, i128); 9] {
+    [
+        (rules::LOG_SEGMENT_BYTES, log.segment_bytes.into()),
+        (rules::LOG_ROLL_MS, log.roll_ms.into()),
+        (rules::LOG_ROLL_JITTER_MS, log.roll_jitter_ms.into()),
+        (rules::LOG_RETENTION_MS, log.retention_ms.into()),
+        (rules::LOG_RETENTION_BYTES, log.retention_bytes.into()),
+        (rules::MESSAGE_MAX_BYTES, log.max_message_bytes.into()),
+        (rules::LOG_CLEANER_BACKOFF_MS, log.cleaner_backoff_ms.into()),
+        (
+            rules::LOG_CLEANER_DEDUPE_BUFFER_SIZE,
+            log.cleaner_dedupe_buffer_bytes as i128,
+        ),
+        (
+            rules::LOG_CLEANER_IO_MAX_BYTES_PER_SECOND,
+            log.cleaner_io_max_bytes_per_second.into(),
+        ),
+    ]
+}
 
 /// The start-up layer: each `kaas serve` setting given a value other than
 /// its built-in default, under Kafka's name (a flag given its default
 /// value reads as the default, a difference from Kafka, which tells them
 /// apart).
 pub fn static_layer(log: &LogDefaults) -> Configs {
-    let d = LogDefaults::default();
-    let mut out = Configs::new();
-    let mut put = |differs: bool, name: &str, value: String| {
-        if differs {
-            out.insert(name.to_string(), value);
-        }
-    };
-    put(
-        log.segment_bytes != d.segment_bytes,
-        rules::LOG_SEGMENT_BYTES,
-        log.segment_bytes.to_string(),
-    );
-    put(
-        log.roll_ms != d.roll_ms,
-        rules::LOG_ROLL_MS,
-        log.roll_ms.to_string(),
-    );
-    put(
-        log.roll_jitter_ms != d.roll_jitter_ms,
-        rules::LOG_ROLL_JITTER_MS,
-        log.roll_jitter_ms.to_string(),
-    );
-    put(
-        log.retention_ms != d.retention_ms,
-        rules::LOG_RETENTION_MS,
-        log.retention_ms.to_string(),
-    );
-    put(
-        log.retention_bytes != d.retention_bytes,
-        rules::LOG_RETENTION_BYTES,
-        log.retention_bytes.to_string(),
-    );
-    put(
-        log.max_message_bytes != d.max_message_bytes,
-        rules::MESSAGE_MAX_BYTES,
-        log.max_message_bytes.to_string(),
-    );
-    put(
-        log.cleaner_backoff_ms != d.cleaner_backoff_ms,
-        rules::LOG_CLEANER_BACKOFF_MS,
-        log.cleaner_backoff_ms.to_string(),
-    );
-    put(
-        log.cleaner_dedupe_buffer_bytes != d.cleaner_dedupe_buffer_bytes,
-        rules::LOG_CLEANER_DEDUPE_BUFFER_SIZE,
-        log.cleaner_dedupe_buffer_bytes.to_string(),
-    );
-    put(
-        log.cleaner_io_max_bytes_per_second != d.cleaner_io_max_bytes_per_second,
-        rules::LOG_CLEANER_IO_MAX_BYTES_PER_SECOND,
-        log.cleaner_io_max_bytes_per_second.to_string(),
-    );
-    out
+    let defaults = by_kafka_name(&LogDefaults::default());
+    by_kafka_name(log)
+        .into_iter()
+        .zip(defaults)
+        .filter(|((_, value), (_, default))| value != default)
+        .map(|((name, value), _)| (name.to_string(), value.to_string()))
+        .collect()
 }
+
+/// The ms spellings whose built-in default Kafka gives in hours instead.
+const DEFAULT_IN_HOURS: [(&str, &str); 3] = [
+    (rules::LOG_ROLL_MS, rules::LOG_ROLL_HOURS),
+    (rules::LOG_ROLL_JITTER_MS, rules::LOG_ROLL_JITTER_HOURS),
+    (rules::LOG_RETENTION_MS, rules::LOG_RETENTION_HOURS),
+];
 
 /// The built-in layer: kaas's defaults under Kafka's names, and Kafka's
 /// default of every other topic config's broker synonym. Like Kafka, the
 /// times are given in hours (`log.retention.hours` 168), with no default
 /// for the ms spellings.
 pub fn default_layer() -> Configs {
-    let d = LogDefaults::default();
     let mut out: Configs = TOPIC_CONFIGS
         .iter()
         .filter_map(|def| Some((def.broker_name?.to_string(), def.default.to_string())))
         .collect();
-    for (name, value) in [
-        (rules::LOG_SEGMENT_BYTES, d.segment_bytes.to_string()),
-        (rules::LOG_ROLL_HOURS, (d.roll_ms / 3_600_000).to_string()),
-        (
-            rules::LOG_ROLL_JITTER_HOURS,
-            (d.roll_jitter_ms / 3_600_000).to_string(),
-        ),
-        (
-            rules::LOG_RETENTION_HOURS,
-            (d.retention_ms / 3_600_000).to_string(),
-        ),
-        (rules::LOG_RETENTION_BYTES, d.retention_bytes.to_string()),
-        (rules::MESSAGE_MAX_BYTES, d.max_message_bytes.to_string()),
-        (
-            rules::LOG_CLEANER_BACKOFF_MS,
-            d.cleaner_backoff_ms.to_string(),
-        ),
-        (
-            rules::LOG_CLEANER_DEDUPE_BUFFER_SIZE,
-            d.cleaner_dedupe_buffer_bytes.to_string(),
-        ),
-        (
-            rules::LOG_CLEANER_IO_MAX_BYTES_PER_SECOND,
-            d.cleaner_io_max_bytes_per_second.to_string(),
-        ),
-    ] {
-        out.insert(name.to_string(), value);
+    for (name, value) in by_kafka_name(&LogDefaults::default()) {
+        match DEFAULT_IN_HOURS.iter().find(|(ms, _)| *ms == name) {
+            Some((_, hours)) => out.insert(hours.to_string(), (value / 3_600_000).to_string()),
+            None => out.insert(name.to_string(), value.to_string()),
+        };
     }
     out
 }
@@ -361,12 +311,12 @@ mod tests {
         let current = read_default(&volume).unwrap();
         assert_eq!((current.version, current.next_version), (1, 2));
         assert_eq!(current.configs, a);
-        for _ in 0..KEPT_VERSIONS + 3 {
+        for _ in 0..versions::KEPT_VERSIONS + 3 {
             let current = read_default(&volume).unwrap();
             publish_default(&volume, &current, &Configs::new()).unwrap();
         }
         let current = read_default(&volume).unwrap();
-        assert_eq!(current.version, KEPT_VERSIONS + 4);
+        assert_eq!(current.version, versions::KEPT_VERSIONS + 4);
         assert_eq!(current.configs, Configs::new());
         assert!(volume
             .read(&layout::broker_default_config_file(1))

@@ -12,6 +12,7 @@ mod producer_state;
 mod seat;
 mod slots;
 mod topic_file;
+mod versions;
 
 pub use partition::{
     partition_dir, CleanerSettings, FetchedData, Isolation, OpenPartition, Partition,

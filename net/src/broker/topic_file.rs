@@ -54,15 +54,7 @@ pub struct Current {
     pub next_version: u32,
 }
 
-/// Versions of a topic kept on the volume besides version 0: a reader whose
-/// listing lags behind finds the newer ones by name as long as the one it
-/// listed is among them. Topic changes are rare; a handful of small files.
-const KEPT_VERSIONS: u32 = 16;
-
-/// How often a reader lists again when a version it listed was removed
-/// under it (a newer one replaced it). Each retry follows a completed
-/// change, so this bounds only a pathological stream of them.
-const READ_ATTEMPTS: usize = 8;
+use super::versions::{self, READ_ATTEMPTS};
 
 /// The path of version 0, whose existence is the topic's.
 pub fn path(name: &str) -> String {
@@ -81,7 +73,7 @@ pub fn create(volume: &dyn Volume, file: &TopicFile) -> io::Result<()> {
 /// `next.version == current.next_version`) is created exclusively. Fails
 /// with `AlreadyExists` when another broker published that version first:
 /// the caller reads again and rebuilds its change on the winner's. Once
-/// `next` is durable, the version `KEPT_VERSIONS` older is removed (best
+/// `next` is durable, the version `versions::KEPT_VERSIONS` older is removed (best
 /// effort: a leftover is never read, the newest version wins).
 pub fn publish(volume: &dyn Volume, current: &Current, next: &TopicFile) -> io::Result<()> {
     if next.version != current.next_version || next.topic_id != current.file.topic_id {
@@ -90,20 +82,12 @@ pub fn publish(volume: &dyn Volume, current: &Current, next: &TopicFile) -> io::
             "a topic change must be the next version of the same topic",
         ));
     }
-    volume.create_exclusive(
-        &layout::topic_version_file(&next.name, next.version),
+    versions::publish(
+        volume,
+        |v| layout::topic_version_file(&next.name, v),
+        next.version,
         &encode(next)?,
-    )?;
-    // The last KEPT_VERSIONS stay, so that a reader whose listing lags
-    // (`beyond_the_listing`) finds the newer ones by name, one after the
-    // other; older ones go (best effort: a leftover is never read).
-    if let Some(old) = next.version.checked_sub(KEPT_VERSIONS).filter(|&v| v > 0) {
-        let replaced = layout::topic_version_file(&next.name, old);
-        if let Err(e) = volume.remove(&replaced) {
-            tracing::warn!(file = %replaced, error = %e, "cannot remove an old topic version");
-        }
-    }
-    Ok(())
+    )
 }
 
 /// Removes topic `name`: version 0 first (from then on the topic does not
@@ -374,7 +358,11 @@ mod tests {
         let (_dir, v) = volume();
         grown(&v, 2..=30);
         let listed = v.list(TOPIC_FILES_DIR).unwrap();
-        assert_eq!(listed.len(), 1 + KEPT_VERSIONS as usize, "{listed:?}");
+        assert_eq!(
+            listed.len(),
+            1 + versions::KEPT_VERSIONS as usize,
+            "{listed:?}"
+        );
         assert!(
             listed.contains(&"t@29.json".to_string()) && listed.contains(&"t@14.json".to_string())
         );

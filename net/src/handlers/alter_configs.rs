@@ -100,30 +100,13 @@ async fn alter_one(
                 .await
         }
         RESOURCE_BROKER => {
-            // Blank: the cluster-wide default; else it must be this
-            // broker's id (Kafka's checks and messages).
-            let per_broker = !r.name.is_empty();
-            if per_broker {
-                let me = broker.config.broker_id;
-                match r.name.parse::<i32>() {
-                    Err(_) => {
-                        return Err(AdminError::new(
-                            ErrorCode::InvalidRequest,
-                            format!("Node id must be an integer, but it is: {}", r.name),
-                        ))
-                    }
-                    Ok(id) if id != me => {
-                        return Err(AdminError::new(
-                            ErrorCode::InvalidRequest,
-                            format!(
-                                "Unexpected broker id, expected {me}, but received {}",
-                                r.name
-                            ),
-                        ))
-                    }
-                    Ok(_) => {}
-                }
-            }
+            let per_broker = broker_config::broker_resource(
+                &r.name,
+                broker.config.broker_id,
+                broker_config::ResourceUse::Alter,
+            )
+            .map_err(|refusal| AdminError::new(refusal.code, refusal.message))?
+                == broker_config::BrokerResource::ThisBroker;
             broker
                 .alter_broker_configs(per_broker, validate_only, |current| {
                     let next = match api {

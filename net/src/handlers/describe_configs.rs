@@ -169,26 +169,15 @@ pub fn handle(
                         format!("Topic {} does not exist", res.resource_name),
                     )),
                 },
-                RESOURCE_BROKER if res.resource_name.is_empty() => {
-                    Ok(broker_entries(broker, false))
-                }
-                RESOURCE_BROKER if res.resource_name == broker.config.broker_id.to_string() => {
-                    Ok(broker_entries(broker, true))
-                }
-                // Kafka's answers: a broker describes only itself.
-                RESOURCE_BROKER => Err((
-                    ErrorCode::InvalidRequest,
-                    match res.resource_name.parse::<i32>() {
-                        Ok(_) => format!(
-                            "Unexpected broker id, expected {} or empty string, but received {}",
-                            broker.config.broker_id, res.resource_name
-                        ),
-                        Err(_) => format!(
-                            "Broker id must be an integer, but it is: {}",
-                            res.resource_name
-                        ),
-                    },
-                )),
+                RESOURCE_BROKER => broker_config::broker_resource(
+                    &res.resource_name,
+                    broker.config.broker_id,
+                    broker_config::ResourceUse::Describe,
+                )
+                .map(|named| {
+                    broker_entries(broker, named == broker_config::BrokerResource::ThisBroker)
+                })
+                .map_err(|refusal| (refusal.code, refusal.message)),
                 other => Err((
                     ErrorCode::InvalidRequest,
                     format!("Unsupported resource type {other}"),

@@ -1,6 +1,8 @@
 //! Shared set-up of the integration tests: a real broker on an ephemeral
 //! 127.0.0.1 port over a temporary directory.
 
+pub mod configs;
+
 use kaas_net::server::ServerLimits;
 use kaas_net::volume::LocalVolume;
 use kaas_net::{Broker, BrokerConfig};

@@ -1,0 +1,203 @@
+//! The config APIs over the wire, for the tests of topic configs and of
+//! dynamic broker configs: IncrementalAlterConfigs, AlterConfigs and
+//! DescribeConfigs of one resource, and a log to watch them act on (t-0).
+// Only the two config test binaries use it, each a part of it.
+#![allow(dead_code)]
+// A test: an unwrap that fails is the test failing.
+#![allow(clippy::unwrap_used)]
+
+use super::TestBroker;
+use kaas_core::protocol::messages::*;
+use kaas_core::protocol::{RequestBody, ResponseBody};
+use kaas_core::record::{BatchBuilder, NewRecord};
+use kaas_net::client::Connection;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// Resource types.
+pub const TOPIC: i8 = 2;
+pub const BROKER: i8 = 4;
+/// IncrementalAlterConfigs operations.
+pub const SET: i8 = 0;
+pub const DELETE: i8 = 1;
+pub const APPEND: i8 = 2;
+pub const SUBTRACT: i8 = 3;
+/// DescribeConfigs sources.
+pub const SOURCE_TOPIC: i8 = 1;
+pub const SOURCE_DYNAMIC_BROKER: i8 = 2;
+pub const SOURCE_DYNAMIC_DEFAULT: i8 = 3;
+pub const SOURCE_STATIC_BROKER: i8 = 4;
+pub const SOURCE_DEFAULT: i8 = 5;
+
+/// (name, operation, value) of each config an IncrementalAlterConfigs changes.
+pub type Ops<'a> = &'a [(&'a str, i8, Option<&'a str>)];
+
+/// One resource of an IncrementalAlterConfigs.
+pub fn resource(
+    kind: i8,
+    name: &str,
+    configs: Ops<'_>,
+) -> incremental_alter_configs_request::AlterConfigsResource {
+    incremental_alter_configs_request::AlterConfigsResource {
+        resource_type: kind,
+        resource_name: name.into(),
+        configs: configs
+            .iter()
+            .map(
+                |(n, op, v)| incremental_alter_configs_request::AlterableConfig {
+                    name: (*n).into(),
+                    config_operation: *op,
+                    value: v.map(str::to_string),
+                    ..Default::default()
+                },
+            )
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// IncrementalAlterConfigs (v1, flexible): each resource's (error code, message).
+pub async fn incremental_answers(
+    addr: SocketAddr,
+    resources: Vec<incremental_alter_configs_request::AlterConfigsResource>,
+    validate_only: bool,
+) -> Vec<(i16, Option<String>)> {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+        resources,
+        validate_only,
+        ..Default::default()
+    });
+    match conn
+        .send(incremental_alter_configs_request::API_KEY, 1, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::IncrementalAlterConfigs(r) => r
+            .responses
+            .iter()
+            .map(|r| (r.error_code, r.error_message.clone()))
+            .collect(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// AlterConfigs (v0) of one resource's whole set; its error code.
+pub async fn replace(addr: SocketAddr, kind: i8, name: &str, configs: &[(&str, &str)]) -> i16 {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::AlterConfigs(AlterConfigsRequest {
+        resources: vec![alter_configs_request::AlterConfigsResource {
+            resource_type: kind,
+            resource_name: name.into(),
+            configs: configs
+                .iter()
+                .map(|(n, v)| alter_configs_request::AlterableConfig {
+                    name: (*n).into(),
+                    value: Some((*v).into()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        validate_only: false,
+        ..Default::default()
+    });
+    match conn
+        .send(alter_configs_request::API_KEY, 0, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::AlterConfigs(r) => r.responses[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// One described config: value, source, read-only, synonyms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Described {
+    pub value: Option<String>,
+    pub source: i8,
+    pub read_only: bool,
+    pub synonyms: Vec<(String, String, i8)>,
+}
+
+/// DescribeConfigs (v4, with synonyms) of one resource: name → config.
+pub async fn describe(addr: SocketAddr, kind: i8, name: &str) -> BTreeMap<String, Described> {
+    let mut conn = Connection::connect(addr).await.unwrap();
+    let req = RequestBody::DescribeConfigs(DescribeConfigsRequest {
+        resources: vec![describe_configs_request::DescribeConfigsResource {
+            resource_type: kind,
+            resource_name: name.into(),
+            configuration_keys: None,
+            ..Default::default()
+        }],
+        include_synonyms: true,
+        ..Default::default()
+    });
+    match conn
+        .send(describe_configs_request::API_KEY, 4, &req)
+        .await
+        .unwrap()
+    {
+        ResponseBody::DescribeConfigs(r) => {
+            assert_eq!(r.results[0].error_code, 0, "{r:?}");
+            r.results[0]
+                .configs
+                .iter()
+                .map(|c| {
+                    let synonyms = c
+                        .synonyms
+                        .iter()
+                        .map(|s| {
+                            (
+                                s.name.clone(),
+                                s.value.clone().unwrap_or_default(),
+                                s.source,
+                            )
+                        })
+                        .collect();
+                    (
+                        c.name.clone(),
+                        Described {
+                            value: c.value.clone(),
+                            source: c.config_source,
+                            read_only: c.read_only,
+                            synonyms,
+                        },
+                    )
+                })
+                .collect()
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Appends `n` records of 100 bytes, stamped now, to t-0, each durable.
+pub async fn produce(tb: &TestBroker, n: usize) {
+    let p = tb.broker.partition("t", 0, -1).unwrap();
+    for i in 0..n {
+        let mut b = BatchBuilder::new();
+        let key = format!("k{i}");
+        b.push(NewRecord::new(
+            super::now_ms(),
+            Some(key.as_bytes()),
+            Some(&[b'v'; 100]),
+        ));
+        let d = p.append(b.build()).await.unwrap();
+        p.wait_durable(d.end_offset()).await.unwrap();
+    }
+}
+
+/// How many segment files t-0 has.
+pub fn segments(tb: &TestBroker) -> usize {
+    std::fs::read_dir(tb._dir.path().join("topics/t-0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".log")
+        })
+        .count()
+}
