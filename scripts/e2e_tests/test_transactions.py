@@ -745,7 +745,13 @@ def run_eos_copy(broker, topic: str, tmp_path: Path, events: List[Tuple[float, s
         for a in apps:
             if a.proc.poll() is None:
                 a.kill()
+        # Asked again at the end: a broker restarted just before may still be
+        # loading its groups, so None is asked again for a bounded while.
         reader_offsets = _group_committed(reader, input_topic)
+        settle_by = time.monotonic() + 30
+        while reader_offsets is None and done_at is not None and time.monotonic() < settle_by:
+            time.sleep(0.5)
+            reader_offsets = _group_committed(reader, input_topic)
         reader.close()
     info = "done in %.1fs, %d app starts, %d opened, %d committed, %d aborted transactions; history:\n  %s" % (
         done_at, starts, opens, commits, aborts, "\n  ".join(history))
