@@ -9,6 +9,7 @@ pub mod broker_config;
 pub mod cleaner;
 pub mod cluster;
 pub mod compression;
+pub mod config_docs;
 pub mod coverage;
 pub mod group;
 pub mod layout;

@@ -21,8 +21,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use support::configs::{
-    describe, produce, resource, segments, APPEND, BROKER, DELETE, SET, SOURCE_DEFAULT,
-    SOURCE_TOPIC, SUBTRACT, TOPIC,
+    describe, documentation, produce, resource, segments, APPEND, BROKER, DELETE, SET,
+    SOURCE_DEFAULT, SOURCE_TOPIC, SUBTRACT, TOPIC,
 };
 
 /// IncrementalAlterConfigs (v1, flexible); the error code of each resource.
@@ -516,4 +516,38 @@ async fn a_timestamp_more_than_the_topics_bound_ahead_is_invalid_timestamp() {
     let old = produce_stamped(tb.addr, &[now, 0]).await;
     assert_eq!(old.error_code, code(ErrorCode::InvalidTimestamp));
     assert_eq!(old.record_errors[0].batch_index, 1);
+}
+
+#[tokio::test]
+async fn describe_configs_answers_documentation_only_when_asked_at_v3_or_later() {
+    let tb = support::start_broker(|_| {}).await;
+    tb.broker
+        .create_topic("t", 1, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    for (kind, name) in [(TOPIC, "t"), (BROKER, "0")] {
+        for version in 3..=4 {
+            let docs = documentation(tb.addr, kind, name, version, true).await;
+            assert!(!docs.is_empty());
+            for (config, doc) in &docs {
+                let doc = doc.as_deref().unwrap_or_default();
+                assert!(doc.len() > 20, "v{version} {config}: {doc:?}");
+            }
+            let docs = documentation(tb.addr, kind, name, version, false).await;
+            assert!(docs.values().all(Option::is_none), "v{version}: {docs:?}");
+        }
+        // v1 and v2 carry neither the flag nor the field.
+        for version in 1..=2 {
+            let docs = documentation(tb.addr, kind, name, version, true).await;
+            assert!(docs.values().all(Option::is_none), "v{version}: {docs:?}");
+        }
+    }
+    let docs = documentation(tb.addr, TOPIC, "t", 4, true).await;
+    let preallocate = docs["preallocate"].as_deref().unwrap_or_default();
+    assert!(preallocate.contains("no effect"), "{preallocate}");
+    let retention = docs["retention.ms"].as_deref().unwrap_or_default();
+    assert!(!retention.contains("no effect"), "{retention}");
+    let docs = documentation(tb.addr, BROKER, "0", 4, true).await;
+    let default = docs["log.retention.ms"].as_deref().unwrap_or_default();
+    assert!(default.contains("topic config retention.ms"), "{default}");
 }

@@ -170,6 +170,9 @@ def test_java_admin_configs(kaas_or_kafka, topic_name, java_client_classpath):
     assert r["retention_ms_after_delete"]["source"] == "DEFAULT_CONFIG", r
     # Both describe every topic config of Kafka 4.1 (kaas acts on some; docs/protocol.md).
     assert r["entries"] > 30, r
+    # Each explained when asked (the words are each broker's own), and only then.
+    assert r["documentation_unasked"] is False, r
+    assert r["documented_entries"] == r["entries"], r
 
 
 def test_java_admin_dynamic_broker_default(kaas_or_kafka, topic_name, java_client_classpath):

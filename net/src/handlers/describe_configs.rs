@@ -4,6 +4,7 @@
 
 use crate::broker::Broker;
 use kaas_core::broker_config::{self, Source};
+use kaas_core::config_docs;
 use kaas_core::protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
@@ -28,6 +29,9 @@ pub struct Entry {
     pub config_source: i8,
     pub config_type: i8,
     pub synonyms: Vec<(String, String, i8)>,
+    /// What the config means (`kaas_core::config_docs`), answered only to
+    /// a request that asks for documentation.
+    pub documentation: Option<String>,
 }
 
 /// The default of a topic config on this broker: the effective value of
@@ -68,6 +72,7 @@ pub fn topic_entries(broker: &Broker, configs: &BTreeMap<String, String>) -> Vec
                     config_source: synonyms.first().map_or(SOURCE_DEFAULT, |s| s.2),
                     config_type: def.kind as i8,
                     synonyms,
+                    documentation: Some(config_docs::topic_documentation(def)),
                 }
             })
             .collect()
@@ -129,6 +134,7 @@ fn broker_entries(broker: &Broker, per_broker: bool) -> Vec<Entry> {
                     config_source: synonyms.first().map_or(SOURCE_DEFAULT, |s| s.2),
                     config_type: kind as i8,
                     synonyms,
+                    documentation: config_docs::broker_documentation(name),
                 })
             })
             .collect()
@@ -141,6 +147,7 @@ fn broker_entries(broker: &Broker, per_broker: bool) -> Vec<Entry> {
             config_source: SOURCE_STATIC_BROKER,
             config_type: kind as i8,
             synonyms: vec![(name.to_string(), value, SOURCE_STATIC_BROKER)],
+            documentation: config_docs::broker_documentation(name),
         }));
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -212,7 +219,10 @@ pub fn handle(
                                 Vec::new()
                             },
                             config_type: e.config_type,
-                            documentation: None,
+                            // The request carries the flag from v3 and the
+                            // response the field from v3, so an older
+                            // request never sets it.
+                            documentation: e.documentation.filter(|_| req.include_documentation),
                             ..Default::default()
                         })
                         .collect();

@@ -121,8 +121,15 @@ pub struct Described {
     pub synonyms: Vec<(String, String, i8)>,
 }
 
-/// DescribeConfigs (v4, with synonyms) of one resource: name → config.
-pub async fn describe(addr: SocketAddr, kind: i8, name: &str) -> BTreeMap<String, Described> {
+/// DescribeConfigs of one resource at `version`; its result, which must
+/// not be an error.
+async fn describe_result(
+    addr: SocketAddr,
+    kind: i8,
+    name: &str,
+    version: i16,
+    include_documentation: bool,
+) -> describe_configs_response::DescribeConfigsResult {
     let mut conn = Connection::connect(addr).await.unwrap();
     let req = RequestBody::DescribeConfigs(DescribeConfigsRequest {
         resources: vec![describe_configs_request::DescribeConfigsResource {
@@ -132,44 +139,60 @@ pub async fn describe(addr: SocketAddr, kind: i8, name: &str) -> BTreeMap<String
             ..Default::default()
         }],
         include_synonyms: true,
+        include_documentation,
         ..Default::default()
     });
     match conn
-        .send(describe_configs_request::API_KEY, 4, &req)
+        .send(describe_configs_request::API_KEY, version, &req)
         .await
         .unwrap()
     {
-        ResponseBody::DescribeConfigs(r) => {
+        ResponseBody::DescribeConfigs(mut r) => {
             assert_eq!(r.results[0].error_code, 0, "{r:?}");
-            r.results[0]
-                .configs
-                .iter()
-                .map(|c| {
-                    let synonyms = c
-                        .synonyms
-                        .iter()
-                        .map(|s| {
-                            (
-                                s.name.clone(),
-                                s.value.clone().unwrap_or_default(),
-                                s.source,
-                            )
-                        })
-                        .collect();
-                    (
-                        c.name.clone(),
-                        Described {
-                            value: c.value.clone(),
-                            source: c.config_source,
-                            read_only: c.read_only,
-                            synonyms,
-                        },
-                    )
-                })
-                .collect()
+            r.results.swap_remove(0)
         }
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// DescribeConfigs (v4, with synonyms) of one resource: name → config.
+pub async fn describe(addr: SocketAddr, kind: i8, name: &str) -> BTreeMap<String, Described> {
+    describe_result(addr, kind, name, 4, false)
+        .await
+        .configs
+        .into_iter()
+        .map(|c| {
+            let synonyms = c
+                .synonyms
+                .into_iter()
+                .map(|s| (s.name, s.value.unwrap_or_default(), s.source))
+                .collect();
+            let described = Described {
+                value: c.value,
+                source: c.config_source,
+                read_only: c.read_only,
+                synonyms,
+            };
+            (c.name, described)
+        })
+        .collect()
+}
+
+/// DescribeConfigs of one resource at `version`, asking for documentation
+/// or not: name → the documentation answered.
+pub async fn documentation(
+    addr: SocketAddr,
+    kind: i8,
+    name: &str,
+    version: i16,
+    include_documentation: bool,
+) -> BTreeMap<String, Option<String>> {
+    describe_result(addr, kind, name, version, include_documentation)
+        .await
+        .configs
+        .into_iter()
+        .map(|c| (c.name, c.documentation))
+        .collect()
 }
 
 /// Appends `n` records of 100 bytes, stamped now, to t-0, each durable.

@@ -26,6 +26,7 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConsumerGroupListing;
+import org.apache.kafka.clients.admin.DescribeConfigsOptions;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
@@ -99,6 +100,12 @@ final class AdminScenarios {
             out.put("retention_ms", entry(cfg, "retention.ms"));
             out.put("cleanup_policy", entry(cfg, "cleanup.policy"));
             out.put("max_message_bytes_present", cfg.get("max.message.bytes") != null);
+            // Documentation comes only when asked for (DescribeConfigs v3+).
+            out.put("documentation_unasked", cfg.get("retention.ms").documentation() != null);
+            Config documented = admin.describeConfigs(List.of(res), new DescribeConfigsOptions().includeDocumentation(true))
+                .all().get(WAIT_S, TimeUnit.SECONDS).get(res);
+            out.put("documented_entries", documented.entries().stream()
+                .filter(e -> e.documentation() != null && !e.documentation().isEmpty()).count());
 
             AlterConfigOp set = new AlterConfigOp(new ConfigEntry("retention.ms", "3600000"), AlterConfigOp.OpType.SET);
             out.put("incremental_alter", outcome(admin.incrementalAlterConfigs(Map.of(res, List.of(set))).all()));
