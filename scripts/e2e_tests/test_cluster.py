@@ -428,12 +428,14 @@ def test_rolling_restart_of_all_three_brokers_under_an_idempotent_producer(clust
     assert len(at) == len(d.ok), "%d records for %d acknowledged; %s" % (len(at), len(d.ok), info)
 
 
-# The Java loop commits 250 records a transaction, and a transaction across brokers
-# waits for the marker queue's watchers (100 ms a hop, docs/cluster.md): about 0.7 s
-# each here. 10,000 records are 40 transactions, each kill lands inside one of them,
-# and the test takes about 50 s instead of the 100 s that the single-broker test's
-# 20,000 (JAVA_EOS_RECORDS) would.
-JAVA_CLUSTER_EOS_RECORDS = 10_000
+# A transaction across brokers waits for the marker queue's watchers (100 ms a hop,
+# docs/cluster.md): about 0.7 s each here, so these copies are kept short. The Java
+# loop commits 250 records a transaction: 6,000 records are 24 transactions, each kill
+# (at 30 % and 60 % of the copy) lands inside one, and the test takes about 35 s
+# where 10,000 took 58 s. The confluent-kafka app copies 15,000, half of what its
+# single-broker twin copies, for the same reason.
+JAVA_CLUSTER_EOS_RECORDS = 6_000
+CLUSTER_EOS_RECORDS = 15_000
 
 
 def eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, records, **copy_args):
@@ -471,9 +473,7 @@ def test_eos_copy_survives_kill9_of_its_transaction_coordinators_broker(cluster,
     """Issue 11 item 8c: the exactly-once consume-transform-produce app of
     test_transactions.py (confluent-kafka) copies its input across three brokers
     while the broker coordinating its transactional id is kill -9'd twice."""
-    from test_transactions import EOS_APP_RESTART_RECORDS
-
-    eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, EOS_APP_RESTART_RECORDS)
+    eos_copy_through_coordinator_kills(cluster, topic_name, tmp_path, CLUSTER_EOS_RECORDS)
 
 
 @java_only
