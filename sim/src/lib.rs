@@ -36,6 +36,7 @@
 pub mod batch;
 pub mod checker;
 pub mod cluster_history;
+pub mod compact_history;
 #[cfg(madsim)]
 pub mod env;
 pub mod eos_history;
