@@ -10,7 +10,7 @@ use kaas_core::protocol::messages::describe_configs_response::{
 };
 use kaas_core::protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kaas_core::protocol::ErrorCode;
-use kaas_core::topic_config::{ConfigType, TOPIC_CONFIGS};
+use kaas_core::topic_config::{self, ConfigType, TOPIC_CONFIGS};
 use std::collections::BTreeMap;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -29,9 +29,6 @@ pub struct Entry {
     pub config_source: i8,
     pub config_type: i8,
     pub synonyms: Vec<(String, String, i8)>,
-    /// What the config means (`kaas_core::config_docs`), answered only to
-    /// a request that asks for documentation.
-    pub documentation: Option<String>,
 }
 
 /// The default of a topic config on this broker: the effective value of
@@ -72,7 +69,6 @@ pub fn topic_entries(broker: &Broker, configs: &BTreeMap<String, String>) -> Vec
                     config_source: synonyms.first().map_or(SOURCE_DEFAULT, |s| s.2),
                     config_type: def.kind as i8,
                     synonyms,
-                    documentation: Some(config_docs::topic_documentation(def)),
                 }
             })
             .collect()
@@ -134,7 +130,6 @@ fn broker_entries(broker: &Broker, per_broker: bool) -> Vec<Entry> {
                     config_source: synonyms.first().map_or(SOURCE_DEFAULT, |s| s.2),
                     config_type: kind as i8,
                     synonyms,
-                    documentation: config_docs::broker_documentation(name),
                 })
             })
             .collect()
@@ -147,11 +142,18 @@ fn broker_entries(broker: &Broker, per_broker: bool) -> Vec<Entry> {
             config_source: SOURCE_STATIC_BROKER,
             config_type: kind as i8,
             synonyms: vec![(name.to_string(), value, SOURCE_STATIC_BROKER)],
-            documentation: config_docs::broker_documentation(name),
         }));
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     entries
+}
+
+/// What config `name` of a resource of `resource_type` means.
+fn documentation(resource_type: i8, name: &str) -> Option<String> {
+    match resource_type {
+        RESOURCE_TOPIC => topic_config::find(name).map(config_docs::topic_documentation),
+        _ => config_docs::broker_documentation(name),
+    }
 }
 
 pub fn handle(
@@ -200,6 +202,14 @@ pub fn handle(
                                 .is_none_or(|keys| keys.contains(&e.name))
                         })
                         .map(|e| DescribeConfigsResourceResult {
+                            // Written only when asked (the flag and the
+                            // field exist from v3), so a plain describe
+                            // builds no sentences.
+                            documentation: if req.include_documentation {
+                                documentation(res.resource_type, &e.name)
+                            } else {
+                                None
+                            },
                             name: e.name,
                             value: e.value,
                             read_only: e.read_only,
@@ -219,10 +229,6 @@ pub fn handle(
                                 Vec::new()
                             },
                             config_type: e.config_type,
-                            // The request carries the flag from v3 and the
-                            // response the field from v3, so an older
-                            // request never sets it.
-                            documentation: e.documentation.filter(|_| req.include_documentation),
                             ..Default::default()
                         })
                         .collect();
