@@ -59,6 +59,8 @@ pub struct CleaningInput {
     index_interval_bytes: u64,
     log_start: i64,
     log_end: i64,
+    /// Where the round stops: the active segment's base, or that of the
+    /// first sealed one still to be indexed.
     active_base: i64,
     sealed: Vec<SealedView>,
     aborted: Vec<AbortedTxn>,
@@ -103,6 +105,14 @@ pub struct CleanedCopy {
     segment: Segment,
 }
 
+#[cfg(test)]
+impl CleaningInput {
+    /// How many sealed segments the round may read.
+    pub fn sealed_count(&self) -> usize {
+        self.sealed.len()
+    }
+}
+
 impl CleanedCopy {
     /// The copy's own files, for removal when it is not installed.
     pub fn files(&self) -> DetachedSegment {
@@ -116,6 +126,14 @@ impl CleanedCopy {
 impl PartitionLog {
     /// The handles a cleaning round reads (memory only, under the lane).
     pub fn cleaning_input(&self) -> CleaningInput {
+        // The segments the flusher has yet to index are left alone, like
+        // the active one: the round ends where they begin.
+        let settled = &self.sealed[..self.settled_segments()];
+        let unsettled_base = self
+            .sealed
+            .get(settled.len())
+            .unwrap_or(&self.active)
+            .base_offset;
         CleaningInput {
             volume: self.volume.clone(),
             dir: self.dir.clone(),
@@ -123,9 +141,8 @@ impl PartitionLog {
             index_interval_bytes: self.config.index_interval_bytes,
             log_start: self.log_start_offset,
             log_end: self.end_offset(),
-            active_base: self.active.base_offset,
-            sealed: self
-                .sealed
+            active_base: unsettled_base,
+            sealed: settled
                 .iter()
                 .map(|s| SealedView {
                     id: s.id(),

@@ -383,7 +383,7 @@ impl PartitionLog {
             files.extend(take_unsynced_txn_index(segment));
             let (bytes, entries) = segment.encode_index()?;
             indexes.push(PendingIndex {
-                base_offset: segment.base_offset,
+                segment: segment.file.clone(),
                 path: layout::index_path(&self.dir, segment.base_offset, segment.epoch),
                 bytes,
                 entries,
@@ -543,12 +543,24 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Installs the index files a [`SyncPlan`] wrote. Segments deleted
-    /// meanwhile are skipped (their index file is an orphan that the next
-    /// startup removes).
+    /// Installs the index files a [`SyncPlan`] wrote. No deletion or
+    /// cleaning takes a segment before this ([`settled_segments`](Self::settled_segments)),
+    /// so each indexed segment is still here; one that were not would be
+    /// skipped.
     pub fn finish_sync(&mut self, done: SyncDone) {
-        for (base, file, entries) in done.indexes {
-            if let Some(segment) = self.sealed.iter_mut().find(|s| s.base_offset == base) {
+        for WrittenIndex {
+            segment: indexed,
+            file,
+            entries,
+        } in done.indexes
+        {
+            // By handle, not base offset: the index describes that file's
+            // layout and no other (a cleaned copy has its own).
+            if let Some(segment) = self
+                .sealed
+                .iter_mut()
+                .find(|s| Arc::ptr_eq(&s.file, &indexed))
+            {
                 segment.install_index(file, entries);
             }
         }
@@ -817,12 +829,26 @@ impl PartitionLog {
         volume.remove_dir_all(&dir)
     }
 
-    /// Takes the oldest segment (never the active one) out of the log and
+    /// How many of the oldest sealed segments the flusher is done with
+    /// (their index is written): the only ones a deletion or the cleaner
+    /// may take. A sync plan writes the index of every sealed segment it
+    /// found unindexed, outside the lane; had the segment's files been
+    /// removed meanwhile, that write would fail the partition on a missing
+    /// file or leave an orphan index behind. Unindexed segments are the
+    /// newest sealed ones, so this is a prefix, and the next flush settles
+    /// the rest.
+    pub(super) fn settled_segments(&self) -> usize {
+        self.sealed.iter().take_while(|s| s.is_indexed()).count()
+    }
+
+    /// Takes the oldest segment (never the active one, nor one the flusher
+    /// still has to index: [`settled_segments`](Self::settled_segments))
+    /// out of the log and
     /// returns its name; the caller removes its files outside the lane
     /// ([`remove_segments`]). The log start moves to the next segment's
     /// base if it was below it.
     pub(super) fn detach_oldest_segment(&mut self) -> Option<DetachedSegment> {
-        if self.sealed.is_empty() {
+        if self.settled_segments() == 0 {
             return None;
         }
         let oldest = self.sealed.remove(0);
@@ -860,16 +886,24 @@ pub struct SyncPlan {
 }
 
 struct PendingIndex {
-    base_offset: i64,
+    /// The segment it indexes, matched by handle when installed.
+    segment: Arc<dyn SegmentFile>,
     path: String,
     bytes: Vec<u8>,
+    entries: u64,
+}
+
+/// An index a plan wrote: for which segment file, its handle, its entries.
+struct WrittenIndex {
+    segment: Arc<dyn SegmentFile>,
+    file: Arc<dyn SegmentFile>,
     entries: u64,
 }
 
 /// A plan that ran: the index handles to install.
 pub struct SyncDone {
     pub end_offset: i64,
-    indexes: Vec<(i64, Arc<dyn SegmentFile>, u64)>,
+    indexes: Vec<WrittenIndex>,
 }
 
 impl SyncPlan {
@@ -888,7 +922,11 @@ impl SyncPlan {
         for pending in self.indexes {
             volume.write_atomic(&pending.path, &pending.bytes)?;
             let file = volume.open_segment(&pending.path, false)?;
-            indexes.push((pending.base_offset, file, pending.entries));
+            indexes.push(WrittenIndex {
+                segment: pending.segment,
+                file,
+                entries: pending.entries,
+            });
         }
         Ok(SyncDone {
             end_offset: self.end_offset,

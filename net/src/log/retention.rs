@@ -79,34 +79,51 @@ impl PartitionLog {
         }
         self.set_log_start_offset(offset);
         // A segment is entirely below the start when its successor begins
-        // at or before it; the active segment always stays.
+        // at or before it; the active segment always stays, and so does
+        // one the flusher has still to index (retention takes it later).
         let mut detached = Vec::new();
         while self
             .second_segment_base()
             .is_some_and(|base| base <= offset)
         {
-            detached.extend(self.detach_oldest_segment());
+            let Some(segment) = self.detach_oldest_segment() else {
+                break;
+            };
+            detached.push(segment);
         }
         Ok((self.log_start_offset, detached))
     }
 
     /// The oldest sealed segments retention would delete (never the active
-    /// one): while the log would still hold at least `retention_bytes`
-    /// without them, then while their newest timestamp is more than
-    /// `retention_ms` before `now_ms`. `-1` disables either rule. Kafka's
-    /// semantics; only whole segments go, and only from the front, so the
-    /// log stays contiguous. Returns how many, and the log start after
-    /// them (what the producer state must be snapshotted past first).
+    /// one, nor one still to be indexed: `settled_segments`): first those
+    /// entirely below the log start (DeleteRecords moved it past them
+    /// while they were still the flusher's), then while the log would
+    /// still hold at least `retention_bytes` without them, then while
+    /// their newest timestamp is more than `retention_ms` before `now_ms`.
+    /// `-1` disables either limit. Kafka's semantics; only whole segments
+    /// go, and only from the front, so the log stays contiguous. Returns
+    /// how many, and the log start after them (what the producer state
+    /// must be snapshotted past first).
     pub fn retention_plan(
         &self,
         now_ms: i64,
         retention_bytes: i64,
         retention_ms: i64,
     ) -> (usize, i64) {
-        let mut count = 0;
+        let settled = &self.sealed[..self.settled_segments()];
+        let mut count = self
+            .sealed
+            .iter()
+            .skip(1)
+            .chain(std::iter::once(&self.active))
+            .take_while(|next| next.base_offset <= self.log_start_offset)
+            .count()
+            .min(settled.len());
         if let Ok(limit) = u64::try_from(retention_bytes) {
-            let mut size = self.size_bytes();
-            for oldest in &self.sealed {
+            let mut size = settled[..count]
+                .iter()
+                .fold(self.size_bytes(), |size, s| size.saturating_sub(s.size()));
+            for oldest in settled.iter().skip(count) {
                 if size.saturating_sub(oldest.size()) < limit {
                     break;
                 }
@@ -116,7 +133,7 @@ impl PartitionLog {
         }
         if retention_ms >= 0 {
             let cutoff = now_ms.saturating_sub(retention_ms);
-            for oldest in self.sealed.iter().skip(count) {
+            for oldest in settled.iter().skip(count) {
                 if oldest.max_timestamp >= cutoff {
                     break;
                 }

@@ -508,6 +508,8 @@ fn delete_records_before_moves_the_start_and_drops_whole_segments() {
     for i in 0..30 {
         log.append_batch(&batch(2, i, 60)).unwrap();
     }
+    // The flusher's part: a segment it has not indexed yet stays.
+    log.sync().unwrap();
     let bases = log.segment_base_offsets();
     let cut = bases[2] + 1;
     assert_eq!(delete_before(&fx, &mut log, cut).unwrap(), cut);
@@ -591,6 +593,8 @@ fn size_retention_keeps_at_least_the_limit_and_never_the_active_segment() {
     for i in 0..30 {
         log.append_batch(&batch(2, i, 60)).unwrap();
     }
+    // The flusher's part: a segment it has not indexed yet stays.
+    log.sync().unwrap();
     let before = log.segment_count();
     let limit = 1_500;
     let outcome = retain(&fx, &mut log, 0, limit, -1);
@@ -608,6 +612,47 @@ fn size_retention_keeps_at_least_the_limit_and_never_the_active_segment() {
     assert_eq!(retain(&fx, &mut log, 0, -1, -1).deleted_segments.len(), 0);
 }
 
+/// The race CI found: the flusher takes a plan that will write the index
+/// of a segment just rolled, and runs it outside the lane; a deletion or a
+/// cleaning round that removed that segment's files meanwhile made the
+/// plan fail on a missing file (and the partition with it), or left an
+/// orphan index. Until the plan is finished, the segment is the flusher's.
+#[test]
+fn a_segment_the_flusher_has_still_to_index_is_neither_deleted_nor_cleaned() {
+    let fx = Fixture::new();
+    let mut log = fx.open(small_segments());
+    for i in 0..30 {
+        log.append_batch(&batch(2, i, 60)).unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() > 3);
+    let plan = log.sync_plan().unwrap();
+
+    assert_eq!(log.cleaning_input().sealed_count(), 0);
+    assert_eq!(log.retention_plan(i64::MAX, 0, 0), (0, 0));
+    let cut = bases[2] + 1;
+    assert_eq!(delete_before(&fx, &mut log, cut).unwrap(), cut);
+    assert_eq!(log.segment_base_offsets(), bases, "no segment was taken");
+
+    let done = plan.run(fx.volume.as_ref()).unwrap();
+    log.finish_sync(done);
+    assert!(fx.index_file(bases[0]).exists());
+    assert_eq!(
+        log.cleaning_input().sealed_count(),
+        bases.len() - 1,
+        "indexed, every sealed segment is the cleaner's to read"
+    );
+    // Retention now finishes what DeleteRecords could not: the segments
+    // entirely below the log start go, even without a size or time limit.
+    let outcome = retain(&fx, &mut log, 0, -1, -1);
+    assert_eq!(outcome.deleted_segments.len(), 2);
+    assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
+    assert_eq!(log.log_start_offset(), cut);
+    assert!(!fx.segment_file(bases[0]).exists() && !fx.index_file(bases[1]).exists());
+    let kept = read_all(&log, cut);
+    assert_eq!(kept.first().map(|b| b.base_offset()), Some(cut - 1));
+}
+
 #[test]
 fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
     let fx = Fixture::new();
@@ -616,6 +661,8 @@ fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
     for i in 0..30 {
         log.append_batch(&batch(2, 1_000 * i, 60)).unwrap();
     }
+    // The flusher's part: a segment it has not indexed yet stays.
+    log.sync().unwrap();
     let bases = log.segment_base_offsets();
     // Everything older than 10_000 at now = 20_000 with retention 10_000.
     let outcome = retain(&fx, &mut log, 20_000, -1, 10_000);
