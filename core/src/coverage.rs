@@ -87,6 +87,9 @@ marks! {
     /// OffsetFetch with require_stable found offsets staged by a
     /// transaction not yet complete (UNSTABLE_OFFSET_COMMIT).
     UnstableOffsetsHeldBack,
+    /// The log cleaner swapped a cleaned copy in for a segment, while the
+    /// partition kept taking writes and reads.
+    CleanedCopySwappedIn,
 }
 
 impl Mark {

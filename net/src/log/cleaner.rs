@@ -163,12 +163,30 @@ impl PartitionLog {
         }
     }
 
+    /// Which of a round's copies, not to be installed, may be removed: only
+    /// those whose segment the log no longer has (retention took it). The
+    /// others stay where the round renamed them. Each is a valid cleaning
+    /// of its segment, which the next opening uses (or removes for a newer
+    /// one), and a copy by the epoch of an earlier copy replaced that one by
+    /// its rename: it may be the very file the log reads, the segment's
+    /// only durable version. (The simulator found this: a round of a
+    /// partition that moved before the swap removed its copies, and with
+    /// them the log's data below the copies' end.)
+    pub fn abandon_cleaned(&self, copies: &[CleanedCopy]) -> Vec<DetachedSegment> {
+        copies
+            .iter()
+            .filter(|c| !self.sealed.iter().any(|s| s.id() == c.id))
+            .map(CleanedCopy::files)
+            .collect()
+    }
+
     /// Swaps cleaned copies in for the segments they replace (memory only,
     /// under the lane; the copies are durable already). A copy whose
     /// segment is gone or changed since the round read it (retention took
     /// it) is not installed. Returns the files to remove outside the lane
-    /// ([`remove_replaced`]): what each installed copy replaced, and each
-    /// copy not installed.
+    /// ([`remove_replaced`]): what each installed copy replaced, and the
+    /// copies not installed that [`abandon_cleaned`](Self::abandon_cleaned)
+    /// lets go.
     pub fn install_cleaned(&mut self, copies: Vec<CleanedCopy>) -> Vec<DetachedSegment> {
         let mut remove = Vec::new();
         for copy in copies {
@@ -177,7 +195,7 @@ impl PartitionLog {
                 .iter_mut()
                 .find(|s| s.id() == copy.id && Arc::ptr_eq(&s.file, &copy.replaces))
             else {
-                remove.push(copy.files());
+                remove.extend(self.abandon_cleaned(std::slice::from_ref(&copy)));
                 continue;
             };
             let mut segment = copy.segment;
@@ -188,6 +206,7 @@ impl PartitionLog {
             segment.txn_index_unsynced = old.txn_index_unsynced;
             let by = segment.cleaned_by;
             let replaced = std::mem::replace(old, segment);
+            kaas_core::coverage::hit(kaas_core::coverage::Mark::CleanedCopySwappedIn);
             // A copy by this same epoch was replaced by the rename itself.
             if replaced.cleaned_by != by {
                 remove.push(DetachedSegment::of(&replaced));

@@ -259,6 +259,33 @@ fn a_second_round_at_the_same_epoch_replaces_the_first_ones_copies() {
     assert_eq!(records(&fx.open(0)).0, after);
 }
 
+/// Found by the simulator (a compacted seed with several brokers): a round
+/// whose partition moved before the swap removed its copies. A copy by the
+/// epoch of an earlier round's copy had replaced that one by its rename, so
+/// removing it deleted the only version of its segment, and the next
+/// opening started the log after the hole.
+#[test]
+fn a_round_not_swapped_in_leaves_its_copies_for_the_next_opening() {
+    let fx = Fixture::new();
+    let mut log = fx.open(0);
+    fill(&mut log, 40, 5, 0);
+    clean(&fx, &mut log, 10_000);
+    fill(&mut log, 40, 5, 0);
+    let (before, _) = records(&log);
+    let mut outcome = run_round(log.cleaning_input(), settings(&log, 20_000)).unwrap();
+    assert!(!outcome.copies.is_empty());
+    // The partition moved: no swap, and nothing of the log's to remove.
+    let copies = std::mem::take(&mut outcome.copies);
+    assert_eq!(log.abandon_cleaned(&copies), Vec::new());
+    drop(log);
+    let log = fx.open(1);
+    assert_eq!(
+        records(&log).0,
+        model(&before, outcome.checkpoint.unwrap()),
+        "the copies are the log: reopened, it reads the round's cleaning"
+    );
+}
+
 #[test]
 fn tombstones_stay_until_their_delete_horizon_then_go() {
     let fx = Fixture::new();

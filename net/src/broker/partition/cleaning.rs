@@ -90,7 +90,8 @@ impl Partition {
             elapsed_ms,
         };
         // The swap is the one step that changes what the log reads: only
-        // while this broker still holds the partition.
+        // while this broker still holds the partition. Otherwise the copies
+        // stay for the next opening (`abandon_cleaned` says why).
         let remove = if self.check_open().is_ok() {
             let remove = self.log.lock().await.install_cleaned(outcome.copies);
             *self
@@ -99,7 +100,7 @@ impl Partition {
                 .unwrap_or_else(|p| p.into_inner()) = outcome.checkpoint;
             remove
         } else {
-            outcome.copies.iter().map(|c| c.files()).collect()
+            self.log.lock().await.abandon_cleaned(&outcome.copies)
         };
         if !remove.is_empty() {
             let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
