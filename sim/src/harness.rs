@@ -8,6 +8,7 @@
 
 use crate::checker::{History, IdempotenceStats, PartitionLog};
 use crate::cluster_history::ClusterStats;
+use crate::compact_history::CompactStats;
 use crate::env::{SimClock, SimIo};
 use crate::eos_history::EosStats;
 use crate::group_history::GroupStats;
@@ -16,7 +17,7 @@ use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
 use crate::workload::{self, Shared};
 use crate::writers::{self, WriterStats};
-use crate::{eos, eos_input, eos_observer, group_member, idempotent, txn};
+use crate::{compact, eos, eos_input, eos_observer, group_member, idempotent, txn};
 use kaas_core::cluster::membership::LeaseBounds;
 use kaas_core::layout;
 use kaas_core::record::{split_batches, Tail};
@@ -70,6 +71,10 @@ pub const MIN_EOS_COMMITS: u64 = 3;
 pub const MIN_EOS_RESUMES: u64 = 1;
 /// ... and this many committed offsets above 0 checked against the output.
 pub const MIN_EOS_OBSERVATIONS: u64 = 1;
+/// With the compacted topic: this many records acknowledged on it,
+pub const MIN_COMPACT_RECORDS: u64 = 50;
+/// ... and this many reads of it.
+pub const MIN_COMPACT_READS: u64 = 3;
 /// How long the final read-back may take once faults have stopped.
 const LIVENESS_DEADLINE: Duration = Duration::from_secs(120);
 /// How long to wait for an armed power cut or fsync failure before
@@ -116,6 +121,7 @@ pub struct SeedReport {
     pub generations: usize,
     pub txns: TxnStats,
     pub eos: EosStats,
+    pub compact: CompactStats,
     /// Multi-broker seeds: what clients saw of leadership, and the claims
     /// on the volume.
     pub cluster: ClusterStats,
@@ -167,6 +173,14 @@ impl SeedReport {
             ("EndTxn retries", t.end_retries),
             ("EOS transactions committed", e.commits_acked),
             ("EOS transactions aborted", e.aborts_acked),
+            (
+                "compacted topics",
+                u64::from(self.params.compaction.is_some()),
+            ),
+            (
+                "compacted reads that showed cleaning",
+                self.compact.reads_with_gaps,
+            ),
             ("group generations", count(self.generations)),
             ("group member crashes", g.member_crashes),
             ("fsyncs", self.syncs),
@@ -267,6 +281,27 @@ impl fmt::Display for SeedReport {
                 e.observations,
                 e.observations_in_flight,
                 e.final_records,
+            )?;
+        }
+        if let Some(d) = &p.compaction {
+            let c = &self.compact;
+            write!(
+                f,
+                "compact: {} records acked, {} reads, {} of them with records cleaned away, {} absences \
+                 ({} keys, {} % tombstones, codec {}, segment {} B / {} ms, dirty ratio 0.{:02}, delete retention {} ms, lag {} ms, cleaner every {} ms) | ",
+                c.acked,
+                c.reads,
+                c.reads_with_gaps,
+                c.removed,
+                d.keys,
+                d.tombstone_percent,
+                d.codec,
+                d.segment_bytes,
+                d.segment_ms,
+                d.dirty_ratio_percent,
+                d.delete_retention_ms,
+                d.min_lag_ms,
+                d.cleaner_backoff_ms,
             )?;
         }
         if p.multi_broker() {
@@ -411,6 +446,9 @@ fn broker_config(params: &SimParams, id: usize) -> BrokerConfig {
         retention_bytes: -1,
         ..LogDefaults::default()
     };
+    if let Some(c) = params.compaction {
+        config.log.cleaner_backoff_ms = c.cleaner_backoff_ms;
+    }
     // Short sessions and rebalance delays, so that rebalances happen within
     // the simulated minute.
     config.group.min_session_timeout_ms = 100;
@@ -937,7 +975,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let started = Instant::now();
     let params = SimParams::draw(&mut thread_rng())
         .with_cluster(seed)
-        .with_roll(seed);
+        .with_roll(seed)
+        .with_compaction(seed);
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
 
@@ -1055,6 +1094,20 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             )),
         )
     });
+    let compact_tasks = params.compaction.is_some().then(|| {
+        (
+            client.spawn(compact::compact_producer(
+                params,
+                brokers.clone(),
+                shared.clone(),
+            )),
+            client.spawn(compact::compact_reader(
+                params,
+                brokers.clone(),
+                shared.clone(),
+            )),
+        )
+    });
     let members: Vec<_> = (0..params.group_members)
         .map(|slot| {
             client.spawn(group_member::group_member(
@@ -1098,6 +1151,15 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             problems.push("a transactional producer task died".to_string());
         }
     }
+    let compact_reader = match compact_tasks {
+        Some((producer, reader)) => {
+            if producer.await.is_err() {
+                problems.push("the compacted topic's producer died".to_string());
+            }
+            Some(reader)
+        }
+        None => None,
+    };
     let eos_tasks = match eos_tasks {
         Some((input, eos_loop, observer)) => {
             if input.await.is_err() {
@@ -1110,6 +1172,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     shared.stop_fetching.store(true, Relaxed);
     if consumer.await.is_err() {
         problems.push("the consumer task died".to_string());
+    }
+    if let Some(r) = compact_reader {
+        if r.await.is_err() {
+            problems.push("the compacted topic's reader died".to_string());
+        }
     }
     if let Some(c) = txn_consumer {
         if c.await.is_err() {
@@ -1203,6 +1270,21 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     } else {
         None
     };
+    if params.compaction.is_some() {
+        match client
+            .spawn(compact::final_read(
+                params,
+                brokers.clone(),
+                shared.clone(),
+                LIVENESS_DEADLINE,
+            ))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => problems.push(e),
+            Err(_) => problems.push("the compacted topic's final reader died".to_string()),
+        }
+    }
     let log_ends: BTreeMap<i32, i64> = (0..params.partitions)
         .map(|p| (p, logs.get(&p).map_or(0, |l| l.len() as i64)))
         .collect();
@@ -1300,6 +1382,23 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         problems.extend(violations);
         writer_stats = w;
     }
+    let mut compact_history = shared.compact();
+    let compact_stats = compact_history.check();
+    problems.extend(compact_history.violations().iter().cloned());
+    if params.compaction.is_some() {
+        if compact_stats.acked < MIN_COMPACT_RECORDS {
+            vacuous.push(format!(
+                "{} records acknowledged on the compacted topic (need {MIN_COMPACT_RECORDS})",
+                compact_stats.acked
+            ));
+        }
+        if compact_stats.reads < MIN_COMPACT_READS {
+            vacuous.push(format!(
+                "{} reads of the compacted topic (need {MIN_COMPACT_READS})",
+                compact_stats.reads
+            ));
+        }
+    }
     let mut eos_history = shared.eos();
     if let Some(read) = &eos_read {
         problems.extend(eos_history.check_final(&read.input, &read.output, &read.committed));
@@ -1392,11 +1491,12 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             seed,
             problems,
             context: format!(
-                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nidempotence: {:?}\ntransactions: {:?}\neos: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
+                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nidempotence: {:?}\ntransactions: {:?}\neos: {:?}\ncompacted topic: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
                 history.stats,
                 history.idem,
                 txns.stats,
                 eos_history.stats,
+                compact_stats,
                 groups.stats,
                 final_records,
                 volume.describe(),
@@ -1420,6 +1520,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         generations: groups.generations(),
         txns: txns.stats,
         eos: eos_history.stats,
+        compact: compact_stats,
         cluster: cluster.stats,
         claims,
         writers: writer_stats,
@@ -1436,6 +1537,10 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                 txns.fingerprint(&txn_logs),
                 eos_history.fingerprint(eos_read.as_ref().map(|r| &r.output))
             );
+            if params.compaction.is_some() {
+                // Only then, for the same reason as below.
+                extra.push_str(&format!(" {compact_stats:?}"));
+            }
             if params.multi_broker() {
                 // Only then: single-broker fingerprints stay as they were.
                 extra.push_str(&format!(

@@ -13,6 +13,8 @@
 //! - [`eos_history`]: the same for the exactly-once consume-transform-
 //!   produce loop (each input once in the committed output, committed
 //!   offsets visible only after their transaction's markers).
+//! - [`compact_history`]: the same for the compacted topic (which records
+//!   the cleaner may remove).
 //! - [`cluster_history`] and [`writers`]: the multi-broker rules
 //!   (leader epochs, one writer per file and epoch).
 //! - [`params`]: per-seed workload and fault parameters.
@@ -21,15 +23,16 @@
 //! - `env` (madsim builds only): each broker's own clock (seeded offset and
 //!   drift) and an IO runner on which an fsync takes simulated time.
 //! - `harness`, `workload`, `idempotent`, `group_member`, `txn`, `eos`,
-//!   `eos_input`, `eos_observer`, `pipeline`, `router`, `routes`, `runner`
-//!   (madsim builds only): the simulated cluster, the client actors (plain
-//!   and idempotent producers, a tailing consumer, consumer group members,
-//!   transactional producers with zombies, a read_committed consumer, an
-//!   exactly-once loop with its input producer and the observer of its
-//!   offsets), where each request goes with several brokers, and running
-//!   many seeds.
+//!   `eos_input`, `eos_observer`, `compact`, `pipeline`, `router`,
+//!   `routes`, `runner` (madsim builds only): the simulated cluster, the
+//!   client actors (plain and idempotent producers, a tailing consumer,
+//!   consumer group members, transactional producers with zombies, a
+//!   read_committed consumer, an exactly-once loop with its input producer
+//!   and the observer of its offsets, a keyed producer and a reader on a
+//!   compacted topic), where each request goes with several brokers, and
+//!   running many seeds.
 //!
-//! Without `--cfg madsim` only the first nine exist, and their unit tests
+//! Without `--cfg madsim` only the first ten exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
@@ -46,6 +49,8 @@ pub mod txn_history;
 pub mod volume;
 pub mod writers;
 
+#[cfg(madsim)]
+pub mod compact;
 #[cfg(madsim)]
 pub mod eos;
 #[cfg(madsim)]

@@ -122,6 +122,36 @@ pub struct SimParams {
     /// always under [`VOLUME_STALENESS_BOUND_MS`], which is what the
     /// brokers' bounds assume of the volume.
     pub listing_cache_ms: u64,
+    /// The compacted-topic workload this seed (`crate::compact`), if any:
+    /// a keyed producer and a reader on a topic the cleaner cleans.
+    pub compaction: Option<CompactionParams>,
+}
+
+/// The compacted topic's shape and its cleaner's pace (a third of the
+/// seeds; [`SimParams::with_compaction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionParams {
+    /// Distinct keys written: few, so most records are soon superseded.
+    pub keys: u32,
+    /// The topic's `segment.bytes` and `segment.ms`: small, so segments
+    /// seal (and become cleanable) within the run.
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+    /// `min.cleanable.dirty.ratio`, in hundredths.
+    pub dirty_ratio_percent: u32,
+    /// `delete.retention.ms`: short ones let tombstones go within the run.
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`.
+    pub min_lag_ms: i64,
+    /// The broker's `log.cleaner.backoff.ms`.
+    pub cleaner_backoff_ms: u64,
+    /// Chance (percent) that a record is a tombstone.
+    pub tombstone_percent: u32,
+    /// The producer's codec (`Compression` id): cleaned batches are
+    /// written back with it.
+    pub codec: u8,
+    /// Pause between full reads.
+    pub read_every_ms: u64,
 }
 
 /// The clock-skew bound of a multi-broker seed: brokers' clocks drift up to
@@ -210,6 +240,7 @@ impl SimParams {
             lease_ms: 0,
             volume_partition_percent: 0,
             listing_cache_ms: 0,
+            compaction: None,
         }
     }
 
@@ -277,6 +308,35 @@ impl SimParams {
         self
     }
 
+    /// Draws the seed's compacted-topic workload: in a third of the seeds,
+    /// from an rng of its own seeded by the seed, as
+    /// [`with_roll`](Self::with_roll) does, so that the other seeds, and
+    /// every other draw, stay as they were before it existed.
+    pub fn with_compaction(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_636d_7074);
+        if rng.gen_range(0..3) != 0 {
+            return self;
+        }
+        self.compaction = Some(CompactionParams {
+            keys: rng.gen_range(8..=32),
+            segment_bytes: [1_024, 4_096, 16_384][rng.gen_range(0..3)],
+            segment_ms: [
+                kaas_core::partition::segment_roll::DEFAULT_SEGMENT_MS,
+                300,
+                2_000,
+            ][rng.gen_range(0..3)],
+            dirty_ratio_percent: rng.gen_range(1..=10),
+            delete_retention_ms: [0, 500, 86_400_000][rng.gen_range(0..3)],
+            min_lag_ms: [0, 0, 200][rng.gen_range(0..3)],
+            cleaner_backoff_ms: [250, 500, 1_500][rng.gen_range(0..3)],
+            tombstone_percent: [0, 10, 30][rng.gen_range(0..3)],
+            // None, gzip, snappy, lz4, zstd.
+            codec: [0, 0, 1, 2, 3, 4][rng.gen_range(0..6)],
+            read_every_ms: [200, 1_000][rng.gen_range(0..2)],
+        });
+        self
+    }
+
     /// Whether several brokers share the volume this seed.
     pub fn multi_broker(&self) -> bool {
         self.brokers > 1
@@ -320,6 +380,18 @@ mod tests {
                 assert!(!a.eos || single.eos);
             }
         }
+        let compacted = (0..300)
+            .filter(|&s| {
+                SimParams::draw(&mut SmallRng::seed_from_u64(s))
+                    .with_compaction(s)
+                    .compaction
+                    .is_some()
+            })
+            .count();
+        assert!(
+            (60..=140).contains(&compacted),
+            "{compacted} of 300 seeds compacted"
+        );
         // Multi-broker seeds run every workload somewhere in the CI range.
         let multi: Vec<SimParams> = (0..100)
             .map(|s| SimParams::draw(&mut SmallRng::seed_from_u64(s)).with_cluster(s))

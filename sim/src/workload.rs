@@ -9,6 +9,7 @@
 use crate::checker::{History, PartitionLog};
 use crate::cluster_history::ClusterHistory;
 use crate::cluster_history::FetchedBatch;
+use crate::compact_history::CompactHistory;
 use crate::eos_history::EosHistory;
 use crate::group_history::GroupHistory;
 use crate::params::SimParams;
@@ -53,6 +54,10 @@ pub struct Shared {
     txns: Mutex<TxnHistory>,
     eos: Mutex<EosHistory>,
     cluster: Mutex<ClusterHistory>,
+    compact: Mutex<CompactHistory>,
+    /// The compacted topic exists with its configs: its reader may start
+    /// (a Metadata lookup before it would auto-create it uncompacted).
+    pub compact_topic_created: AtomicBool,
     /// Faults are over: producers finish their current batch and stop.
     pub stop_producing: AtomicBool,
     /// Producers are done: the consumer stops.
@@ -100,6 +105,11 @@ impl Shared {
     /// rule.
     pub fn cluster(&self) -> MutexGuard<'_, ClusterHistory> {
         self.cluster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The compacted-topic workload's history; same rule.
+    pub fn compact(&self) -> MutexGuard<'_, CompactHistory> {
+        self.compact.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn incarnation(&self) -> u64 {

@@ -8,9 +8,11 @@
 //! epochs never go back and every transaction ends, and under an
 //! exactly-once consume-transform-produce loop each input record is in the
 //! committed output once and committed offsets are visible only after
-//! their transaction's markers (see `kaas_sim::checker`,
-//! `kaas_sim::group_history`, `kaas_sim::txn_history` and
-//! `kaas_sim::eos_history` for the exact rules).
+//! their transaction's markers, and on a compacted topic the cleaner removes
+//! only what compaction may (see `kaas_sim::checker`,
+//! `kaas_sim::group_history`, `kaas_sim::txn_history`,
+//! `kaas_sim::eos_history` and `kaas_sim::compact_history` for the exact
+//! rules).
 //!
 //! Simulation only: run through `scripts/sim` (which sets
 //! `RUSTFLAGS="--cfg madsim"`); in a normal build this file is empty.
@@ -43,6 +45,7 @@ const REQUIRED_MARKS: &[Mark] = &[
     Mark::TornJournalTailCut,
     Mark::PartitionStoppedByAFailedWrite,
     Mark::UnstableOffsetsHeldBack,
+    Mark::CleanedCopySwappedIn,
 ];
 /// The seed whose determinism is always checked.
 const DETERMINISM_SEED: u64 = 7;
