@@ -3,10 +3,13 @@
 //! `cleanup.policy=compact`, small segments and a low dirty ratio, so the
 //! brokers' cleaners clean it again and again while the faults run.
 //!
-//! - The producer creates the topic (CreateTopics with the seed's configs),
-//!   takes a producer id and writes batches of a few records over a few
-//!   keys, some of them tombstones, idempotent, one batch at a time, each
-//!   retried with the same sequence until acknowledged. So every record
+//! - Before any workload starts, [`create_topics`] creates the topic
+//!   (CreateTopics with the seed's configs), and in some seeds the
+//!   transactional workload's topic compacted too (its records then keyed
+//!   by their unique values: only aborted records and markers may go).
+//! - The producer takes a producer id and writes batches of a few records
+//!   over a few keys, some of them tombstones, idempotent, one batch at a
+//!   time, each retried with the same sequence until acknowledged. So every record
 //!   that reaches the log is acknowledged in the end, at the offset it has
 //!   there: what the cleaner may remove is always judged against records
 //!   the history knows (a record nobody saw cannot excuse a gap).
@@ -19,6 +22,7 @@
 use crate::compact_history::{FullRead, KeyedRecord, COMPACT_TOPIC};
 use crate::params::{CompactionParams, SimParams};
 use crate::router::{redirects, Router};
+use crate::txn_history::TXN_TOPIC;
 use crate::workload::{
     ensure_connected, is_malformed, retriable, Backoff, Shared, FETCH_MAX_BYTES, FETCH_VERSION,
     PRODUCE_VERSION, REQUEST_TIMEOUT,
@@ -111,13 +115,34 @@ async fn request(
     }
 }
 
-/// Creates the compacted topic, asking each broker in turn until one
-/// creates it or says it exists.
-async fn create_topic(c: &CompactionParams, brokers: &[SocketAddr], shared: &Shared) {
+/// Before any workload starts: creates the compacted topic and, if the
+/// seed says so, the transactional workload's topic compacted too (before
+/// a Metadata lookup auto-creates it uncompacted).
+pub async fn create_topics(params: SimParams, brokers: Vec<SocketAddr>, shared: Arc<Shared>) {
+    let Some(c) = params.compaction else {
+        return;
+    };
+    if c.txn_topic && !create_topic(&c, TXN_TOPIC, params.partitions, &brokers, &shared).await {
+        return;
+    }
+    if create_topic(&c, COMPACT_TOPIC, 1, &brokers, &shared).await {
+        shared.compact_topic_created.store(true, Relaxed);
+    }
+}
+
+/// Creates `topic` compacted, asking each broker in turn until one creates
+/// it or says it exists; false if it refused the configs (a violation).
+async fn create_topic(
+    c: &CompactionParams,
+    topic: &str,
+    partitions: i32,
+    brokers: &[SocketAddr],
+    shared: &Shared,
+) -> bool {
     let body = RequestBody::CreateTopics(CreateTopicsRequest {
         topics: vec![create_topics_request::CreatableTopic {
-            name: COMPACT_TOPIC.into(),
-            num_partitions: 1,
+            name: topic.into(),
+            num_partitions: partitions,
             replication_factor: 1,
             configs: topic_configs(c)
                 .into_iter()
@@ -136,8 +161,10 @@ async fn create_topic(c: &CompactionParams, brokers: &[SocketAddr], shared: &Sha
     });
     let mut backoff = Backoff::new();
     let mut conn = None;
-    for attempt in 0usize.. {
+    let mut attempt = 0;
+    loop {
         let addr = brokers[attempt % brokers.len()];
+        attempt += 1;
         let answer = request(
             &mut conn,
             addr,
@@ -150,15 +177,14 @@ async fn create_topic(c: &CompactionParams, brokers: &[SocketAddr], shared: &Sha
         if let Some(ResponseBody::CreateTopics(r)) = answer {
             let code = r.topics.first().map_or(-1, |t| t.error_code);
             if code == 0 || code == ErrorCode::TopicAlreadyExists.code() {
-                shared.compact_topic_created.store(true, Relaxed);
-                return;
+                return true;
             }
             if code == ErrorCode::InvalidConfig.code() {
                 shared.compact().violation(format!(
-                    "compact: CreateTopics refused the configs {:?}",
+                    "compact: CreateTopics of {topic} refused the configs {:?}",
                     topic_configs(c)
                 ));
-                return;
+                return false;
             }
         }
         backoff.wait().await;
@@ -170,7 +196,6 @@ pub async fn compact_producer(params: SimParams, brokers: Vec<SocketAddr>, share
     let Some(c) = params.compaction else {
         return;
     };
-    create_topic(&c, &brokers, &shared).await;
     if !shared.compact_topic_created.load(Relaxed) {
         return;
     }
@@ -496,6 +521,7 @@ impl Reader {
                 continue;
             }
             let before = read.end;
+            read.high_watermark = read.high_watermark.max(data.high_watermark);
             if let Err(e) = take_records(data.records.clone(), &mut read) {
                 shared.compact().violation(format!("compact reader: {e}"));
                 return (None, false);

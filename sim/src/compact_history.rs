@@ -14,8 +14,11 @@
 //! - a known record (acknowledged, or seen in any read) inside a read's
 //!   range is absent from it only if it is a tombstone (which may vanish
 //!   once `delete.retention.ms` passed) or a later record of the same key,
-//!   known the same way, lies below that read's end — only superseded
-//!   records may be cleaned, and only by a record the cleaner could see.
+//!   known the same way, lies below the high watermark the read last saw —
+//!   only superseded records may be cleaned, and only by a record the
+//!   cleaner could see (it cleans below the high watermark, which only
+//!   grows). A read cut short ends below that high watermark: a record of
+//!   it may be gone for a later one past its end.
 //!   So a key's latest acknowledged non-tombstone record is in every read
 //!   that reaches it, and acknowledged data is never otherwise lost.
 
@@ -40,6 +43,9 @@ pub struct KeyedRecord {
 pub struct FullRead {
     pub start: i64,
     pub end: i64,
+    /// The highest high watermark the read's answers named: every cleaning
+    /// whose result it read stopped below it.
+    pub high_watermark: i64,
     pub records: Vec<(i64, KeyedRecord)>,
 }
 
@@ -146,13 +152,14 @@ impl CompactHistory {
                 if record.value.is_none() {
                     continue;
                 }
+                let bound = read.high_watermark.max(read.end);
                 let superseded = by_key
                     .get(&record.key)
-                    .is_some_and(|offsets| offsets.iter().any(|o| o > offset && *o < read.end));
+                    .is_some_and(|offsets| offsets.iter().any(|o| o > offset && *o < bound));
                 if !superseded {
                     problems.push(format!(
-                        "compact: read {i} of [{}, {}) lost offset {offset} ({record:?}), \
-                         the latest record of its key below that end",
+                        "compact: read {i} of [{}, {}) (high watermark {bound}) lost offset {offset} ({record:?}), \
+                         the latest record of its key below that high watermark",
                         read.start, read.end
                     ));
                 }
@@ -181,6 +188,7 @@ mod tests {
         FullRead {
             start,
             end,
+            high_watermark: end,
             records: records.to_vec(),
         }
     }
@@ -237,14 +245,35 @@ mod tests {
     }
 
     #[test]
-    fn a_record_is_removed_only_for_a_later_one_below_the_read_end() {
+    fn a_record_is_removed_only_for_a_later_one_below_the_high_watermark() {
         let mut h = history();
-        // a@2 supersedes a@0, but this read ends at 2: the cleaner could
-        // not have seen a@2, so a@0 must still be there.
+        // a@2 supersedes a@0, but this read ends at the high watermark 2:
+        // the cleaner could not have seen a@2, so a@0 must still be there.
         h.read(read(0, 2, &[(1, rec("b", Some("b1")))]));
         h.check();
         assert_eq!(h.violations().len(), 1, "{:?}", h.violations());
         assert!(h.violations()[0].contains("lost offset 0"));
+    }
+
+    /// Found by the simulator: a read cut short at offset 20 missed a@0,
+    /// rightly, since a later record of its key lay past 20 but below the
+    /// high watermark the cleaner had cleaned up to.
+    #[test]
+    fn a_read_cut_short_may_miss_a_record_superseded_past_its_end() {
+        let mut h = history();
+        let mut cut = read(0, 2, &[(1, rec("b", Some("b1")))]);
+        cut.high_watermark = 5;
+        h.read(cut);
+        let stats = h.check();
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        assert_eq!(stats.removed, 1);
+        // Past the high watermark it saw, a later record excuses nothing.
+        let mut h = history();
+        let mut cut = read(0, 2, &[(1, rec("b", Some("b1")))]);
+        cut.high_watermark = 2;
+        h.read(cut);
+        h.check();
+        assert_eq!(h.violations().len(), 1, "{:?}", h.violations());
     }
 
     #[test]

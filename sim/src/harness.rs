@@ -1045,6 +1045,18 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     // batch bounds how many of its seeds may be vacuous
     // (`batch::BatchSummary::too_vacuous`).
     let mut vacuous: Vec<String> = Vec::new();
+    if params.compaction.is_some() {
+        let created = client
+            .spawn(compact::create_topics(
+                params,
+                brokers.clone(),
+                shared.clone(),
+            ))
+            .await;
+        if created.is_err() {
+            problems.push("the compacted topics' creator died".to_string());
+        }
+    }
     let plain = params.producers - params.idempotent_producers;
     let producers: Vec<_> = (0..params.producers)
         .map(|id| {

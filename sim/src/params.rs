@@ -152,6 +152,11 @@ pub struct CompactionParams {
     pub codec: u8,
     /// Pause between full reads.
     pub read_every_ms: u64,
+    /// The transactional workload's topic is compacted too (with these
+    /// configs, each record keyed by its unique value): the cleaner must
+    /// remove aborted records and keep markers as long as read_committed
+    /// needs them.
+    pub txn_topic: bool,
 }
 
 /// The clock-skew bound of a multi-broker seed: brokers' clocks drift up to
@@ -333,6 +338,7 @@ impl SimParams {
             // None, gzip, snappy, lz4, zstd.
             codec: [0, 0, 1, 2, 3, 4][rng.gen_range(0..6)],
             read_every_ms: [200, 1_000][rng.gen_range(0..2)],
+            txn_topic: self.txn_producers > 0 && rng.gen_range(0..2) == 0,
         });
         self
     }

@@ -602,8 +602,11 @@ impl Instance {
             .add_batch(index, partition, values.clone());
         let mut builder = BatchBuilder::transactional(pid, epoch, seq);
         let now = crate::env::wall_ms();
+        // On a compacted topic every record needs a key: its own value,
+        // unique, so compaction takes only aborted records (and markers).
+        let keyed = self.params.compaction.is_some_and(|c| c.txn_topic);
         for v in &values {
-            builder.push(NewRecord::new(now, None, Some(v)));
+            builder.push(NewRecord::new(now, keyed.then_some(&v[..]), Some(v)));
         }
         let body = RequestBody::Produce(ProduceRequest {
             transactional_id: Some(self.txn_id.clone()),
@@ -862,6 +865,12 @@ fn deliver_committed(
         if batch.has_producer_id() {
             while let Some(a) = aborted.next_if(|a| a.first_offset <= batch.last_offset()) {
                 aborted_pids.insert(a.producer_id);
+            }
+            // A control batch the cleaner emptied (its marker discarded,
+            // the header kept) holds no marker: as the Java consumer's
+            // `containsAbortMarker`, it ends nothing.
+            if batch.is_control() && batch.record_count() == 0 {
+                continue;
             }
             if batch.is_control() {
                 let marker = parse_end_txn_marker(&batch).map_err(|e| {

@@ -178,8 +178,9 @@ impl Decider {
 
     /// A transaction marker goes once no batch of its transaction is left
     /// and its delete horizon has passed; it gets that horizon on the first
-    /// pass that finds its transaction empty. An emptied control batch goes
-    /// unless it must stay.
+    /// pass that finds its transaction empty. An ABORT marker stays
+    /// ([`marker_may_go`]). An emptied control batch goes unless it must
+    /// stay.
     fn decide_control(
         &mut self,
         batch: &BatchView,
@@ -190,12 +191,13 @@ impl Decider {
         if let Some(aborted) = facts.aborted_with_data {
             self.aborted_to_index.push(aborted);
         }
-        let removable = facts.transaction_is_empty && self.time.has_passed(batch.delete_horizon_ms);
+        let done = facts.transaction_is_empty && marker_may_go(marker);
+        let removable = done && self.time.has_passed(batch.delete_horizon_ms);
         if record_count == 0 || removable {
             self.summary.markers_removed += count(record_count);
             return self.all_records_go(batch);
         }
-        if facts.transaction_is_empty && batch.delete_horizon_ms.is_none() {
+        if done && batch.delete_horizon_ms.is_none() {
             return Fate::Rewrite {
                 keep: vec![true; record_count],
                 new_delete_horizon: Some(self.time.new_horizon()),
@@ -252,6 +254,19 @@ impl Decider {
         };
         *counter += 1;
     }
+}
+
+/// Whether a transaction marker may ever be removed (KIP-98: a marker
+/// outlives its data, then its delete horizon). A COMMIT marker may. An
+/// ABORT marker may not in kaas: Kafka drops its aborted-index entry in the
+/// same pass that drops the marker, but a cleaned segment here keeps its
+/// original aborted index, and a read_committed consumer handed an entry
+/// whose marker is gone takes every later batch of that producer for
+/// aborted (found by the simulator: committed transactions vanished from
+/// read_committed after cleaning). It costs one small batch per aborted
+/// transaction.
+pub fn marker_may_go(marker: Option<ControlType>) -> bool {
+    !matches!(marker, Some(ControlType::Abort))
 }
 
 fn count(n: usize) -> u64 {

@@ -46,7 +46,7 @@ mod summary;
 mod txn;
 mod view;
 
-pub use decide::{Decider, PassTime};
+pub use decide::{marker_may_go, Decider, PassTime};
 pub use fate::Fate;
 pub use key_map::{KeyMap, MapStep, ENTRY_OVERHEAD_BYTES};
 pub use producers::{ActiveProducers, ProducerLast};

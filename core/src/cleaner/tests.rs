@@ -528,8 +528,11 @@ fn an_abort_marker_stays_in_the_pass_that_removes_its_data() {
     assert_eq!(p.aborted_to_index, vec![txn], "its data was still there");
 }
 
+/// `decide::marker_may_go`: an ABORT marker outlives its data for good,
+/// since the aborted index that names its transaction is not rebuilt by
+/// cleaning (Kafka drops both after the delete horizon).
 #[test]
-fn an_abort_marker_goes_after_its_horizon_once_its_data_is_gone() {
+fn an_abort_marker_stays_after_its_data_is_gone() {
     let mut log = Log::default();
     let first = log.txn(7, &[(Some("a"), Some("1"))]);
     let m = log.marker(7, ControlType::Abort);
@@ -537,20 +540,17 @@ fn an_abort_marker_goes_after_its_horizon_once_its_data_is_gone() {
     let ab = [aborted(7, first, m)];
     let p1 = pass(&log.batches, &ab, TIME);
     let p2 = pass(&p1.out, &ab, TIME);
-    assert!(matches!(
-        p2.fates[0],
-        Fate::Rewrite {
-            new_delete_horizon: Some(_),
-            ..
-        }
-    ));
+    assert_eq!(p2.fates[0], Fate::KeepWhole, "no horizon to wait for");
     assert!(
         p2.aborted_to_index.is_empty(),
         "no aborted data left to filter"
     );
     let p3 = pass(&p2.out, &ab, at(NOW + RETENTION));
-    assert_eq!(p3.fates[0], Fate::Drop);
+    assert_eq!(p3.fates[0], Fate::KeepWhole);
+    assert_eq!(p3.out.len(), 2, "the marker and the last record");
     assert_eq!(contents(&p3.out), vec![row(2, "z", Some("end"))]);
+    assert!(!marker_may_go(Some(ControlType::Abort)));
+    assert!(marker_may_go(Some(ControlType::Commit)));
 }
 
 #[test]
