@@ -351,11 +351,15 @@ impl TxnHistory {
             };
             let mut present = 0;
             let mut total = 0;
+            // (partition, where Produce acknowledged it) of each record
+            // not read: what a partial commit lost.
+            let mut missing = Vec::new();
             for b in &t.batches {
                 for (k, value) in b.values.iter().enumerate() {
                     ours.insert(value);
                     total += 1;
                     let Some(at) = found.get(value) else {
+                        missing.push((b.partition, b.acked_at.map(|base| base + k as i64)));
                         continue;
                     };
                     present += 1;
@@ -400,7 +404,7 @@ impl TxnHistory {
                 ));
             } else if t.end == TxnEnd::CommitAcked && present < total {
                 v.push(format!(
-                    "{}: only {present} of its {total} records are visible after its commit was acknowledged",
+                    "{}: only {present} of its {total} records are visible after its commit was acknowledged (missing, as (partition, acknowledged offset): {missing:?})",
                     name()
                 ));
             } else if t.end == TxnEnd::CommitUnknown && present > 0 && present < total {

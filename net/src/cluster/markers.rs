@@ -6,8 +6,10 @@
 
 use crate::broker::Broker;
 use crate::env::IoKind;
+use crate::volume::Volume;
 use kaas_core::layout::{
     marker_ack_dir, marker_ack_file, marker_file, marker_of_file, marker_queue_dir,
+    MARKER_QUEUE_DIR,
 };
 use kaas_core::partition::IncomingMarker;
 use kaas_core::protocol::ErrorCode;
@@ -105,20 +107,45 @@ pub async fn dispatch(
         tokio::time::sleep(Duration::from_millis(WATCH_INTERVAL_MS)).await;
     }
     let volume = broker.volume.clone();
+    let Some(&MarkerRequest {
+        producer_id,
+        producer_epoch,
+        ..
+    }) = requests.values().next()
+    else {
+        return Ok(());
+    };
     broker
         .env
         .blocking(IoKind::Buffered, move || {
-            for (target, request) in &requests {
-                volume.remove(&marker_file(
-                    *target,
-                    request.producer_id,
-                    request.producer_epoch,
-                ))?;
-            }
-            Ok(())
+            remove_requests_of(volume.as_ref(), producer_id, producer_epoch)
         })
         .await
         .map_err(storage)
+}
+
+/// Removes the request for `producer_id` at `epoch` from every broker's
+/// queue, not only the ones this dispatch wrote: an earlier dispatch of the
+/// same transaction that timed out, or whose coordinator lost the slot, may
+/// have queued it to a broker that led one of its partitions then. Left
+/// there, it would be applied once that broker leads the partition again,
+/// after the producer's next transaction (the same producer id and epoch,
+/// under transaction version 1) wrote there, and would abort that one
+/// (simulator seed 1042: a committed transaction's record on a partition
+/// that had moved twice read as aborted). The transaction is settled when
+/// this runs and its producer has not been answered yet, so no later
+/// transaction of the producer can have a request queued.
+fn remove_requests_of(volume: &dyn Volume, producer_id: i64, epoch: i16) -> io::Result<()> {
+    for dir in volume.list(MARKER_QUEUE_DIR)? {
+        let Some(target) = dir.strip_prefix("to-").and_then(|t| t.parse::<i32>().ok()) else {
+            continue;
+        };
+        let path = marker_file(target, producer_id, epoch);
+        if volume.read(&path)?.is_some() {
+            volume.remove(&path)?;
+        }
+    }
+    Ok(())
 }
 
 /// Applies queued markers for this broker, and answers questions queued
@@ -320,4 +347,38 @@ async fn collect_acks(broker: &Arc<Broker>) -> io::Result<()> {
             Ok(())
         })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::LocalVolume;
+
+    /// A settled transaction's request goes from every queue, including one
+    /// an earlier, timed-out dispatch wrote to a broker this dispatch did
+    /// not ask; other producers' and epochs' requests stay.
+    #[test]
+    fn a_settled_transactions_request_goes_from_every_queue() {
+        let tmp = tempfile::tempdir().unwrap();
+        let volume = LocalVolume::new(tmp.path()).unwrap();
+        let files = [
+            marker_file(1, 7, 0),
+            marker_file(2, 7, 0),
+            marker_file(2, 7, 1),
+            marker_file(2, 8, 0),
+        ];
+        for f in &files {
+            volume
+                .create_dir_all(f.rsplit_once('/').unwrap().0)
+                .unwrap();
+            volume.write_atomic(f, b"{}").unwrap();
+        }
+        volume.create_dir_all(&marker_ack_dir(1)).unwrap();
+        remove_requests_of(&volume, 7, 0).unwrap();
+        let left: Vec<bool> = files
+            .iter()
+            .map(|f| volume.read(f).unwrap().is_some())
+            .collect();
+        assert_eq!(left, [false, false, true, true]);
+    }
 }
