@@ -33,14 +33,24 @@ pub fn newest(
     file: &dyn Fn(i32) -> String,
 ) -> io::Result<Option<Claim>> {
     let names = volume.list(dir)?;
-    let Some(epoch) = latest_epoch(names.iter().map(String::as_str)) else {
+    let Some(mut epoch) = latest_epoch(names.iter().map(String::as_str)) else {
         return Ok(None);
     };
-    let path = file(epoch);
-    let Some(bytes) = volume.read(&path)? else {
+    let mut path = file(epoch);
+    let Some(mut bytes) = volume.read(&path)? else {
         // Listed, then gone: only a deletion of the whole item does that.
         return Ok(None);
     };
+    // A stale listing may hide the newest claims; claims are won one epoch
+    // after another, so the next ones are looked up by name, exactly.
+    // (Simulator seed 1222: a broker starting up resumed its claim at
+    // epoch 3, hidden epoch 4 had written the log, and the opening refused
+    // it, failing the broker's start.)
+    while let Some(next) = volume.read(&file(epoch.saturating_add(1)))? {
+        epoch = epoch.saturating_add(1);
+        path = file(epoch);
+        bytes = next;
+    }
     let parsed: EpochFile = serde_json::from_slice(&bytes)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))?;
     Ok(Some(Claim {
