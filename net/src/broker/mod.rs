@@ -256,7 +256,18 @@ impl Broker {
             let mut partitions = Vec::new();
             for index in 0..file.partitions {
                 known_dirs.insert(partition_dir(&file.name, index));
-                let taken = take(&file.name, index)?;
+                let taken = match take(&file.name, index) {
+                    Ok(taken) => taken,
+                    // An opening refused (a stale listing hid a newer
+                    // segment) or failed costs this partition only, not
+                    // the broker's start: the ownership round takes it
+                    // again once the listing has caught up (simulator
+                    // seed 1222; `take_slot_at_start` does the same).
+                    Err(e) => {
+                        tracing::warn!(topic = %file.name, partition = index, error = %e, "cannot open a partition at start; the ownership round retries");
+                        TakenPartition::Elsewhere(None)
+                    }
+                };
                 partitions.push(Arc::new(Seat::new(index, broker.start_taken(taken))));
             }
             tracing::info!(topic = %file.name, partitions = file.partitions, "recovered topic");

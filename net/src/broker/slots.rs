@@ -91,7 +91,17 @@ impl Broker {
         )?;
         match taken.after {
             Some(claim) if claim.broker_id == self.membership.broker_id() => {
-                owner.serve(slot, load_claimed(self.volume.as_ref(), slot, claim)?);
+                match load_claimed(self.volume.as_ref(), slot, claim) {
+                    Ok(file) => owner.serve(slot, file),
+                    // A load refused (a stale listing hid a newer journal
+                    // of the slot) or failed costs this slot only, not the
+                    // broker's start: the ownership round loads it again
+                    // once the listing has caught up (simulator seed 1222).
+                    Err(e) => {
+                        tracing::warn!(?kind, slot, error = %e, "cannot load a claimed slot at start; the ownership round retries");
+                        owner.follow(slot, Some(claim));
+                    }
+                }
             }
             other => owner.follow(slot, other),
         }
