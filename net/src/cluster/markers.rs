@@ -115,10 +115,11 @@ pub async fn dispatch(
     else {
         return Ok(());
     };
+    let targets: Vec<i32> = requests.keys().copied().collect();
     broker
         .env
         .blocking(IoKind::Buffered, move || {
-            remove_requests_of(volume.as_ref(), producer_id, producer_epoch)
+            remove_requests_of(volume.as_ref(), &targets, producer_id, producer_epoch)
         })
         .await
         .map_err(storage)
@@ -135,11 +136,27 @@ pub async fn dispatch(
 /// that had moved twice read as aborted). The transaction is settled when
 /// this runs and its producer has not been answered yet, so no later
 /// transaction of the producer can have a request queued.
-fn remove_requests_of(volume: &dyn Volume, producer_id: i64, epoch: i16) -> io::Result<()> {
-    for dir in volume.list(MARKER_QUEUE_DIR)? {
-        let Some(target) = dir.strip_prefix("to-").and_then(|t| t.parse::<i32>().ok()) else {
-            continue;
-        };
+///
+/// `written` (this dispatch's targets) are removed by name: a stale listing
+/// of the queue root may not show a queue this dispatch just created. The
+/// others are found by the listing; each is read first, so a queue without
+/// the request costs a lookup, not a removal and its directory fsync.
+fn remove_requests_of(
+    volume: &dyn Volume,
+    written: &[i32],
+    producer_id: i64,
+    epoch: i16,
+) -> io::Result<()> {
+    let listed = volume
+        .list(MARKER_QUEUE_DIR)?
+        .into_iter()
+        .filter_map(|dir| dir.strip_prefix("to-").and_then(|t| t.parse::<i32>().ok()))
+        .filter(|target| !written.contains(target))
+        .collect::<Vec<_>>();
+    for &target in written {
+        volume.remove(&marker_file(target, producer_id, epoch))?;
+    }
+    for target in listed {
         let path = marker_file(target, producer_id, epoch);
         if volume.read(&path)?.is_some() {
             volume.remove(&path)?;
@@ -362,22 +379,21 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let volume = LocalVolume::new(tmp.path()).unwrap();
         let files = [
-            marker_file(1, 7, 0),
-            marker_file(2, 7, 0),
-            marker_file(2, 7, 1),
-            marker_file(2, 8, 0),
+            (1, marker_file(1, 7, 0)),
+            (2, marker_file(2, 7, 0)),
+            (2, marker_file(2, 7, 1)),
+            (2, marker_file(2, 8, 0)),
         ];
-        for f in &files {
-            volume
-                .create_dir_all(f.rsplit_once('/').unwrap().0)
-                .unwrap();
+        for (target, f) in &files {
+            volume.create_dir_all(&marker_queue_dir(*target)).unwrap();
             volume.write_atomic(f, b"{}").unwrap();
         }
         volume.create_dir_all(&marker_ack_dir(1)).unwrap();
-        remove_requests_of(&volume, 7, 0).unwrap();
+        // This dispatch wrote only to broker 1.
+        remove_requests_of(&volume, &[1], 7, 0).unwrap();
         let left: Vec<bool> = files
             .iter()
-            .map(|f| volume.read(f).unwrap().is_some())
+            .map(|(_, f)| volume.read(f).unwrap().is_some())
             .collect();
         assert_eq!(left, [false, false, true, true]);
     }
