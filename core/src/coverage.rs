@@ -14,88 +14,67 @@
 //! listed in [`Mark::ALL`]; `scripts/sim` prints those no seed of a batch
 //! hit, and fails a batch in which a mark it requires never fired.
 
-/// Declares [`Mark`] and its list and names from one list of variants, so
-/// a mark cannot be declared and left out of [`Mark::ALL`] or misnamed.
-macro_rules! marks {
-    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
-        /// A rare path of the broker, named for what happened.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum Mark {
-            $($(#[doc = $doc])* $name,)*
-        }
-
-        impl Mark {
-            /// Every mark, in declaration order.
-            pub const ALL: &'static [Mark] = &[$(Mark::$name,)*];
-
-            /// The mark's name as printed and parsed: its variant's name.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Mark::$name => stringify!($name),)*
-                }
-            }
-        }
-    };
-}
-
-marks! {
-    /// The reaper aborted an Ongoing transaction past its timeout under a
-    /// bumped epoch.
-    ReaperAbortedATimedOutTransaction,
-    /// A pass of the reaper found a transaction past its timeout already
-    /// prepared (between EndTxn's two phases, or left prepared by a crash)
-    /// and left it to be completed in the direction already decided.
-    ReaperPassedOverAPreparedTransaction,
-    /// The marker reconcile completed a prepared transaction that no EndTxn
-    /// was completing (a crash or a failure between the two phases).
-    ReconcileCompletedAPreparedTransaction,
-    /// A retried EndTxn found its transaction complete in the same
-    /// direction and succeeded without doing anything.
-    EndTxnRetryFoundItsTransactionComplete,
-    /// InitProducerId found a transaction in flight and aborted it under a
-    /// bumped epoch (CONCURRENT_TRANSACTIONS to the caller).
-    InitProducerIdAbortedATransactionInFlight,
-    /// InitProducerId claimed the last epoch (KIP-360): a retry, answered
-    /// with the current epoch without another bump.
-    InitProducerIdRetryAnsweredWithoutABump,
-    /// A batch of an older producer epoch was refused on a partition where
-    /// no batch of the newer epoch had been written: the epoch came from a
-    /// fence (the cross-partition fence), not from the newer producer.
-    ZombieBatchFencedWhereItsSuccessorNeverWrote,
-    /// An idempotent retry was answered as a duplicate of a batch written
-    /// before the partition's last opening (its state rebuilt by recovery).
-    DuplicateOfABatchFromBeforeTheOpening,
-    /// A marker from a coordinator epoch older than the last one seen for
-    /// its producer was refused (TRANSACTION_COORDINATOR_FENCED).
-    MarkerOfADeposedCoordinatorRefused,
-    /// An item (partition or coordinator slot) was claimed from a broker
-    /// whose lease had lapsed.
-    ItemTakenFromABrokerWhoseLeaseLapsed,
-    /// A writer that found its successor's claim after its last write
-    /// acknowledged nothing of it.
-    DeposedWriterAcknowledgedNothing,
-    /// An opening or a slot load refused a directory listing that hid a
-    /// file a lookup by name found (a stale NFS listing).
-    StaleListingRefused,
-    /// Recovery cut a torn tail (a partly written batch) from a segment.
-    TornSegmentTailCut,
-    /// A slot journal's load cut a torn tail (a partly written record).
-    TornJournalTailCut,
-    /// An append or sync of a partition failed, and the partition stopped
-    /// acknowledging until it is opened again.
-    PartitionStoppedByAFailedWrite,
-    /// OffsetFetch with require_stable found offsets staged by a
-    /// transaction not yet complete (UNSTABLE_OFFSET_COMMIT).
-    UnstableOffsetsHeldBack,
-    /// The log cleaner swapped a cleaned copy in for a segment, while the
-    /// partition kept taking writes and reads.
-    CleanedCopySwappedIn,
-}
-
-impl Mark {
-    /// The mark named `name`, if there is one.
-    pub fn from_name(name: &str) -> Option<Mark> {
-        Mark::ALL.iter().copied().find(|m| m.name() == name)
+crate::named_enum! {
+    /// A rare path of the broker, named for what happened.
+    pub enum Mark {
+        /// The reaper aborted an Ongoing transaction past its timeout under a
+        /// bumped epoch.
+        ReaperAbortedATimedOutTransaction,
+        /// A pass of the reaper found a transaction past its timeout already
+        /// prepared (between EndTxn's two phases, or left prepared by a crash)
+        /// and left it to be completed in the direction already decided.
+        ReaperPassedOverAPreparedTransaction,
+        /// The marker reconcile completed a prepared transaction that no EndTxn
+        /// was completing (a crash or a failure between the two phases).
+        ReconcileCompletedAPreparedTransaction,
+        /// A retried EndTxn found its transaction complete in the same
+        /// direction and succeeded without doing anything.
+        EndTxnRetryFoundItsTransactionComplete,
+        /// InitProducerId found a transaction in flight and aborted it under a
+        /// bumped epoch (CONCURRENT_TRANSACTIONS to the caller).
+        InitProducerIdAbortedATransactionInFlight,
+        /// InitProducerId claimed the last epoch (KIP-360): a retry, answered
+        /// with the current epoch without another bump.
+        InitProducerIdRetryAnsweredWithoutABump,
+        /// A batch of an older producer epoch was refused on a partition where
+        /// no batch of the newer epoch had been written: the epoch came from a
+        /// fence (the cross-partition fence), not from the newer producer.
+        ZombieBatchFencedWhereItsSuccessorNeverWrote,
+        /// An idempotent retry was answered as a duplicate of a batch written
+        /// before the partition's last opening (its state rebuilt by recovery).
+        DuplicateOfABatchFromBeforeTheOpening,
+        /// A marker from a coordinator epoch older than the last one seen for
+        /// its producer was refused (TRANSACTION_COORDINATOR_FENCED).
+        MarkerOfADeposedCoordinatorRefused,
+        /// An item (partition or coordinator slot) was claimed from a broker
+        /// whose lease had lapsed.
+        ItemTakenFromABrokerWhoseLeaseLapsed,
+        /// A writer that found its successor's claim after its last write
+        /// acknowledged nothing of it.
+        DeposedWriterAcknowledgedNothing,
+        /// An opening or a slot load refused a directory listing that hid a
+        /// file a lookup by name found (a stale NFS listing).
+        StaleListingRefused,
+        /// Recovery cut a torn tail (a partly written batch) from a segment.
+        TornSegmentTailCut,
+        /// A slot journal's load cut a torn tail (a partly written record).
+        TornJournalTailCut,
+        /// An append or sync of a partition failed, and the partition stopped
+        /// acknowledging until it is opened again.
+        PartitionStoppedByAFailedWrite,
+        /// OffsetFetch with require_stable found offsets staged by a
+        /// transaction not yet complete (UNSTABLE_OFFSET_COMMIT).
+        UnstableOffsetsHeldBack,
+        /// The log cleaner swapped a cleaned copy in for a segment, while the
+        /// partition kept taking writes and reads.
+        CleanedCopySwappedIn,
+        /// A buggify point (`kaas_net::buggify`) delayed the step after it.
+        BuggifyDelayedAPoint,
+        /// A buggify point failed the step after it, as its IO would.
+        BuggifyFailedAPoint,
+        /// A buggify point held the broker until the simulator killed it
+        /// there.
+        BuggifyCrashedAtAPoint,
     }
 }
 

@@ -127,6 +127,8 @@ impl IoRunner for InPlace {
 pub struct Env {
     pub clock: Arc<dyn Clock>,
     pub io: Arc<dyn IoRunner>,
+    /// The buggify points' injector: inert but in the simulator.
+    pub buggify: crate::buggify::Buggify,
 }
 
 impl std::fmt::Debug for Env {
@@ -141,6 +143,7 @@ impl Env {
         Env {
             clock: Arc::new(SystemClock::new()),
             io: Arc::new(BlockingPool),
+            buggify: crate::buggify::Buggify::none(),
         }
     }
 
@@ -149,6 +152,7 @@ impl Env {
         Env {
             clock: Arc::new(SystemClock::new()),
             io: Arc::new(InPlace),
+            buggify: crate::buggify::Buggify::none(),
         }
     }
 
@@ -217,6 +221,7 @@ mod tests {
         let env = Env {
             clock: Arc::new(SystemClock::new()),
             io: Arc::new(Dropper),
+            buggify: crate::buggify::Buggify::none(),
         };
         assert!(env.blocking(IoKind::Buffered, || Ok(())).await.is_err());
     }

@@ -5,6 +5,7 @@
 //! timers. The rules it enforces live in `kaas_core`.
 
 pub mod broker;
+pub mod buggify;
 pub mod client;
 pub mod cluster;
 pub mod config;

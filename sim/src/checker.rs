@@ -75,6 +75,9 @@ pub struct IdempotenceStats {
     pub sequence_errors: u64,
     pub resets: u64,
     pub epoch_bumps: u64,
+    /// Late copies of an older epoch's first batch refused with
+    /// INVALID_PRODUCER_EPOCH after a newer epoch wrote there.
+    pub stale_epochs_refused: u64,
     /// Unacknowledged batches given up at a reset.
     pub batches_abandoned: u64,
     pub pids_granted: u64,

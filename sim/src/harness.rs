@@ -6,6 +6,7 @@
 //! the volume, the retention task, `server::serve`) on the simulated
 //! network, at 10.0.0.1:9092 — an address inside madsim, no real traffic.
 
+use crate::buggify::{Buggifier, BuggifyStats};
 use crate::checker::{History, IdempotenceStats, PartitionLog};
 use crate::cluster_history::ClusterStats;
 use crate::compact_history::CompactStats;
@@ -103,6 +104,17 @@ pub struct FaultStats {
     pub host_crashes_with_unsynced: u64,
 }
 
+impl FaultStats {
+    /// Counts a power failure of the volume: every unsynced byte lost, or
+    /// with `torn` a prefix of it kept.
+    fn power_failed(&mut self, torn: bool, report: &CrashReport) {
+        self.torn_crashes += u64::from(torn);
+        self.unsynced_bytes_dropped += report.bytes_dropped;
+        self.unsynced_bytes_kept += report.bytes_kept;
+        self.bytes_zeroed += report.bytes_zeroed + report.bytes_poisoned;
+    }
+}
+
 /// A passing seed's numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedReport {
@@ -135,6 +147,9 @@ pub struct SeedReport {
     pub volume_late_io: u64,
     /// Listings a broker was answered from its stale cache.
     pub stale_listings: u64,
+    /// Whether the seed buggifies, and what its points did.
+    pub buggifying: bool,
+    pub buggify: BuggifyStats,
     pub simulated: Duration,
     /// The vacuity gates this seed fell short of, each with its counts.
     pub vacuous: Vec<String>,
@@ -166,6 +181,10 @@ impl SeedReport {
             ("records acknowledged", count(self.records_acked)),
             ("idempotent resends", self.idem.resends),
             ("duplicates confirmed", self.idem.duplicates_confirmed),
+            (
+                "late old-epoch batches refused",
+                self.idem.stale_epochs_refused,
+            ),
             ("transactions committed", t.commits_acked),
             ("transactions aborted", t.aborts_acked),
             ("transactions fenced", t.fenced),
@@ -183,6 +202,10 @@ impl SeedReport {
             ),
             ("group generations", count(self.generations)),
             ("group member crashes", g.member_crashes),
+            ("seeds that buggify", u64::from(self.buggifying)),
+            ("buggify delays", self.buggify.delays),
+            ("buggify failures", self.buggify.failures),
+            ("buggify crashes", self.buggify.crashes),
             ("fsyncs", self.syncs),
         ]
     }
@@ -202,11 +225,27 @@ impl fmt::Display for SeedReport {
             self.produce_errors,
             self.records_fetched,
         )?;
+        if self.buggifying {
+            let b = &self.buggify;
+            let sites: Vec<String> = b
+                .by_site
+                .iter()
+                .map(|(s, n)| format!("{} {n}", s.name()))
+                .collect();
+            write!(
+                f,
+                "buggify: {} delays, {} failures, {} crashes ({}) | ",
+                b.delays,
+                b.failures,
+                b.crashes,
+                sites.join(", ")
+            )?;
+        }
         if p.idempotent_producers > 0 {
             let i = &self.idem;
             write!(
                 f,
-                "idempotent: {} batches acked, {} resends, {} duplicates confirmed ({} answers lost), {} sequence errors, {} resets ({} epoch bumps, {} batches abandoned), {} pids from {} blocks | ",
+                "idempotent: {} batches acked, {} resends, {} duplicates confirmed ({} answers lost), {} sequence errors, {} resets ({} epoch bumps, {} late old-epoch batches refused, {} batches abandoned), {} pids from {} blocks | ",
                 i.batches_acked,
                 i.resends,
                 i.duplicates_confirmed,
@@ -214,6 +253,7 @@ impl fmt::Display for SeedReport {
                 i.sequence_errors,
                 i.resets,
                 i.epoch_bumps,
+                i.stale_epochs_refused,
                 i.batches_abandoned,
                 i.pids_granted,
                 self.pid_blocks,
@@ -566,6 +606,7 @@ async fn drive_faults(
     volume: &SimVolume,
     params: &SimParams,
     shared: &Shared,
+    buggifier: &Buggifier,
 ) -> FaultStats {
     let mut stats = FaultStats::default();
     let mut cuts = volume.watch_power_cuts();
@@ -584,55 +625,130 @@ async fn drive_faults(
         } else {
             CrashKind::Timed
         };
-        match kind {
-            CrashKind::PowerCut => {
-                // Sometimes armed at once (the cut then often lands in
-                // recovery), sometimes after the broker got going.
-                sleep(random_up_to(params.max_uptime / 2)).await;
-                let ops = thread_rng().gen_range(0..params.max_ops_before_cut);
-                cuts.borrow_and_update();
-                volume.power_cut_after(ops);
-                if timeout(FAULT_WAIT, cuts.changed()).await.is_ok() {
-                    stats.power_cuts += 1;
-                } else {
-                    volume.disarm_power_cut();
+        // A buggify point may ask for the broker's crash at any moment:
+        // it is killed at once, the point still holding it.
+        let scheduled = async {
+            match kind {
+                CrashKind::PowerCut => {
+                    // Sometimes armed at once (the cut then often lands in
+                    // recovery), sometimes after the broker got going.
+                    sleep(random_up_to(params.max_uptime / 2)).await;
+                    let ops = thread_rng().gen_range(0..params.max_ops_before_cut);
+                    cuts.borrow_and_update();
+                    volume.power_cut_after(ops);
+                    if timeout(FAULT_WAIT, cuts.changed()).await.is_ok() {
+                        stats.power_cuts += 1;
+                    } else {
+                        volume.disarm_power_cut();
+                    }
+                }
+                CrashKind::FsyncFailure => {
+                    let nearly_full = thread_rng().gen_bool(0.5).then_some(params.segment_bytes);
+                    let mut fired =
+                        arm_fsync_failure(volume, thread_rng().gen_range(0..10), nearly_full);
+                    if timeout(FAULT_WAIT, fired.wait_for(|f| *f)).await.is_ok() {
+                        stats.fsync_failures += 1;
+                        // Let the broker run on with the failed partition: it
+                        // must not acknowledge anything that fsync covered.
+                        sleep(random_up_to(params.max_uptime)).await;
+                    }
+                    volume.set_fault_hook(None);
+                }
+                CrashKind::Timed => {
+                    // At least a tenth of the maximum, so a seed with short
+                    // uptimes still gets requests through.
+                    sleep(params.max_uptime / 10 + random_up_to(params.max_uptime * 9 / 10)).await;
                 }
             }
-            CrashKind::FsyncFailure => {
-                let nearly_full = thread_rng().gen_bool(0.5).then_some(params.segment_bytes);
-                let mut fired =
-                    arm_fsync_failure(volume, thread_rng().gen_range(0..10), nearly_full);
-                if timeout(FAULT_WAIT, fired.wait_for(|f| *f)).await.is_ok() {
-                    stats.fsync_failures += 1;
-                    // Let the broker run on with the failed partition: it
-                    // must not acknowledge anything that fsync covered.
-                    sleep(random_up_to(params.max_uptime)).await;
-                }
-                volume.set_fault_hook(None);
-            }
-            CrashKind::Timed => {
-                // At least a tenth of the maximum, so a seed with short
-                // uptimes still gets requests through.
-                sleep(params.max_uptime / 10 + random_up_to(params.max_uptime * 9 / 10)).await;
-            }
-        }
-        handle.kill(broker);
-        shared.incarnation.fetch_add(1, Relaxed);
-        let torn = thread_rng().gen_range(0..100) < params.torn_percent;
-        let report: CrashReport = if torn {
-            volume.crash_torn(&mut thread_rng())
-        } else {
-            volume.crash()
         };
-        stats.crashes += 1;
-        stats.torn_crashes += u64::from(torn);
-        stats.unsynced_bytes_dropped += report.bytes_dropped;
-        stats.unsynced_bytes_kept += report.bytes_kept;
-        stats.bytes_zeroed += report.bytes_zeroed + report.bytes_poisoned;
-        sleep(random_up_to(params.max_downtime)).await;
-        handle.restart(broker);
+        // `biased`: no draw from tokio's own rng, which every other
+        // `select!` of the seed shares.
+        let buggified = tokio::select! {
+            biased;
+            () = scheduled => false,
+            () = buggifier.crash_wanted(0) => true,
+        };
+        if buggified {
+            volume.disarm_power_cut();
+            volume.set_fault_hook(None);
+        }
+        crash_and_restart(handle, broker, volume, params, shared, &mut stats).await;
+    }
+    // No point fires from now on; one that asked for a crash since the
+    // last kill holds the broker until it is killed.
+    if buggifier.stop(0) {
+        crash_and_restart(handle, broker, volume, params, shared, &mut stats).await;
     }
     stats
+}
+
+/// Kills the broker of a single-broker seed (a power failure: the volume
+/// loses, or tears, every unsynced byte) and restarts it after a seeded
+/// downtime.
+async fn crash_and_restart(
+    handle: &Handle,
+    broker: NodeId,
+    volume: &SimVolume,
+    params: &SimParams,
+    shared: &Shared,
+    stats: &mut FaultStats,
+) {
+    handle.kill(broker);
+    shared.incarnation.fetch_add(1, Relaxed);
+    let torn = thread_rng().gen_range(0..100) < params.torn_percent;
+    let report: CrashReport = if torn {
+        volume.crash_torn(&mut thread_rng())
+    } else {
+        volume.crash()
+    };
+    stats.crashes += 1;
+    stats.power_failed(torn, &report);
+    sleep(random_up_to(params.max_downtime)).await;
+    handle.restart(broker);
+}
+
+/// One broker of a multi-broker seed, as its fault driver sees it.
+struct Host<'a> {
+    handle: &'a Handle,
+    node: NodeId,
+    index: usize,
+    volume: &'a SimVolume,
+    shared: &'a Shared,
+    /// Held (shared) from kill to restart, so a power cut finds every
+    /// broker up.
+    gate: &'a tokio::sync::RwLock<()>,
+    stats: &'a Mutex<FaultStats>,
+}
+
+impl Host<'_> {
+    /// Its host dies (its unsynced writes lost, or torn), and the broker
+    /// restarts after a short outage or a long one (one to three leases:
+    /// long enough for the others to take its items over).
+    async fn crash_and_restart(&self, params: &SimParams, long_outage: Duration) {
+        let _down = self.gate.read().await;
+        self.handle.kill(self.node);
+        self.shared.incarnation.fetch_add(1, Relaxed);
+        let torn = thread_rng().gen_range(0..100) < params.torn_percent;
+        let report = if torn {
+            self.volume.crash_host(self.index, Some(&mut thread_rng()))
+        } else {
+            self.volume.crash_host(self.index, None)
+        };
+        {
+            let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+            s.crashes += 1;
+            s.host_crashes_with_unsynced += u64::from(report.files_with_unsynced > 0);
+            s.unsynced_bytes_dropped += report.bytes_dropped;
+            s.unsynced_bytes_kept += report.bytes_kept;
+        }
+        let downtime = if thread_rng().gen_bool(0.5) {
+            long_outage + random_up_to(long_outage * 2)
+        } else {
+            random_up_to(params.max_downtime)
+        };
+        sleep(downtime).await;
+        self.handle.restart(self.node);
+    }
 }
 
 /// Clogs the client-broker link now and then until `fault_phase` has
@@ -694,6 +810,7 @@ async fn drive_cluster_faults(
     volume: &SimVolume,
     params: &SimParams,
     shared: &Arc<Shared>,
+    buggifier: &Arc<Buggifier>,
 ) -> FaultStats {
     let stats = Arc::new(Mutex::new(FaultStats::default()));
     // Held (shared) by a broker's kill-to-restart, (exclusively) by a
@@ -705,42 +822,42 @@ async fn drive_cluster_faults(
     let long_outage = Duration::from_millis(params.lease_ms as u64);
     let mut tasks = Vec::new();
     for (index, &node) in brokers.iter().enumerate() {
-        let (handle, gate, stats, shared, volume) = (
+        let (handle, gate, stats, shared, volume, buggifier) = (
             handle.clone(),
             gate.clone(),
             stats.clone(),
             shared.clone(),
             volume.clone(),
+            buggifier.clone(),
         );
         let params = *params;
         tasks.push(tokio::spawn(async move {
+            let host = Host {
+                handle: &handle,
+                node,
+                index,
+                volume: &volume,
+                shared: &shared,
+                gate: &gate,
+                stats: &stats,
+            };
             while Instant::now() < end
                 || (Instant::now() < hard_end && !crash_gates_met(&params, &shared))
             {
-                sleep(params.max_uptime / 10 + random_up_to(params.max_uptime * 9 / 10)).await;
-                let _down = gate.read().await;
-                handle.kill(node);
-                shared.incarnation.fetch_add(1, Relaxed);
-                let torn = thread_rng().gen_range(0..100) < params.torn_percent;
-                let report = if torn {
-                    volume.crash_host(index, Some(&mut thread_rng()))
-                } else {
-                    volume.crash_host(index, None)
-                };
-                {
-                    let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
-                    s.crashes += 1;
-                    s.host_crashes_with_unsynced += u64::from(report.files_with_unsynced > 0);
-                    s.unsynced_bytes_dropped += report.bytes_dropped;
-                    s.unsynced_bytes_kept += report.bytes_kept;
+                let uptime = params.max_uptime / 10 + random_up_to(params.max_uptime * 9 / 10);
+                // A buggify point may ask for this broker's crash sooner
+                // (`biased`: no draw from tokio's shared rng).
+                tokio::select! {
+                    biased;
+                    () = sleep(uptime) => {}
+                    () = buggifier.crash_wanted(index) => {}
                 }
-                let downtime = if thread_rng().gen_bool(0.5) {
-                    long_outage + random_up_to(long_outage * 2)
-                } else {
-                    random_up_to(params.max_downtime)
-                };
-                sleep(downtime).await;
-                handle.restart(node);
+                host.crash_and_restart(&params, long_outage).await;
+            }
+            // No point fires from now on; one that asked for a crash since
+            // the last kill holds the broker until it is killed.
+            if buggifier.stop(index) {
+                host.crash_and_restart(&params, long_outage).await;
             }
         }));
     }
@@ -782,10 +899,7 @@ async fn drive_cluster_faults(
                     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                     s.crashes += brokers.len() as u64;
                     s.power_cuts += 1;
-                    s.torn_crashes += u64::from(torn);
-                    s.unsynced_bytes_dropped += report.bytes_dropped;
-                    s.unsynced_bytes_kept += report.bytes_kept;
-                    s.bytes_zeroed += report.bytes_zeroed + report.bytes_poisoned;
+                    s.power_failed(torn, &report);
                 }
                 sleep(random_up_to(params.max_downtime)).await;
                 for &node in &brokers {
@@ -979,6 +1093,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .with_compaction(seed);
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
+    let buggifier = Buggifier::new(seed, params.brokers);
 
     let sync_latency = params.sync_latency;
     // Up to 5 s off true wall time, up to 200 ppm drift: a broker's
@@ -988,7 +1103,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let broker_nodes: Vec<_> = (0..params.brokers)
         .map(|id| {
             let config = broker_config(&params, id);
-            let (volume, errors) = (volume.clone(), broker_errors.clone());
+            let (volume, errors, buggifier) =
+                (volume.clone(), broker_errors.clone(), buggifier.clone());
             let name = if params.multi_broker() {
                 format!("broker-{id}")
             } else {
@@ -1013,6 +1129,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                     let env = Env {
                         clock: Arc::new(clock),
                         io: Arc::new(io),
+                        buggify: buggifier.points(id),
                     };
                     run_broker(id, config.clone(), volume.clone(), env, errors.clone())
                 })
@@ -1138,9 +1255,9 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         params,
     ));
     let mut faults = if params.multi_broker() {
-        drive_cluster_faults(&handle, &node_ids, &volume, &params, &shared).await
+        drive_cluster_faults(&handle, &node_ids, &volume, &params, &shared, &buggifier).await
     } else {
-        drive_faults(&handle, node_ids[0], &volume, &params, &shared).await
+        drive_faults(&handle, node_ids[0], &volume, &params, &shared, &buggifier).await
     };
     match clogger.await {
         Ok(clogs) => faults.clogs = clogs,
@@ -1540,6 +1657,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         volume_unreachable_failures: volume.stats().unreachable_failures,
         volume_late_io: volume.late_io_counter().load(Relaxed),
         stale_listings: volume.stats().stale_listings,
+        buggifying: !buggifier.plan().is_empty(),
+        buggify: buggifier.stats(),
         simulated: started.elapsed(),
         vacuous,
         fingerprint: history.fingerprint(&logs, &{

@@ -30,6 +30,13 @@
 //! - Sometimes it drops the connection right after a successful answer, as
 //!   if the answer had been lost: the retry must be answered as a duplicate,
 //!   at the same offset.
+//! - After a local epoch bump, once the new epoch has a batch acknowledged
+//!   on a partition, a copy of the old epoch's first batch there (sequence
+//!   0, acknowledged long ago) arrives late on a connection of its own, as
+//!   a request delayed in the network would: the broker must refuse it
+//!   (INVALID_PRODUCER_EPOCH). Accepted, it would be a zombie batch written
+//!   after the epoch bump, a duplicate of acknowledged records; the
+//!   sequence rule alone lets it in, as a new epoch may start at 0.
 
 use crate::checker::{BatchIndex, IdempotentBatch};
 use crate::params::SimParams;
@@ -83,6 +90,17 @@ struct Batch {
     /// The broker it was last sent to (while `in_flight`: awaits its
     /// answer from there).
     broker: i32,
+    /// The batch's base sequence is 0: the first of its epoch here.
+    first_of_epoch: bool,
+}
+
+/// An acknowledged first batch of an epoch (sequence 0), kept to be sent
+/// again late once a newer epoch wrote on its partition.
+#[derive(Clone)]
+struct FirstBatch {
+    epoch: i16,
+    correlation_id: i32,
+    frame: Bytes,
 }
 
 /// One partition's batches.
@@ -103,6 +121,11 @@ struct Lane {
     /// until its in-flight requests are answered; then every unacknowledged
     /// batch is resent, in order.
     blocked: bool,
+    /// The current epoch's acknowledged first batch here.
+    first_acked: Option<FirstBatch>,
+    /// The previous epoch's, after a local epoch bump: sent again once
+    /// the new epoch has a batch acknowledged here.
+    stale: Option<FirstBatch>,
 }
 
 impl Lane {
@@ -399,9 +422,12 @@ impl Producer {
             }
             _ => None,
         };
+        let bumped = kind == Reset::BumpEpoch && self.session.is_some();
         for lane in &mut self.lanes {
             lane.next_seq = 0;
             lane.blocked = false;
+            let first = lane.first_acked.take();
+            lane.stale = if bumped { first } else { None };
         }
     }
 
@@ -559,6 +585,7 @@ impl Producer {
                 floor_at_resend: None,
                 acked: false,
                 broker: -1,
+                first_of_epoch: seq == 0,
             });
             self.next_batch_at = Instant::now() + think;
         }
@@ -763,15 +790,70 @@ impl Producer {
         if duplicate_of_lost || floor.is_some_and(|f| base_offset < f) {
             self.shared.history().idem.duplicates_confirmed += 1;
         }
+        let epoch = self.session.map(|(_, e)| e);
+        let mut stale = None;
         if let Some(lane) = self.lanes.get_mut(partition as usize) {
             if let Some(b) = lane.window.get_mut(position) {
                 b.acked = true;
+                if b.first_of_epoch {
+                    if let Some(epoch) = epoch {
+                        lane.first_acked = Some(FirstBatch {
+                            epoch,
+                            correlation_id: b.correlation_id,
+                            frame: b.frame.clone(),
+                        });
+                    }
+                }
             }
             while lane.window.front().is_some_and(|b| b.acked) {
                 lane.window.pop_front();
             }
+            if lane.stale.as_ref().is_some_and(|s| Some(s.epoch) < epoch) {
+                stale = lane.stale.take();
+            }
         }
         self.backoff.reset();
+        if let Some(stale) = stale {
+            self.send_stale_copy(partition, broker, stale).await;
+        }
+    }
+
+    /// Sends an old epoch's first batch to the broker that just
+    /// acknowledged a newer epoch's batch on `partition`, on a connection
+    /// of its own, and checks it is refused. An answer that does not come
+    /// (a crash, a clog, a leader that moved) proves nothing either way.
+    async fn send_stale_copy(&mut self, partition: i32, broker: i32, stale: FirstBatch) {
+        let Some(addr) = self.router.addr_of(broker) else {
+            return;
+        };
+        let answer = timeout(REQUEST_TIMEOUT, async {
+            let mut conn = Pipeline::connect(addr).await?;
+            conn.send(&stale.frame).await?;
+            conn.recv().await
+        })
+        .await;
+        let Ok(Ok(frame)) = answer else {
+            return;
+        };
+        let outcome = decode_response(
+            produce_request::API_KEY,
+            PRODUCE_VERSION,
+            stale.correlation_id,
+            frame,
+        )
+        .map_err(RequestError::of)
+        .and_then(|body| produce_outcome(body, partition));
+        match outcome {
+            Ok((0, base_offset)) => self.violation(format!(
+                "partition {partition}: a late copy of epoch {}'s first batch, sent after a batch of epoch {:?} was acknowledged there, was accepted at offset {base_offset}: a fenced epoch wrote after the bump",
+                stale.epoch,
+                self.session.map(|(_, e)| e),
+            )),
+            Ok((code, _)) if code == ErrorCode::InvalidProducerEpoch.code() => {
+                self.shared.history().idem.stale_epochs_refused += 1;
+            }
+            _ => {}
+        }
     }
 }
 

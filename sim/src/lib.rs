@@ -37,6 +37,7 @@
 //! normal `cargo test`.
 
 pub mod batch;
+pub mod buggify;
 pub mod checker;
 pub mod cluster_history;
 pub mod compact_history;

@@ -34,6 +34,14 @@
 //!   listings may be in multi-broker seeds, instead of the seed's draw; set
 //!   above the 300 ms staleness bound, it breaks what the brokers assume
 //!   (a mutation run).
+//! - `KAAS_SIM_BUGGIFY=off`: no buggify point fires in any seed (to tell
+//!   whether a failure needs them; `crate::buggify`).
+//! - `KAAS_SIM_BUG=name`: plant that one of `kaas_core::deliberate_bugs` in
+//!   every seed's process (a build with the `deliberate-bugs` feature:
+//!   `scripts/sim --bug NAME`, `scripts/sim-bugs`).
+//! - `KAAS_SIM_STOP_AT_FAILURE=1`: take no new seed once one failed; the
+//!   seeds already running finish, so every seed below the lowest failing
+//!   one has run (the bug hunt's "seeds to the first failure").
 
 use crate::batch::{
     decode_counts, decode_list, encode_counts, encode_list, BatchSummary, SeedCounts,
@@ -69,6 +77,8 @@ pub struct Selection {
     pub jobs: usize,
     /// Print every seed's report line, not just progress.
     pub verbose: bool,
+    /// Take no new seed once one failed (`KAAS_SIM_STOP_AT_FAILURE`).
+    pub stop_at_failure: bool,
 }
 
 fn env_u64(names: &[&str]) -> Option<u64> {
@@ -108,6 +118,7 @@ impl Selection {
             check_determinism: std::env::var_os("MADSIM_TEST_CHECK_DETERMINISM").is_some(),
             jobs,
             verbose: std::env::var_os("KAAS_SIM_VERBOSE").is_some(),
+            stop_at_failure: std::env::var_os("KAAS_SIM_STOP_AT_FAILURE").is_some(),
         }
     }
 }
@@ -123,9 +134,44 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// The command that replays `seed`.
+/// The command that replays `seed` (with the planted bug, if any).
 pub fn replay_command(seed: u64) -> String {
-    format!("scripts/sim --seed {seed}")
+    match std::env::var(BUG_ENV) {
+        Ok(bug) => format!("scripts/sim --bug {bug} --seed {seed}"),
+        Err(_) => format!("scripts/sim --seed {seed}"),
+    }
+}
+
+/// Names the deliberate bug to plant in every seed's process.
+pub const BUG_ENV: &str = "KAAS_SIM_BUG";
+
+/// Plants the bug [`BUG_ENV`] names, if it names one. Err: it names no
+/// bug, or this build cannot plant bugs (built without the
+/// `deliberate-bugs` feature): the seed must not pass as if it had run
+/// with the bug.
+pub fn plant_bug_from_env() -> Result<(), String> {
+    use kaas_core::deliberate_bugs::{Bug, AVAILABLE};
+    let Ok(name) = std::env::var(BUG_ENV) else {
+        return Ok(());
+    };
+    let Some(bug) = Bug::from_name(&name) else {
+        let names: Vec<&str> = Bug::ALL.iter().map(|b| b.name()).collect();
+        return Err(format!(
+            "{BUG_ENV}={name} names no deliberate bug; there are: {}",
+            names.join(", ")
+        ));
+    };
+    if !AVAILABLE {
+        return Err(format!(
+            "{BUG_ENV}={name}, but this build has no deliberate bugs: build with the \
+             `deliberate-bugs` feature (scripts/sim --bug {name})"
+        ));
+    }
+    #[cfg(feature = "deliberate-bugs")]
+    kaas_core::deliberate_bugs::plant(bug);
+    #[cfg(not(feature = "deliberate-bugs"))]
+    let _ = bug;
+    Ok(())
 }
 
 fn init_logging() {
@@ -150,6 +196,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 /// docs); [`run_isolated`] arranges that.
 pub fn run_in_process(seed: u64) -> Outcome {
     init_logging();
+    if let Err(why) = plant_bug_from_env() {
+        return Outcome::Failed(format!("seed {seed}: {why}"));
+    }
     let thread = std::thread::Builder::new()
         .name(format!("sim-seed-{seed}"))
         .spawn(move || {
@@ -323,9 +372,13 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
     let total = selection.seeds.len();
     let progress_every = (total / 20).max(1);
     let started = Instant::now();
+    let stopped = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
         for _ in 0..selection.jobs.min(total) {
             scope.spawn(|| loop {
+                if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
                 let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
                 let Some(seed) = next else { break };
                 let t = Instant::now();
@@ -361,6 +414,9 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
                 };
                 let mut summary = summary.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(failure) = failure {
+                    if selection.stop_at_failure {
+                        stopped.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     summary.failed();
                     let message = format!("{failure}\nreplay: {}", replay_command(seed));
                     eprintln!("{message}");
@@ -370,7 +426,7 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
                         .push(message);
                 }
                 let done = summary.seeds() as usize;
-                if !selection.verbose && (done % progress_every == 0 || done == total) {
+                if !selection.verbose && (done.is_multiple_of(progress_every) || done == total) {
                     let failed = failures.lock().unwrap_or_else(|p| p.into_inner()).len();
                     println!(
                         "sim: {done}/{total} seeds, {failed} failed, {:.0} s",
@@ -386,7 +442,7 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
     unmoved.sort_unstable();
     println!(
         "{} seeds in {:.1}s ({} jobs), {} failed; {} multi-broker seeds passed, {} of them saw no partition move{}",
-        total,
+        summary.seeds(),
         started.elapsed().as_secs_f64(),
         selection.jobs,
         failures.len(),

@@ -46,6 +46,9 @@ const REQUIRED_MARKS: &[Mark] = &[
     Mark::PartitionStoppedByAFailedWrite,
     Mark::UnstableOffsetsHeldBack,
     Mark::CleanedCopySwappedIn,
+    Mark::BuggifyDelayedAPoint,
+    Mark::BuggifyFailedAPoint,
+    Mark::BuggifyCrashedAtAPoint,
 ];
 /// The seed whose determinism is always checked.
 const DETERMINISM_SEED: u64 = 7;

@@ -7,6 +7,7 @@ use super::producers::ActiveProducers;
 use super::summary::CleanSummary;
 use super::txn::TxnTracker;
 use super::view::{BatchContent, BatchView, ViewRecord};
+use crate::deliberate_bugs::{planted, Bug};
 use crate::partition::AbortedTxn;
 use crate::record::ControlType;
 
@@ -266,7 +267,7 @@ impl Decider {
 /// read_committed after cleaning). It costs one small batch per aborted
 /// transaction.
 pub fn marker_may_go(marker: Option<ControlType>) -> bool {
-    !matches!(marker, Some(ControlType::Abort))
+    !matches!(marker, Some(ControlType::Abort)) || planted(Bug::AbortMarkerCleanedAway)
 }
 
 fn count(n: usize) -> u64 {

@@ -37,6 +37,7 @@
 //! `E + 1` exists. The newest epoch wins; the cost of a violated bound is a
 //! stale owner's writes being refused or unread, never two logs merged.
 
+use crate::deliberate_bugs::{planted, Bug};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -169,10 +170,15 @@ impl LeaseBounds {
     /// treats it as gone, for a broker promising `lease_ms`: the longer of
     /// its promise and ours, since it stops only at its own lease end.
     fn silence_ms(&self, lease_ms: i64) -> i64 {
+        let staleness = if planted(Bug::LeaseIgnoresStaleness) {
+            0
+        } else {
+            self.volume_staleness_ms
+        };
         lease_ms
             .max(self.lease_ms)
             .saturating_add(self.clock_skew_ms)
-            .saturating_add(self.volume_staleness_ms)
+            .saturating_add(staleness)
     }
 }
 
@@ -280,6 +286,24 @@ pub fn observe(previous: Option<Observed>, read: Option<&BrokerRecord>, now: i64
 /// lease + skew bound + staleness bound, on the observer's own clock.
 pub fn is_live(observed: &Observed, now: i64, bounds: &LeaseBounds) -> bool {
     now.saturating_sub(observed.first_seen_at) < bounds.silence_ms(observed.lease_ms)
+}
+
+/// A claim this observer sees for the first time (a new epoch on an
+/// item) is a sign of life of its holder: the holder won it by an
+/// exclusive create at most the staleness bound before it could be seen,
+/// and acts with it for a lease from then. So the holder's silence counts
+/// from the sighting, as after a heartbeat it wrote, even when the
+/// observer's last read of its file is older. Without this a broker that
+/// restarted after a long outage and won new epochs on its items at once
+/// could have them taken over an instant later by an observer whose last
+/// read of its heartbeat predated the restart (simulator seed 682: the
+/// restarted coordinator answered AddPartitionsToTxn from memory while its
+/// successor held the slot).
+pub fn saw_new_claim(observed: Observed, now: i64) -> Observed {
+    Observed {
+        first_seen_at: observed.first_seen_at.max(now),
+        ..observed
+    }
 }
 
 /// An item held by a broker may be claimed by another only once that
@@ -485,6 +509,34 @@ mod tests {
         let unseen = observe(None, None, 1_000);
         assert!(is_live(&unseen, 1_000 + bound - 1, &bounds));
         assert!(!is_live(&unseen, 1_000 + bound, &bounds));
+    }
+
+    #[test]
+    fn a_claim_seen_for_the_first_time_is_a_sign_of_its_holders_life() {
+        let bounds = LeaseBounds::default();
+        // Silent since 0 as far as the heartbeat file shows: claimable at
+        // 14,000 ...
+        let silent = observe(
+            Some(observe(None, Some(&record(1)), 0)),
+            Some(&record(1)),
+            14_000,
+        );
+        assert!(may_claim(&silent, &bounds));
+        // ... unless a new claim of the holder was seen at 14,000: it
+        // restarted and won an epoch after the file was last read.
+        let sighted = saw_new_claim(silent, 14_000);
+        assert!(!may_claim(&sighted, &bounds));
+        // It counts as a heartbeat would: a full bound of silence after it.
+        assert!(!may_claim(
+            &observe(Some(sighted), Some(&record(1)), 27_999),
+            &bounds
+        ));
+        assert!(may_claim(
+            &observe(Some(sighted), Some(&record(1)), 28_000),
+            &bounds
+        ));
+        // An older sighting moves nothing back.
+        assert_eq!(saw_new_claim(sighted, 5_000), sighted);
     }
 
     #[test]

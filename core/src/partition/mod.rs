@@ -36,6 +36,7 @@ mod tests;
 pub mod txn_index;
 
 use crate::coverage::{self, Mark};
+use crate::deliberate_bugs::{planted, Bug};
 use crate::producer::{
     check_marker, encode_snapshot, BatchIdentity, Classification, CompletedTxn, ProducerTable,
 };
@@ -201,7 +202,11 @@ pub struct PartitionState {
 
 impl PartitionState {
     pub fn recovered(r: Recovered) -> PartitionState {
-        let open_transactions = open_transactions_of(&r.producers);
+        let open_transactions = if planted(Bug::LsoNotRebuiltOnRestart) {
+            BTreeSet::new()
+        } else {
+            open_transactions_of(&r.producers)
+        };
         PartitionState {
             leader_epoch: r.leader_epoch,
             leader_epochs: r.leader_epochs,

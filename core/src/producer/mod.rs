@@ -15,6 +15,7 @@ pub use pid::{local_pid_range, pid_for, PidBlock, PID_BLOCK_SIZE};
 pub use snapshot::{decode_snapshot, encode_snapshot, SnapshotError};
 
 use crate::coverage::{self, Mark};
+use crate::deliberate_bugs::{planted, Bug};
 use crate::protocol::ErrorCode;
 use crate::record::{ControlType, RecordBatch, NO_PRODUCER_EPOCH, NO_SEQUENCE};
 use serde::{Deserialize, Serialize};
@@ -182,7 +183,7 @@ pub fn find_duplicate(entry: &ProducerEntry, batch: &BatchIdentity) -> Option<Ba
 /// (zombie) instance: INVALID_PRODUCER_EPOCH, which Kafka answers on
 /// Produce since 2.7 (PRODUCER_FENCED is reserved for the coordinator APIs).
 pub fn check_epoch(entry: &ProducerEntry, batch: &BatchIdentity) -> Result<(), ErrorCode> {
-    if batch.epoch < entry.epoch {
+    if batch.epoch < entry.epoch && !planted(Bug::ZombieEpochAccepted) {
         return Err(ErrorCode::InvalidProducerEpoch);
     }
     Ok(())
@@ -253,6 +254,9 @@ impl ProducerTable {
         let fresh = ProducerEntry::new(batch.producer_id);
         let entry = self.entries.get(&batch.producer_id).unwrap_or(&fresh);
         if let Some(dup) = find_duplicate(entry, batch) {
+            if planted(Bug::RetryAppendedAgain) {
+                return Classification::Append;
+            }
             return Classification::Duplicate {
                 first_offset: dup.first_offset,
                 last_offset: dup.last_offset,

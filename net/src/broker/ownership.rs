@@ -17,6 +17,7 @@ use crate::volume::Volume;
 use kaas_core::cluster::placement::{owner_of, Item};
 use kaas_core::cluster::{next_step, Claim, Holding, Step, RELEASED};
 use kaas_core::coverage::{self, Mark};
+use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::layout::latest_epoch;
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -46,7 +47,10 @@ pub fn newest(
     // (Simulator seed 1222: a broker starting up resumed its claim at
     // epoch 3, hidden epoch 4 had written the log, and the opening refused
     // it, failing the broker's start.)
-    while let Some(next) = volume.read(&file(epoch.saturating_add(1)))? {
+    while !planted(Bug::NewestClaimFromTheListing) {
+        let Some(next) = volume.read(&file(epoch.saturating_add(1)))? else {
+            break;
+        };
         epoch = epoch.saturating_add(1);
         path = file(epoch);
         bytes = next;
@@ -93,6 +97,7 @@ impl Decider<'_> {
         let holder_gone = match newest {
             Some(c) if c.broker_id != me && c.broker_id != RELEASED => {
                 self.membership.watch(c.broker_id, self.now);
+                self.membership.saw_claim(item_key(item), c, self.now);
                 self.membership.may_claim_from(c.broker_id)
             }
             _ => false,
@@ -107,6 +112,16 @@ impl Decider<'_> {
                 just_started,
             },
         )
+    }
+}
+
+/// An item's name among all items (`Item::key` is shared by a partition
+/// and a slot whose names collide, as it only places them).
+fn item_key(item: &Item<'_>) -> String {
+    match item {
+        Item::Partition { .. } => format!("p:{}", item.key()),
+        Item::GroupSlot(slot) => format!("g:{slot}"),
+        Item::TxnSlot(slot) => format!("t:{slot}"),
     }
 }
 

@@ -22,6 +22,7 @@ mod cleaning;
 pub use cleaning::CleanerSettings;
 
 use super::producer_state;
+use crate::buggify::Site;
 use crate::env::{Env, IoKind};
 pub use crate::log::partition_dir;
 use crate::log::{
@@ -30,6 +31,7 @@ use crate::log::{
 use crate::volume::Volume;
 use bytes::Bytes;
 use kaas_core::cluster::Claim;
+use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::layout::{self, LogStart};
 use kaas_core::partition::{
     AppendDecision, Effects, IncomingBatch, IncomingMarker, PartitionState, Recovered,
@@ -335,6 +337,7 @@ impl Partition {
             },
         );
         let (offset, aborted) = (written.offset, written.aborted);
+        let indexed = aborted.is_some();
         let result = self
             .env
             .blocking(IoKind::Append, move || {
@@ -348,6 +351,17 @@ impl Partition {
                 Ok(info)
             })
             .await;
+        // An index entry in the page cache, its sync still to come: the
+        // window a torn crash can leave it half written in.
+        let result = match result {
+            Ok(info) if indexed => self
+                .env
+                .buggify
+                .at(Site::TxnIndexAppended)
+                .await
+                .map(|()| info),
+            other => other,
+        };
         match result {
             Ok(info) => {
                 if info.rolled {
@@ -392,6 +406,7 @@ impl Partition {
         };
         let bound = match isolation {
             Isolation::ReadUncommitted => high_watermark,
+            Isolation::ReadCommitted if planted(Bug::ReadCommittedPastTheLso) => high_watermark,
             Isolation::ReadCommitted => last_stable_offset,
         };
         let lane = self.log.clone().lock_owned().await;
@@ -635,7 +650,8 @@ impl Partition {
                 .env
                 .blocking(IoKind::Fsync, move || {
                     let done = plan.run(volume.as_ref())?;
-                    let deposed = volume.read(&successor)?.is_some();
+                    let deposed = volume.read(&successor)?.is_some()
+                        && !planted(Bug::DeposedWriterAcknowledges);
                     Ok((done, deposed))
                 })
                 .await;
@@ -680,12 +696,16 @@ impl Partition {
             let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
             let offset = snapshot.offset;
             let epoch = self.leader.epoch;
-            let written = self
-                .env
-                .blocking(IoKind::Fsync, move || {
-                    producer_state::write(volume.as_ref(), &dir, epoch, &snapshot.bytes)
-                })
-                .await;
+            let written = match self.env.buggify.at(Site::SnapshotWrite).await {
+                Ok(()) => {
+                    self.env
+                        .blocking(IoKind::Fsync, move || {
+                            producer_state::write(volume.as_ref(), &dir, epoch, &snapshot.bytes)
+                        })
+                        .await
+                }
+                Err(e) => Err(e),
+            };
             match written {
                 Ok(()) => self.state().snapshot_written(offset),
                 Err(e) => {

@@ -6,8 +6,10 @@
 //! before any id of it is used, so a crash at any point only skips ids
 //! forward. The broker is the file's only writer.
 
+use crate::buggify::Site;
 use crate::env::{Env, IoKind};
 use crate::volume::Volume;
+use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::layout::{producer_id_block_file, PRODUCER_IDS_DIR};
 use kaas_core::producer::{local_pid_range, pid_for, PidBlock};
 use serde::{Deserialize, Serialize};
@@ -49,6 +51,7 @@ impl ProducerIdManager {
         if let Some(local) = block.as_mut().and_then(PidBlock::take) {
             return Ok(pid_for(self.broker_id, local));
         }
+        self.env.buggify.at(Site::PidBlockWrite).await?;
         let volume = self.volume.clone();
         let (path, broker_id) = (self.path(), self.broker_id);
         let mut fresh = self
@@ -83,10 +86,12 @@ fn reserve_next_block(volume: &dyn Volume, path: &str, broker_id: i32) -> io::Re
         )));
     }
     volume.create_dir_all(PRODUCER_IDS_DIR)?;
-    let json = serde_json::to_vec(&BlockFile {
-        next_block_start: fresh.end,
-    })
-    .map_err(io::Error::other)?;
+    let next_block_start = if planted(Bug::PidBlockNotAdvanced) {
+        start
+    } else {
+        fresh.end
+    };
+    let json = serde_json::to_vec(&BlockFile { next_block_start }).map_err(io::Error::other)?;
     volume.write_atomic(path, &json)?;
     Ok(fresh)
 }

@@ -9,6 +9,7 @@
 use kaas_core::cluster::membership::{
     self as rules, BrokerRecord, LeaseBounds, Observed, Renewal, BROKER_RECORD_VERSION,
 };
+use kaas_core::cluster::{Claim, RELEASED};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -61,6 +62,9 @@ pub struct Membership {
     bounds: LeaseBounds,
     own: Mutex<Own>,
     peers: Mutex<BTreeMap<i32, Peer>>,
+    /// The newest claim seen on each item (by `ownership::item_key`): a
+    /// claim not seen before is a sign of its holder's life.
+    claims_seen: Mutex<BTreeMap<String, Claim>>,
 }
 
 impl Membership {
@@ -92,6 +96,7 @@ impl Membership {
                 lapses: 0,
             }),
             peers: Mutex::new(BTreeMap::new()),
+            claims_seen: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -223,6 +228,26 @@ impl Membership {
             observed: rules::observe(None, None, now),
             record: None,
         });
+    }
+
+    /// Notes `claim` as the newest on `item`. One not seen there before
+    /// (another broker's new epoch) shows its holder alive now
+    /// ([`rules::saw_new_claim`]): its silence counts from here.
+    pub fn saw_claim(&self, item: String, claim: Claim, now: i64) {
+        let before = self
+            .claims_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(item, claim);
+        if before == Some(claim)
+            || claim.broker_id == RELEASED
+            || claim.broker_id == self.broker_id()
+        {
+            return;
+        }
+        if let Some(peer) = self.peers().get_mut(&claim.broker_id) {
+            peer.observed = rules::saw_new_claim(peer.observed, now);
+        }
     }
 
     /// Whether broker `id`'s items may be claimed by this broker: it is not

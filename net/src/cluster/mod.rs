@@ -12,6 +12,7 @@ pub mod txn_asks;
 pub use membership::{LiveBroker, Membership};
 
 use crate::broker::Broker;
+use crate::buggify::Site;
 use crate::env::{Env, IoKind};
 use crate::volume::Volume;
 use std::sync::{Arc, Weak};
@@ -44,6 +45,11 @@ pub async fn run_heartbeats(
             // Lets the ownership task see the broker is gone.
             rounds.notify_one();
             return;
+        }
+        if env.buggify.at(Site::LeaseRenewal).await.is_err() {
+            // As a failed write: no renewal this time; the next one tries.
+            rounds.notify_one();
+            continue;
         }
         let (volume, clock, membership) = (volume.clone(), env.clock.clone(), membership.clone());
         // Errors are logged by the round; the next one tries again.

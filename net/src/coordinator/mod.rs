@@ -664,13 +664,20 @@ impl SlotOwner for GroupCoordinator {
                 Err(refuse_round(&mut inner.core, slot, now))
             }
             RoundOutcome::Deposed => {
-                // The ownership round lets the slot go at its next pass;
-                // until then every write is refused by the same check.
                 tracing::warn!(
                     slot,
-                    "a successor claimed the group slot: its changes are refused"
+                    "a successor claimed the group slot: its changes are refused and it is let go of"
                 );
-                Err(refuse_round(&mut inner.core, slot, now))
+                let refused = refuse_round(&mut inner.core, slot, now);
+                // Let go of at once, not at the ownership round's next
+                // pass: an answer from memory (a heartbeat, an OffsetFetch)
+                // would speak for state the successor may have changed
+                // since (simulator seed 682, on a transaction slot).
+                let mut out = Output::default();
+                inner.core.unload_slot(slot, &mut out);
+                Self::answer(&mut inner, out.effects);
+                inner.queues.unserve(slot, None);
+                Err(refused)
             }
         }
     }

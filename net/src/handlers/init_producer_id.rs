@@ -11,6 +11,7 @@
 //! identity once the abort's markers are durable.
 
 use crate::broker::Broker;
+use crate::buggify::Site;
 use crate::transactions::{complete, InitOutcome};
 use kaas_core::protocol::messages::{
     init_producer_id_request, InitProducerIdRequest, InitProducerIdResponse,
@@ -85,6 +86,14 @@ async fn transactional(
     let outcome = coordinator
         .init_producer_id(id, req.transaction_timeout_ms, claim, fresh)
         .await?;
+    // A failure here loses the answer to a durable bump: the producer
+    // retries, and the fence below waits for that retry.
+    broker
+        .env
+        .buggify
+        .at(Site::EpochBumpPersisted)
+        .await
+        .map_err(|_| ErrorCode::CoordinatorNotAvailable)?;
     match outcome {
         InitOutcome::Ready {
             producer_id,

@@ -27,6 +27,7 @@
 pub mod claimed;
 pub mod journal;
 
+use crate::buggify::Site;
 use crate::env::{Env, IoKind};
 use crate::volume::Volume;
 pub use claimed::{load_claimed, Claimed};
@@ -437,6 +438,7 @@ async fn write<O: SlotOwner>(
     durability: Durability,
 ) -> io::Result<Written> {
     let bytes = state.encode()?;
+    owner.env().buggify.at(Site::SlotStateWrite).await?;
     let volume = owner.volume().clone();
     let journal = journal.clone();
     // A deferred round is an append to the page cache, done in place like

@@ -23,6 +23,8 @@
 //! another broker (NOT_COORDINATOR). Nothing is dropped; it waits.
 
 use crate::broker::Broker;
+use crate::buggify::Site;
+use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::partition::IncomingMarker;
 use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::marker_queue::{MarkerRequest, MARKER_QUEUE_VERSION};
@@ -78,8 +80,24 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
     // queue), and only then the staged offsets: offsets become visible
     // only once every marker backing them is durable.
     let (local, remote) = split_partitions(broker, &prepared.partitions)?;
+    if planted(Bug::OffsetsVisibleBeforeMarkers) {
+        for group in &prepared.groups {
+            if let Ok(groups) = broker.group_coordinator(group) {
+                groups
+                    .complete_txn(group, prepared.producer_id, commit)
+                    .await?
+            }
+        }
+    }
     write_markers(broker, &local, marker).await?;
     crate::cluster::markers::dispatch(broker, requests(broker, prepared, marker, remote)).await?;
+    // Prepared, every marker durable, nothing of the second phase done.
+    broker
+        .env
+        .buggify
+        .at(Site::PrepareToComplete)
+        .await
+        .map_err(|_| ErrorCode::KafkaStorageError)?;
     let mut remote_groups: BTreeMap<i32, BTreeSet<String>> = BTreeMap::new();
     for group in &prepared.groups {
         match broker.group_coordinator(group) {
@@ -209,8 +227,20 @@ async fn write_markers(
             Err(ErrorCode::UnknownTopicOrPartition) => continue,
             Err(code) => return Err(code),
         };
+        let buggify = broker.env.buggify.clone();
         writes.push(tokio::spawn(async move {
+            buggify
+                .at(Site::MarkerWrite)
+                .await
+                .map_err(|_| ErrorCode::KafkaStorageError)?;
             let offset = partition.write_marker(marker).await?;
+            buggify
+                .at(Site::MarkerAppended)
+                .await
+                .map_err(|_| ErrorCode::KafkaStorageError)?;
+            if planted(Bug::MarkerNotAwaitedDurable) {
+                return Ok(());
+            }
             partition.wait_durable(offset + 1).await
         }));
     }

@@ -44,6 +44,7 @@ use crate::volume::Volume;
 use kaas_core::cluster::{
     check_slot_access, coordinator_slot, Claim, ClusterView, COORDINATOR_SLOTS,
 };
+use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::layout::{txn_slot_epoch_file, TXN_STATE_DIR};
 use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::rules::{self, epoch_is_exhausted};
@@ -419,7 +420,10 @@ impl TxnCoordinator {
                     && e.producer_id == found.producer_id
                     && e.producer_epoch == found.producer_epoch =>
             {
-                let next = rules::fence_and_abort(e, now);
+                let mut next = rules::fence_and_abort(e, now);
+                if planted(Bug::ReaperKeepsTheEpoch) {
+                    next.producer_epoch = e.producer_epoch;
+                }
                 Ok((Some(next.clone()), Some(next)))
             }
             _ => Ok((None, None)),
@@ -572,13 +576,19 @@ impl SlotOwner for TxnCoordinator {
                 Err(ErrorCode::NotCoordinator)
             }
             RoundOutcome::Deposed => {
-                // Refused the same way; the ownership round lets the slot
-                // go at its next pass, and until then every write is
-                // refused by the same check.
                 tracing::warn!(
                     slot,
-                    "a successor claimed the transaction slot: its changes are refused"
+                    "a successor claimed the transaction slot: its changes are refused and it is let go of"
                 );
+                // Let go of at once, not at the ownership round's next
+                // pass: an answer from memory (AddPartitionsToTxn of a
+                // partition already added, a retried EndTxn) would speak
+                // for state the successor may have changed since
+                // (simulator seed 682).
+                if let Some(s) = inner.slots.get_mut(slot as usize) {
+                    *s = TxnSlotState::new(slot, -1);
+                }
+                inner.queues.unserve(slot, None);
                 Err(ErrorCode::NotCoordinator)
             }
         }

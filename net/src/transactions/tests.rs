@@ -354,3 +354,41 @@ async fn a_completion_is_made_durable_by_the_next_decision() {
     assert_eq!(e.state, TxnState::Ongoing);
     assert_eq!(e.partitions.len(), 1, "the new transaction's only");
 }
+
+/// A write that finds a successor's claim lets the slot go at once: a
+/// request the stale entry would answer without a write (a partition
+/// already added) is NOT_COORDINATOR, not acknowledged from memory
+/// (simulator seed 682).
+#[tokio::test]
+async fn a_slot_whose_write_found_a_successor_answers_nothing_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = flaky(dir.path());
+    let c = open(volume.clone());
+    let (pid, epoch) = ongoing(&c, 60_000).await;
+    let slot = kaas_core::cluster::coordinator_slot(ID);
+    volume
+        .create_dir_all(&kaas_core::layout::txn_slot_epochs_dir(slot))
+        .unwrap();
+    volume
+        .write_atomic(
+            &kaas_core::layout::txn_slot_epoch_file(slot, 1),
+            b"{\"broker_id\":1}",
+        )
+        .unwrap();
+    // A write (a second partition) finds the successor and is refused ...
+    assert_eq!(
+        c.add_to_transaction(ID, pid, epoch, &[("t".into(), 1)], &[])
+            .await
+            .err(),
+        Some(ErrorCode::NotCoordinator)
+    );
+    // ... and the partition already added, which needs no write, is not
+    // acknowledged either.
+    assert_eq!(
+        c.add_to_transaction(ID, pid, epoch, &[("t".into(), 0)], &[])
+            .await
+            .err(),
+        Some(ErrorCode::NotCoordinator)
+    );
+    assert!(c.entry(ID).is_none(), "nothing of the slot is kept");
+}
