@@ -845,9 +845,9 @@ impl Producer {
         .and_then(|body| produce_outcome(body, partition));
         match outcome {
             Ok((0, base_offset)) => self.violation(format!(
-                "partition {partition}: a late copy of epoch {}'s first batch, sent after a batch of epoch {:?} was acknowledged there, was accepted at offset {base_offset}: a fenced epoch wrote after the bump",
+                "partition {partition}: a late copy of epoch {}'s first batch, sent after a batch of epoch {} was acknowledged there, was accepted at offset {base_offset}: a fenced epoch wrote after the bump",
                 stale.epoch,
-                self.session.map(|(_, e)| e),
+                self.session.map_or(-1, |(_, e)| e),
             )),
             Ok((code, _)) if code == ErrorCode::InvalidProducerEpoch.code() => {
                 self.shared.history().idem.stale_epochs_refused += 1;

@@ -25,7 +25,7 @@ use kaas_sim::runner::{self, check_determinism, run_all, run_isolated, Outcome, 
 
 /// Seeds of a default (CI) run; `KAAS_SIM_SEEDS` overrides. Sized to the
 /// CI budget on two cores (docs/performance.md has the seed rate).
-const DEFAULT_SEEDS: u64 = 300;
+const DEFAULT_SEEDS: u64 = 1_000;
 /// Coverage marks the default batch must hit, each at least once: the
 /// paths its checkers are there for. A mark the batch stops hitting means
 /// the workload or the faults stopped reaching that path, and the checkers
