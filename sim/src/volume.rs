@@ -184,6 +184,9 @@ struct Inode {
     /// The broker whose client holds the unsynced tail `data[synced..]`,
     /// when a broker appended it (see [`Inode::visible_len`]).
     dirty_by: Option<usize>,
+    /// Where the latest append began (a write a power failure can tear
+    /// mid-way, [`SimVolume::crash_tearing_last_writes`]).
+    last_append: usize,
 }
 
 impl Inode {
@@ -431,6 +434,7 @@ impl State {
                 synced,
                 poisoned: Vec::new(),
                 dirty_by: None,
+                last_append: 0,
             },
         );
         id
@@ -567,6 +571,42 @@ impl SimVolume {
     /// sometimes ends in zeros instead of the data written there.
     pub fn crash_torn(&self, rng: &mut dyn RngCore) -> CrashReport {
         self.crash_with(Some(rng))
+    }
+
+    /// Power failure in the middle of the latest writes: every unsynced
+    /// byte reached the disk but for a random suffix of each file's latest
+    /// append, which reads as zeros (the file's size was durable, the last
+    /// sectors of its data not). The crash a buggify point asks for at a
+    /// write: the write it follows torn inside itself, as a 34-byte
+    /// aborted-index entry is torn with its producer id whole and its
+    /// offsets zeroed.
+    pub fn crash_tearing_last_writes(&self, rng: &mut dyn RngCore) -> CrashReport {
+        let mut state = self.state();
+        let mut report = CrashReport::default();
+        for inode in state.inodes.values_mut() {
+            let unsynced = inode.data.len() - inode.synced;
+            if unsynced == 0 {
+                continue;
+            }
+            report.files_with_unsynced += 1;
+            let start = inode.last_append.max(inode.synced);
+            let torn = inode.data.len() - start;
+            let zeroed = if torn > 0 { rng.gen_range(1..=torn) } else { 0 };
+            let end = inode.data.len();
+            inode.data[end - zeroed..].fill(0);
+            inode.synced = end;
+            inode.dirty_by = None;
+            report.bytes_kept += unsynced as u64;
+            report.bytes_zeroed += zeroed as u64;
+        }
+        drop(state);
+        // The rest as any power failure: every unsynced byte is now
+        // written (torn as above), so nothing more is lost.
+        let mut rest = self.crash_with(None);
+        rest.files_with_unsynced = report.files_with_unsynced;
+        rest.bytes_kept = report.bytes_kept;
+        rest.bytes_zeroed += report.bytes_zeroed;
+        rest
     }
 
     fn crash_with(&self, mut rng: Option<&mut dyn RngCore>) -> CrashReport {
@@ -1019,6 +1059,7 @@ impl SegmentFile for SimSegment {
     fn append(&self, data: &[u8]) -> io::Result<u64> {
         self.with_inode(FaultPoint::Append, |inode, stats, caller| {
             let pos = inode.data.len() as u64;
+            inode.last_append = inode.data.len();
             inode.data.extend_from_slice(data);
             if caller.is_some() && !data.is_empty() {
                 inode.dirty_by = caller;
@@ -1270,6 +1311,29 @@ mod tests {
         assert!(seg.sync().is_err());
         assert!(seg.read_at(0, 1).is_err());
         assert_eq!(v.file_lengths("f"), Some((0, 0)));
+    }
+
+    #[test]
+    fn a_crash_tearing_the_last_write_zeroes_a_suffix_of_it_and_keeps_the_rest() {
+        for seed in 0..64 {
+            let v = SimVolume::new();
+            let seg = v.open_segment("f", true).unwrap();
+            seg.append(b"synced|").unwrap();
+            seg.sync().unwrap();
+            seg.append(b"earlier|").unwrap();
+            seg.append(b"last write").unwrap();
+            let report = v.crash_tearing_last_writes(&mut SmallRng::seed_from_u64(seed));
+            let data = v.read("f").unwrap().unwrap();
+            assert_eq!(data.len(), 25, "the size reached the disk");
+            assert!(data.starts_with(b"synced|earlier|"));
+            let zeroed = report.bytes_zeroed as usize;
+            assert!((1..=10).contains(&zeroed), "only the last write is torn");
+            assert!(b"last write".starts_with(&data[15..25 - zeroed]));
+            assert!(data[25 - zeroed..].iter().all(|&b| b == 0));
+            // On the disk now: a second crash keeps it.
+            assert_eq!(v.crash().bytes_dropped, 0);
+            assert_eq!(v.read("f").unwrap().unwrap(), data);
+        }
     }
 
     #[test]
