@@ -1385,14 +1385,42 @@ fn txn_offset_commit_stages_offsets_that_only_complete_txn_commits() {
         h.c.fetch_offsets(G, Some(&ask), true)[0].1[0].committed,
         Err(ErrorCode::UnstableOffsetCommit)
     );
-    // Another producer's transaction has nothing staged: no op.
+    // Another producer's transaction has nothing staged: its op changes
+    // nothing.
     let mut out = Output::default();
     h.c.complete_txn(G, 43, true, h.now, &mut out);
-    assert!(out.ops.is_empty());
+    assert_eq!(out.ops.len(), 1);
+    h.finish(out);
+    h.write();
+    assert_eq!(h.committed("t", 0), 1);
+    let mut out = Output::default();
     h.c.complete_txn(G, 42, true, h.now, &mut out);
     h.finish(out);
     h.write();
     assert_eq!(h.committed("t", 0), 5);
+}
+
+#[test]
+fn a_completion_drops_offsets_staged_but_not_yet_written() {
+    let mut h = H::new();
+    h.commit("", -1, &[("t", 0, 1)]).expect("committed");
+    h.write();
+    // A TxnOffsetCommit is verified and queued ...
+    let mut out = Output::default();
+    let staged =
+        h.c.stage_txn_offsets(&simple_txn_commit(5), 42, 0, None, h.now, &mut out);
+    assert_eq!(staged, Ok(vec![Ok(())]));
+    h.finish(out);
+    // ... and before its write lands, the transaction is aborted and
+    // completed at the group: the written state shows nothing staged.
+    let mut out = Output::default();
+    h.c.complete_txn(G, 42, false, h.now, &mut out);
+    h.finish(out);
+    h.write();
+    let ask = [("t".to_string(), vec![0])];
+    // Nothing is left staged for a transaction that is complete: stable,
+    // and the commit before it.
+    assert_eq!(offset(&h.c.fetch_offsets(G, Some(&ask), true)[0].1[0]), 1);
 }
 
 /// A TxnOffsetCommit of offset `offset` on t-0 from outside any group
@@ -1426,6 +1454,7 @@ fn a_txn_offset_commit_verified_before_its_transactions_completion_is_refused() 
     let asked = h.c.txn_completion_mark();
     let mut out = Output::default();
     h.c.complete_txn(G, 42, true, h.now, &mut out);
+    let mut out = Output::default();
     assert_eq!(
         h.c.stage_txn_offsets(&req, 42, 0, Some(asked), h.now, &mut out),
         Err(ErrorCode::ConcurrentTransactions)
