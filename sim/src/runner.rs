@@ -36,9 +36,9 @@
 //!   (a mutation run).
 //! - `KAAS_SIM_BUGGIFY=off`: no buggify point fires in any seed (to tell
 //!   whether a failure needs them; `crate::buggify`).
-//! - `KAAS_SIM_TEAR_AT_POINTS=1`: a crash a buggify point asks for tears,
-//!   half the time, each file's latest write inside itself
-//!   (`SimVolume::crash_tearing_last_writes`); off in the CI batch.
+//! - `KAAS_SIM_TEAR_AT_POINTS=0`: a crash a buggify point asks for no
+//!   longer tears, half the time, each file's latest write inside itself
+//!   (`SimVolume::crash_tearing_last_writes`).
 //! - `KAAS_SIM_BUG=name`: plant that one of `kaas_core::deliberate_bugs` in
 //!   every seed's process (a build with the `deliberate-bugs` feature:
 //!   `scripts/sim --bug NAME`, `scripts/sim-bugs`).
