@@ -97,23 +97,3 @@ pub fn plant(bug: Bug) {
 
 /// Whether this build can plant bugs at all.
 pub const AVAILABLE: bool = cfg!(feature = "deliberate-bugs");
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_bug_is_found_by_its_name() {
-        for &b in Bug::ALL {
-            assert_eq!(Bug::from_name(b.name()), Some(b));
-        }
-        assert_eq!(Bug::from_name("NoSuchBug"), None);
-    }
-
-    #[test]
-    fn no_bug_is_planted_unless_asked() {
-        for &b in Bug::ALL {
-            assert!(!planted(b), "{b:?} planted in a plain build");
-        }
-    }
-}

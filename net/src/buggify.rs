@@ -114,30 +114,19 @@ impl Buggify {
         let _ = site;
         Ok(())
     }
+
+    /// [`at`](Self::at) for a site whose failure is a Kafka error: `code`.
+    pub async fn at_or(
+        &self,
+        site: Site,
+        code: kaas_core::protocol::ErrorCode,
+    ) -> Result<(), kaas_core::protocol::ErrorCode> {
+        self.at(site).await.map_err(|_| code)
+    }
 }
 
 impl std::fmt::Debug for Buggify {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Buggify")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_site_has_its_own_name() {
-        let names: std::collections::BTreeSet<&str> = Site::ALL.iter().map(|s| s.name()).collect();
-        assert_eq!(names.len(), Site::ALL.len());
-    }
-
-    #[cfg(not(madsim))]
-    #[tokio::test]
-    async fn outside_the_simulator_a_point_never_fires() {
-        let b = Buggify::none();
-        for &s in Site::ALL {
-            assert!(b.at(s).await.is_ok());
-        }
     }
 }

@@ -203,9 +203,6 @@ impl SeedReport {
             ("group generations", count(self.generations)),
             ("group member crashes", g.member_crashes),
             ("seeds that buggify", u64::from(self.buggifying)),
-            ("buggify delays", self.buggify.delays),
-            ("buggify failures", self.buggify.failures),
-            ("buggify crashes", self.buggify.crashes),
             ("fsyncs", self.syncs),
         ]
     }
@@ -226,20 +223,12 @@ impl fmt::Display for SeedReport {
             self.records_fetched,
         )?;
         if self.buggifying {
-            let b = &self.buggify;
-            let sites: Vec<String> = b
-                .by_site
+            let fires: Vec<String> = self
+                .buggify
                 .iter()
                 .map(|(s, n)| format!("{} {n}", s.name()))
                 .collect();
-            write!(
-                f,
-                "buggify: {} delays, {} failures, {} crashes ({}) | ",
-                b.delays,
-                b.failures,
-                b.crashes,
-                sites.join(", ")
-            )?;
+            write!(f, "buggify: fired at {} | ", fires.join(", "))?;
         }
         if p.idempotent_producers > 0 {
             let i = &self.idem;

@@ -442,7 +442,18 @@ impl Coordinator {
 
     /// The transaction of `producer_id` ended, its markers durable: its
     /// staged offsets for `group_id` become committed (or are dropped on
-    /// abort) once the returned op is written. Nothing staged: no op.
+    /// abort) once the returned op is written.
+    ///
+    /// Always one op, even when nothing is staged in the state already
+    /// written: a TxnOffsetCommit verified and queued just before the
+    /// transaction ended (a zombie's, as InitProducerId aborts its
+    /// transaction) is installed only once its write is durable, so the
+    /// written state may not show it yet. Queued behind it on the slot, the
+    /// op completes it when the rounds are applied in order; where there is
+    /// nothing to complete it changes nothing and costs no write. Deciding
+    /// from the written state alone left such offsets staged for a
+    /// transaction long complete, and OffsetFetch with require_stable
+    /// answered UNSTABLE_OFFSET_COMMIT for ever (simulator seed 486).
     pub fn complete_txn(
         &mut self,
         group_id: &str,
@@ -452,33 +463,14 @@ impl Coordinator {
         out: &mut Output,
     ) {
         self.completions.record(producer_id, now_ms);
-        out.ops.push((
-            coordinator_slot(group_id),
-            completion_of_staged_offsets(group_id, producer_id, commit),
-        ));
+        let op = SlotOp::CompleteTxn {
+            group: group_id.to_string(),
+            producer_id,
+            commit,
+        };
+        out.ops.push((coordinator_slot(group_id), op));
     }
-}
 
-/// The op that completes a transaction's staged offsets at a group: always
-/// one, even when nothing is staged in the state already written. A
-/// TxnOffsetCommit verified and queued just before the transaction ended
-/// (a zombie's, say, as InitProducerId aborts its transaction) is installed
-/// only once its write is durable, so the written state may not show it
-/// yet; queued behind it on the slot, this op drops (or commits) it when
-/// the rounds are applied in order, and where there is nothing to complete
-/// it changes nothing and costs no write. Deciding from the written state
-/// alone left such offsets staged for a transaction long complete, and
-/// OffsetFetch with require_stable answered UNSTABLE_OFFSET_COMMIT for ever
-/// (simulator seed 486 with `KAAS_SIM_TEAR_AT_POINTS=1`).
-pub fn completion_of_staged_offsets(group_id: &str, producer_id: i64, commit: bool) -> SlotOp {
-    SlotOp::CompleteTxn {
-        group: group_id.to_string(),
-        producer_id,
-        commit,
-    }
-}
-
-impl Coordinator {
     /// The number a TxnOffsetCommit takes before it asks a remote
     /// transaction coordinator (see `stage_txn_offsets`).
     pub fn txn_completion_mark(&self) -> u64 {

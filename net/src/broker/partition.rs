@@ -696,16 +696,15 @@ impl Partition {
             let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
             let offset = snapshot.offset;
             let epoch = self.leader.epoch;
-            let written = match self.env.buggify.at(Site::SnapshotWrite).await {
-                Ok(()) => {
-                    self.env
-                        .blocking(IoKind::Fsync, move || {
-                            producer_state::write(volume.as_ref(), &dir, epoch, &snapshot.bytes)
-                        })
-                        .await
-                }
-                Err(e) => Err(e),
-            };
+            let written = async {
+                self.env.buggify.at(Site::SnapshotWrite).await?;
+                self.env
+                    .blocking(IoKind::Fsync, move || {
+                        producer_state::write(volume.as_ref(), &dir, epoch, &snapshot.bytes)
+                    })
+                    .await
+            }
+            .await;
             match written {
                 Ok(()) => self.state().snapshot_written(offset),
                 Err(e) => {

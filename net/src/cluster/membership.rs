@@ -358,4 +358,37 @@ mod tests {
         m.watch(0, 0);
         assert_eq!(m.known_peers(), vec![9], "a broker never watches itself");
     }
+
+    /// Seed 682: a broker whose heartbeat this one last read before its
+    /// restart wins a new epoch; seeing that claim restarts its silence,
+    /// and the same claim seen again (or a released one) does not.
+    #[test]
+    fn a_new_claim_puts_off_a_takeover_from_its_holder() {
+        let m = membership(1);
+        m.observe(5, Some(&record(5, 1)), 0);
+        let silence = BOUNDS.lease_ms + BOUNDS.clock_skew_ms + BOUNDS.volume_staleness_ms;
+        m.observe(5, Some(&record(5, 1)), silence);
+        assert!(m.may_claim_from(5), "silent for the whole bound");
+        let claim = Claim {
+            broker_id: 5,
+            epoch: 2,
+        };
+        m.saw_claim("t:41".into(), claim, silence);
+        assert!(!m.may_claim_from(5), "its new claim shows it alive");
+        m.observe(5, Some(&record(5, 1)), 2 * silence);
+        assert!(m.may_claim_from(5), "silent for a bound since the claim");
+        m.saw_claim("t:41".into(), claim, 2 * silence);
+        m.saw_claim(
+            "t:40".into(),
+            Claim {
+                broker_id: RELEASED,
+                epoch: 3,
+            },
+            2 * silence,
+        );
+        assert!(
+            m.may_claim_from(5),
+            "a claim seen before, or a released one, shows nothing"
+        );
+    }
 }

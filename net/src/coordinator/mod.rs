@@ -149,6 +149,16 @@ impl GroupCoordinator {
     }
 
     /// Answers parked requests as the core decided.
+    /// Stops serving `slot` (its newest claim now `newest`): its groups are
+    /// unloaded, their waiters answered, and what is queued for it answered
+    /// NOT_COORDINATOR.
+    fn let_go(inner: &mut Inner, slot: u32, newest: Option<Claim>) {
+        let mut out = Output::default();
+        inner.core.unload_slot(slot, &mut out);
+        Self::answer(inner, out.effects);
+        inner.queues.unserve(slot, newest);
+    }
+
     fn answer(inner: &mut Inner, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
@@ -437,7 +447,7 @@ impl GroupCoordinator {
             let mut out = Output::default();
             let now = self.env.now_ms();
             // Always one op, queued behind any staging still being
-            // written (`completion_of_staged_offsets`); it costs no write
+            // written (`Coordinator::complete_txn` in core); it costs no write
             // where it finds nothing to complete.
             inner
                 .core
@@ -673,10 +683,7 @@ impl SlotOwner for GroupCoordinator {
                 // pass: an answer from memory (a heartbeat, an OffsetFetch)
                 // would speak for state the successor may have changed
                 // since (simulator seed 682, on a transaction slot).
-                let mut out = Output::default();
-                inner.core.unload_slot(slot, &mut out);
-                Self::answer(&mut inner, out.effects);
-                inner.queues.unserve(slot, None);
+                Self::let_go(&mut inner, slot, None);
                 Err(refused)
             }
         }
@@ -715,11 +722,7 @@ impl MovingSlots for GroupCoordinator {
     }
 
     fn unserve(&self, slot: u32, newest: Option<Claim>) {
-        let mut inner = self.lock();
-        let mut out = Output::default();
-        inner.core.unload_slot(slot, &mut out);
-        Self::answer(&mut inner, out.effects);
-        inner.queues.unserve(slot, newest);
+        Self::let_go(&mut self.lock(), slot, newest);
     }
 
     fn follow(&self, slot: u32, newest: Option<Claim>) {

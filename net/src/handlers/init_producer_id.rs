@@ -91,9 +91,8 @@ async fn transactional(
     broker
         .env
         .buggify
-        .at(Site::EpochBumpPersisted)
-        .await
-        .map_err(|_| ErrorCode::CoordinatorNotAvailable)?;
+        .at_or(Site::EpochBumpPersisted, ErrorCode::CoordinatorNotAvailable)
+        .await?;
     match outcome {
         InitOutcome::Ready {
             producer_id,

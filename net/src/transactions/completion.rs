@@ -95,9 +95,8 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
     broker
         .env
         .buggify
-        .at(Site::PrepareToComplete)
-        .await
-        .map_err(|_| ErrorCode::KafkaStorageError)?;
+        .at_or(Site::PrepareToComplete, ErrorCode::KafkaStorageError)
+        .await?;
     let mut remote_groups: BTreeMap<i32, BTreeSet<String>> = BTreeMap::new();
     for group in &prepared.groups {
         match broker.group_coordinator(group) {
@@ -229,15 +228,10 @@ async fn write_markers(
         };
         let buggify = broker.env.buggify.clone();
         writes.push(tokio::spawn(async move {
-            buggify
-                .at(Site::MarkerWrite)
-                .await
-                .map_err(|_| ErrorCode::KafkaStorageError)?;
+            let failed = ErrorCode::KafkaStorageError;
+            buggify.at_or(Site::MarkerWrite, failed).await?;
             let offset = partition.write_marker(marker).await?;
-            buggify
-                .at(Site::MarkerAppended)
-                .await
-                .map_err(|_| ErrorCode::KafkaStorageError)?;
+            buggify.at_or(Site::MarkerAppended, failed).await?;
             if planted(Bug::MarkerNotAwaitedDurable) {
                 return Ok(());
             }

@@ -540,6 +540,15 @@ impl SlotFile for TxnSlotState {
     }
 }
 
+/// Stops serving `slot` (its newest claim now `newest`): its entries are
+/// forgotten and what is queued for it answered NOT_COORDINATOR.
+fn let_go(inner: &mut Inner, slot: u32, newest: Option<Claim>) {
+    if let Some(s) = inner.slots.get_mut(slot as usize) {
+        *s = TxnSlotState::new(slot, -1);
+    }
+    inner.queues.unserve(slot, newest);
+}
+
 impl SlotOwner for TxnCoordinator {
     type File = TxnSlotState;
 
@@ -585,10 +594,7 @@ impl SlotOwner for TxnCoordinator {
                 // partition already added, a retried EndTxn) would speak
                 // for state the successor may have changed since
                 // (simulator seed 682).
-                if let Some(s) = inner.slots.get_mut(slot as usize) {
-                    *s = TxnSlotState::new(slot, -1);
-                }
-                inner.queues.unserve(slot, None);
+                let_go(&mut inner, slot, None);
                 Err(ErrorCode::NotCoordinator)
             }
         }
@@ -626,11 +632,7 @@ impl MovingSlots for TxnCoordinator {
     }
 
     fn unserve(&self, slot: u32, newest: Option<Claim>) {
-        let mut inner = self.lock();
-        if let Some(s) = inner.slots.get_mut(slot as usize) {
-            *s = TxnSlotState::new(slot, -1);
-        }
-        inner.queues.unserve(slot, newest);
+        let_go(&mut self.lock(), slot, newest);
     }
 
     fn follow(&self, slot: u32, newest: Option<Claim>) {
