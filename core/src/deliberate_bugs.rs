@@ -66,6 +66,14 @@ crate::named_enum! {
         /// A read_committed fetch is bounded by the high watermark, not the
         /// last stable offset: open transactions' records are served.
         ReadCommittedPastTheLso,
+        /// `write_atomic` and `create_exclusive` rename (or link) their
+        /// temporary without syncing its content first: a power loss may
+        /// leave the name on an empty file.
+        TemporaryNotSynced,
+        /// `write_atomic` and `create_exclusive` return without syncing the
+        /// directory they published a name in: a power loss may undo a
+        /// replace or a claim that was acknowledged.
+        DirectoryNotSynced,
     }
 }
 

@@ -5,7 +5,7 @@
 //! (`kaas_net::volume::contract`, run against it in tests/volume_contract.rs).
 
 use bytes::Bytes;
-use kaas_net::volume::{SegmentFile, Volume};
+use kaas_net::volume::{is_temporary, temporary_beside, SegmentFile, Volume};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::ops::Bound;
@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Default)]
 pub struct MemVolume {
     inner: Mutex<Inner>,
+    /// Numbers the hidden temporaries of the composite writes.
+    temporaries: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -71,6 +73,16 @@ fn child_prefix(dir: &str) -> String {
 }
 
 impl Inner {
+    fn require_free(&self, path: &str) -> io::Result<()> {
+        if path.is_empty() || self.files.contains_key(path) || self.dirs.contains(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{path:?} already exists"),
+            ));
+        }
+        Ok(())
+    }
+
     fn require_parent(&self, path: &str) -> io::Result<()> {
         let dir = parent(path);
         if dir.is_empty() || self.dirs.contains(dir) {
@@ -152,12 +164,20 @@ impl Volume for MemVolume {
         Ok(file.map(|f| Bytes::from(lock(&f.data).clone())))
     }
 
-    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+    fn temporary_name(&self, path: &str) -> io::Result<String> {
+        let n = self
+            .temporaries
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        temporary_beside(path, 0, n)
+    }
+
+    /// A new file object: handles opened on a name it later replaces
+    /// keep reading what they opened.
+    fn write_new(&self, path: &str, data: &[u8]) -> io::Result<()> {
         let path = normalize(path)?;
         let mut inner = lock(&self.inner);
         inner.require_parent(&path)?;
-        // A new file, not new content in the old one: handles opened before
-        // keep reading what they opened.
+        inner.require_free(&path)?;
         inner.files.insert(
             path,
             Arc::new(MemFile {
@@ -167,22 +187,29 @@ impl Volume for MemVolume {
         Ok(())
     }
 
-    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
+    /// Nothing to make durable: this volume has no crashes. The file
+    /// must exist, as for a real fsync.
+    fn sync_file(&self, path: &str) -> io::Result<()> {
         let path = normalize(path)?;
-        let mut inner = lock(&self.inner);
-        inner.require_parent(&path)?;
-        if path.is_empty() || inner.files.contains_key(&path) || inner.dirs.contains(&path) {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{path} already exists"),
-            ));
+        if lock(&self.inner).files.contains_key(&path) {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{path} does not exist"),
+            ))
         }
-        inner.files.insert(
-            path,
-            Arc::new(MemFile {
-                data: Mutex::new(data.to_vec()),
-            }),
-        );
+    }
+
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (normalize(from)?, normalize(to)?);
+        let mut inner = lock(&self.inner);
+        let file = inner.files.get(&from).cloned().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("{from} does not exist"))
+        })?;
+        inner.require_parent(&to)?;
+        inner.require_free(&to)?;
+        inner.files.insert(to, file);
         Ok(())
     }
 
@@ -193,16 +220,27 @@ impl Volume for MemVolume {
         let children = under(&inner.files, &prefix)
             .chain(under(&inner.dirs, &prefix))
             .filter_map(|p| p.strip_prefix(&prefix))
-            .filter(|rest| !rest.is_empty() && !rest.contains('/'))
+            .filter(|rest| !rest.is_empty() && !rest.contains('/') && !is_temporary(rest))
             .map(str::to_string)
             .collect::<BTreeSet<_>>();
         Ok(children.into_iter().collect())
     }
 
-    fn create_dir_all(&self, dir: &str) -> io::Result<()> {
+    fn create_dir(&self, dir: &str) -> io::Result<bool> {
         let dir = normalize(dir)?;
-        add_dirs(&mut lock(&self.inner).dirs, &dir);
-        Ok(())
+        let mut inner = lock(&self.inner);
+        if inner.dirs.contains(&dir) || dir.is_empty() {
+            return Ok(false);
+        }
+        inner.require_parent(&dir)?;
+        inner.require_free(&dir)?;
+        inner.dirs.insert(dir);
+        Ok(true)
+    }
+
+    /// Nothing to do: this volume has no crashes.
+    fn sync_dir(&self, dir: &str) -> io::Result<()> {
+        normalize(dir).map(drop)
     }
 
     /// Moves the file object: handles opened on `from` keep it, and those

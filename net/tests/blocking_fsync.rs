@@ -55,7 +55,8 @@ impl Gate {
         let (DiskWait::Sync(path)
         | DiskWait::WriteAtomic(path)
         | DiskWait::CreateExclusive(path)
-        | DiskWait::Rename(path)) = wait;
+        | DiskWait::Rename(path)
+        | DiskWait::SyncDir(path)) = wait;
         if !path.starts_with(&self.prefix) {
             return Ok(());
         }

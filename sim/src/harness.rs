@@ -1151,6 +1151,10 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             let node = madsim::plugin::node();
             nodes.iter().position(|&n| n == node)
         })));
+        // Shared over NFS, whose server commits directory operations
+        // before replying; one broker's volume is a local file system's,
+        // where an entry is durable once its directory is synced.
+        volume.set_entries_durable_at_once(true);
         let origin = tokio::time::Instant::now();
         volume.set_listing_cache(
             listing_cache_ms(&params),

@@ -13,17 +13,22 @@
 //!   (the `SegmentFile` contract says it syncs). Segment files are append-only
 //!   apart from truncation, so "a durable prefix plus a tail" is exact, not
 //!   an approximation.
-//! - `write_atomic` replaces a file durably and atomically: either the old
-//!   or the new content survives a crash, never a mix. `create_exclusive`
-//!   is the same without the replacing: it fails if the name exists, and
-//!   its check and its creation are one step under the volume's lock, so
-//!   of concurrent creators exactly one wins.
-//! - Simplification: directory operations (create, remove, `rename` and
-//!   the rename inside `write_atomic`, creating a segment) are durable the
-//!   moment they return.
-//!   `LocalVolume` fsyncs the directory for each of them, so this matches
-//!   what kaas asks of a real file system; it does not model a file system
-//!   that loses a directory entry `LocalVolume` did fsync.
+//! - Directory entries have their own durability, as on a local file
+//!   system: every directory is kept twice, as it is and as it was at its
+//!   last sync ([`Volume::sync_dir`], or the first sync of a segment
+//!   `open_segment` created). A power loss brings every directory back to
+//!   its synced entries: a create, rename or removal not synced is undone,
+//!   and a file whose name did not survive is gone. `write_atomic` and
+//!   `create_exclusive` are not the volume's own: they are the trait's
+//!   composites (a temporary written and synced, then renamed or linked,
+//!   then the directory synced), the very steps `LocalVolume` runs, so a
+//!   step missing there shows here as a lost or empty file after a crash.
+//!   On NFS ([`set_entries_durable_at_once`](SimVolume::set_entries_durable_at_once),
+//!   the multi-broker seeds) the server commits a directory operation
+//!   before it replies, so entries are durable the moment they change.
+//! - `link` (the publication inside `create_exclusive`) checks the name
+//!   and creates it in one step under the volume's lock, so of concurrent
+//!   creators exactly one wins.
 //! - [`crash`](SimVolume::crash) is the power failure the harness applies
 //!   between killing a broker and restarting it: every unsynced byte is
 //!   lost. [`crash_torn`](SimVolume::crash_torn) instead keeps a seeded
@@ -78,7 +83,7 @@
 //! (kaas requires `lookupcache=none`).
 
 use bytes::Bytes;
-use kaas_net::volume::{SegmentFile, Volume};
+use kaas_net::volume::{is_temporary, temporary_beside, SegmentFile, Volume};
 use rand::{Rng, RngCore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -89,10 +94,11 @@ use tokio::sync::watch;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultPoint {
     Read,
-    WriteAtomic,
-    CreateExclusive,
+    WriteNew,
+    Link,
     List,
     CreateDir,
+    SyncDir,
     Remove,
     RemoveDirAll,
     Rename,
@@ -136,6 +142,9 @@ pub struct CrashReport {
     pub bytes_zeroed: u64,
     /// Bytes zeroed because their fsync had failed (see `Inode::poisoned`).
     pub bytes_poisoned: u64,
+    /// Directory entries undone: created, renamed or removed but never
+    /// synced into their directory.
+    pub entries_undone: u64,
 }
 
 /// Running totals, for reports and for gates against vacuous runs.
@@ -146,9 +155,16 @@ pub struct VolumeStats {
     pub bytes_appended: u64,
     pub syncs: u64,
     pub truncates: u64,
-    pub atomic_writes: u64,
+    /// New files written whole (`write_new`: the temporaries of
+    /// `write_atomic` and `create_exclusive`).
+    pub whole_writes: u64,
+    /// Directory syncs, including those of a created segment's first sync.
+    pub dir_syncs: u64,
     pub renames: u64,
     pub crashes: u64,
+    /// Directory entries a power loss undid (unsynced creates, renames
+    /// and removals).
+    pub entries_undone: u64,
     /// Crashes of one broker's host ([`SimVolume::crash_host`]).
     pub host_crashes: u64,
     pub power_cuts: u64,
@@ -190,6 +206,28 @@ struct Inode {
 }
 
 impl Inode {
+    /// An fsync by `caller`: it writes back the caller's own dirty pages;
+    /// another client's it cannot reach.
+    fn sync(&mut self, caller: Option<usize>, stats: &mut VolumeStats) {
+        if self.visible_len(caller) == self.data.len() {
+            self.synced = self.data.len();
+            self.dirty_by = None;
+        }
+        stats.syncs += 1;
+    }
+
+    /// An fsync failed with `e`. An injected failure has the kernel's
+    /// semantics: the unsynced bytes are dropped from the dirty set, so
+    /// they look durable to later fsyncs but a crash loses them.
+    fn failed_sync(&mut self, e: &io::Error) {
+        let injected = e.get_ref().is_some_and(|inner| inner.is::<InjectedFault>());
+        if injected && self.data.len() > self.synced {
+            self.poisoned.push((self.synced, self.data.len()));
+            self.synced = self.data.len();
+            self.dirty_by = None;
+        }
+    }
+
     /// How much of the file `caller` sees. A broker's unsynced appends
     /// are dirty pages in its own NFS client: it reads them, nobody else
     /// does until an fsync writes them to the server (close-to-open: kaas
@@ -208,6 +246,14 @@ struct State {
     dirs: BTreeSet<String>,
     /// Directory entries of files.
     files: BTreeMap<String, u64>,
+    /// `dirs` and `files` as a power loss leaves them: each directory's
+    /// entries as of its last sync.
+    durable: Entries,
+    /// Directory operations are durable when they return (an NFS server's),
+    /// not only once their directory is synced (a local file system's).
+    entries_durable_at_once: bool,
+    /// Numbers hidden temporaries (`Volume::temporary_name`).
+    temporaries: u64,
     /// Inodes, including unlinked ones still reachable from open handles
     /// (dropped at the next crash, when those handles die).
     inodes: BTreeMap<u64, Inode>,
@@ -224,6 +270,13 @@ struct State {
     writers: BTreeMap<String, BTreeSet<(usize, FaultPoint)>>,
     /// Each broker's cached directory listings, when NFS's are modelled.
     listings: Option<ListingCache>,
+}
+
+/// A volume's names: its directories and its files' entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Entries {
+    dirs: BTreeSet<String>,
+    files: BTreeMap<String, u64>,
 }
 
 /// Directory listings as an NFS client caches them: a broker's `list` of a
@@ -296,6 +349,30 @@ fn normalize(path: &str) -> io::Result<String> {
 
 fn parent(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(dir, _)| dir)
+}
+
+/// The keys that start with `prefix` (everything below a directory, when
+/// `prefix` is that directory and a slash), found by a range query.
+fn below<'a, K: Keys>(keys: &'a K, prefix: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+    keys.keys_from(prefix)
+        .take_while(move |k| k.starts_with(prefix))
+}
+
+/// Sorted string keys that can be iterated from a starting point.
+trait Keys {
+    fn keys_from<'a>(&'a self, start: &str) -> Box<dyn Iterator<Item = &'a String> + 'a>;
+}
+
+impl<V> Keys for BTreeMap<String, V> {
+    fn keys_from<'a>(&'a self, start: &str) -> Box<dyn Iterator<Item = &'a String> + 'a> {
+        Box::new(self.range(start.to_string()..).map(|(k, _)| k))
+    }
+}
+
+impl Keys for BTreeSet<String> {
+    fn keys_from<'a>(&'a self, start: &str) -> Box<dyn Iterator<Item = &'a String> + 'a> {
+        Box::new(self.range(start.to_string()..))
+    }
 }
 
 /// True if `path` is strictly below `dir`.
@@ -378,16 +455,100 @@ impl State {
                 .or_default()
                 .insert((broker, point));
         }
-        self.changed_entry(path);
+        if !matches!(point, FaultPoint::Append | FaultPoint::Truncate) {
+            self.changed_entry(path);
+        }
     }
 
     /// The broker issuing the operation changed the entry `path` (created,
-    /// removed, replaced it): its own cached listing of the parent goes.
+    /// removed, replaced it): its own cached listing of the parent goes,
+    /// and on NFS the change is durable at once.
     fn changed_entry(&mut self, path: &str) {
         let broker = self.caller.as_ref().and_then(|c| c());
         if let (Some(broker), Some(cache)) = (broker, self.listings.as_mut()) {
             cache.entries.remove(&(broker, parent(path).to_string()));
         }
+        if self.entries_durable_at_once {
+            self.sync_entries(parent(path));
+        }
+    }
+
+    /// Makes the entries directly under `dir` durable as they are now
+    /// (`dir` itself only if its own parent is synced too). A directory
+    /// removed from it takes its durable subtree along.
+    fn sync_entries(&mut self, dir: &str) {
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let child = |p: &str| p.len() > prefix.len() && !p[prefix.len()..].contains('/');
+        let durable = &mut self.durable;
+        let gone: Vec<String> = below(&durable.dirs, &prefix)
+            .filter(|d| child(d) && !self.dirs.contains(*d))
+            .cloned()
+            .collect();
+        for d in gone {
+            let subtree = format!("{d}/");
+            durable.files.retain(|p, _| !p.starts_with(&subtree));
+            durable.dirs.retain(|p| !p.starts_with(&subtree));
+        }
+        let stale: Vec<String> = below(&durable.files, &prefix)
+            .chain(below(&durable.dirs, &prefix))
+            .filter(|p| child(p))
+            .cloned()
+            .collect();
+        for p in stale {
+            durable.files.remove(&p);
+            durable.dirs.remove(&p);
+        }
+        for p in below(&self.files, &prefix).filter(|p| child(p)) {
+            if let Some(&id) = self.files.get(p) {
+                durable.files.insert(p.clone(), id);
+            }
+        }
+        let dirs: Vec<String> = below(&self.dirs, &prefix)
+            .filter(|d| child(d))
+            .cloned()
+            .collect();
+        durable.dirs.extend(dirs);
+        self.stats.dir_syncs += 1;
+    }
+
+    /// A power loss: each directory goes back to its synced entries, and
+    /// only what hangs from the root through synced entries is left.
+    /// Returns how many entries that undid.
+    fn revert_entries(&mut self) -> u64 {
+        let durable = &self.durable;
+        let mut dirs = BTreeSet::from([String::new()]);
+        // Sorted, so a parent comes before its children.
+        for d in &durable.dirs {
+            if dirs.contains(parent(d)) {
+                dirs.insert(d.clone());
+            }
+        }
+        let files: BTreeMap<String, u64> = durable
+            .files
+            .iter()
+            .filter(|(p, _)| dirs.contains(parent(p)))
+            .map(|(p, id)| (p.clone(), *id))
+            .collect();
+        // Names whose entry a power loss changes: created, removed or
+        // pointed at another file since their directory's sync.
+        let changed_files = self
+            .files
+            .keys()
+            .chain(files.keys().filter(|p| !self.files.contains_key(*p)))
+            .filter(|p| self.files.get(*p) != files.get(*p))
+            .count();
+        let undone = (changed_files + dirs.symmetric_difference(&self.dirs).count()) as u64;
+        self.durable = Entries {
+            dirs: dirs.clone(),
+            files: files.clone(),
+        };
+        self.dirs = dirs;
+        self.files = files;
+        undone
     }
 
     /// `fresh`, the listing of `dir` as it is, or what the calling broker's
@@ -410,6 +571,17 @@ impl State {
         }
         cache.entries.insert(key, (now, fresh.clone()));
         fresh
+    }
+
+    /// Fails with `AlreadyExists` if `path` names a file or a directory.
+    fn require_free(&self, path: &str) -> io::Result<()> {
+        if path.is_empty() || self.dirs.contains(path) || self.files.contains_key(path) {
+            return Err(err(
+                io::ErrorKind::AlreadyExists,
+                format!("{path:?} already exists"),
+            ));
+        }
+        Ok(())
     }
 
     fn require_dir(&self, dir: &str, path: &str) -> io::Result<()> {
@@ -446,6 +618,12 @@ impl SimVolume {
         let state = State {
             dirs: BTreeSet::from([String::new()]),
             files: BTreeMap::new(),
+            durable: Entries {
+                dirs: BTreeSet::from([String::new()]),
+                files: BTreeMap::new(),
+            },
+            entries_durable_at_once: false,
+            temporaries: 0,
             inodes: BTreeMap::new(),
             next_inode: 0,
             generation: 0,
@@ -464,6 +642,22 @@ impl SimVolume {
                 unreachable: watch::Sender::new(BTreeSet::new()),
                 late_io: Arc::default(),
             }),
+        }
+    }
+
+    /// Directory operations become durable when they return, as an NFS
+    /// server makes them (it commits CREATE, REMOVE, RENAME and LINK to
+    /// stable storage before replying), instead of once their directory
+    /// is synced, as on a local file system. The multi-broker seeds share
+    /// the volume over NFS.
+    pub fn set_entries_durable_at_once(&self, at_once: bool) {
+        let mut state = self.state();
+        state.entries_durable_at_once = at_once;
+        if at_once {
+            state.durable = Entries {
+                dirs: state.dirs.clone(),
+                files: state.files.clone(),
+            };
         }
     }
 
@@ -611,7 +805,11 @@ impl SimVolume {
 
     fn crash_with(&self, mut rng: Option<&mut dyn RngCore>) -> CrashReport {
         let mut state = self.state();
-        let mut report = CrashReport::default();
+        let mut report = CrashReport {
+            entries_undone: state.revert_entries(),
+            ..CrashReport::default()
+        };
+        state.stats.entries_undone += report.entries_undone;
         let reachable: BTreeSet<u64> = state.files.values().copied().collect();
         state.inodes.retain(|id, _| reachable.contains(id));
         for inode in state.inodes.values_mut() {
@@ -769,43 +967,78 @@ impl Volume for SimVolume {
             .map(|inode| Bytes::copy_from_slice(&inode.data[..inode.visible_len(caller)])))
     }
 
-    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
+    fn temporary_name(&self, path: &str) -> io::Result<String> {
+        let path = normalize(path)?;
+        let mut state = self.state();
+        state.temporaries += 1;
+        temporary_beside(&path, 0, state.temporaries)
+    }
+
+    /// A new inode whose whole content is an unsynced tail (the caller's
+    /// dirty pages), under a name that is not durable yet.
+    fn write_new(&self, path: &str, data: &[u8]) -> io::Result<()> {
         let path = normalize(path)?;
         let mut state = self.state();
         self.reachable(&mut state)?;
-        self.mutation(&mut state, FaultPoint::WriteAtomic, &path)?;
+        self.mutation(&mut state, FaultPoint::WriteNew, &path)?;
         state.require_dir(parent(&path), &path)?;
-        if path.is_empty() || state.dirs.contains(&path) {
-            return Err(err(
-                io::ErrorKind::Other,
-                format!("{path:?} is a directory"),
-            ));
+        state.require_free(&path)?;
+        let id = state.new_inode(Vec::new());
+        let caller = state.caller();
+        if let Some(inode) = state.inodes.get_mut(&id) {
+            inode.data = data.to_vec();
+            inode.dirty_by = caller.filter(|_| !data.is_empty());
         }
-        let id = state.new_inode(data.to_vec());
-        state.wrote(&path, FaultPoint::WriteAtomic);
-        state.files.insert(path, id);
-        state.stats.atomic_writes += 1;
+        state.files.insert(path.clone(), id);
+        state.wrote(&path, FaultPoint::WriteNew);
+        state.stats.whole_writes += 1;
         Ok(())
     }
 
-    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
+    /// The same fsync as a handle's ([`SegmentFile::sync`]), of the file
+    /// the name points at now.
+    fn sync_file(&self, path: &str) -> io::Result<()> {
         let path = normalize(path)?;
         let mut state = self.state();
         self.reachable(&mut state)?;
-        self.mutation(&mut state, FaultPoint::CreateExclusive, &path)?;
-        state.require_dir(parent(&path), &path)?;
-        if path.is_empty() || state.dirs.contains(&path) || state.files.contains_key(&path) {
+        let Some(&id) = state.files.get(&path) else {
             return Err(err(
-                io::ErrorKind::AlreadyExists,
-                format!("{path:?} already exists"),
+                io::ErrorKind::NotFound,
+                format!("{path} does not exist"),
             ));
+        };
+        let file = state.inodes.get(&id).map_or((0, 0), |i| {
+            (i.data.len() as u64, (i.data.len() - i.synced) as u64)
+        });
+        let checked = self.file_mutation(&mut state, FaultPoint::Sync, &path, file);
+        let caller = state.caller();
+        let State { inodes, stats, .. } = &mut *state;
+        if let Some(inode) = inodes.get_mut(&id) {
+            match &checked {
+                Ok(()) => inode.sync(caller, stats),
+                Err(e) => inode.failed_sync(e),
+            }
         }
-        // Born synced: like `write_atomic`, the content is durable before
-        // the name appears.
-        let id = state.new_inode(data.to_vec());
-        state.wrote(&path, FaultPoint::CreateExclusive);
-        state.files.insert(path, id);
-        state.stats.atomic_writes += 1;
+        checked
+    }
+
+    /// The name check and the creation are one step under the volume's
+    /// lock: of concurrent creators exactly one wins.
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (normalize(from)?, normalize(to)?);
+        let mut state = self.state();
+        self.reachable(&mut state)?;
+        self.mutation(&mut state, FaultPoint::Link, &to)?;
+        let Some(&id) = state.files.get(&from) else {
+            return Err(err(
+                io::ErrorKind::NotFound,
+                format!("{from} does not exist"),
+            ));
+        };
+        state.require_dir(parent(&to), &to)?;
+        state.require_free(&to)?;
+        state.files.insert(to.clone(), id);
+        state.wrote(&to, FaultPoint::Link);
         Ok(())
     }
 
@@ -836,45 +1069,43 @@ impl Volume for SimVolume {
             .keys()
             .chain(state.dirs.iter())
             .filter_map(child)
+            .filter(|name| !is_temporary(name))
             .collect();
         names.sort();
         Ok(state.listing_seen(&dir, names))
     }
 
-    fn create_dir_all(&self, dir: &str) -> io::Result<()> {
+    fn create_dir(&self, dir: &str) -> io::Result<bool> {
         let dir = normalize(dir)?;
         let mut state = self.state();
         self.reachable(&mut state)?;
         if state.dirs.contains(&dir) {
             // Nothing to do; not a mutation, as in `LocalVolume`.
-            return state.check(FaultPoint::CreateDir, &dir);
+            state.check(FaultPoint::CreateDir, &dir)?;
+            return Ok(false);
         }
         self.mutation(&mut state, FaultPoint::CreateDir, &dir)?;
-        let mut prefix = String::new();
-        for part in dir.split('/') {
-            if !prefix.is_empty() {
-                prefix.push('/');
-            }
-            prefix.push_str(part);
-            if state.files.contains_key(&prefix) {
-                return Err(err(
-                    io::ErrorKind::AlreadyExists,
-                    format!("{prefix:?} is a file"),
-                ));
-            }
-            if state.dirs.insert(prefix.clone()) {
-                let made = prefix.clone();
-                state.changed_entry(&made);
-            }
-        }
+        state.require_dir(parent(&dir), &dir)?;
+        state.require_free(&dir)?;
+        state.dirs.insert(dir.clone());
+        state.changed_entry(&dir);
+        Ok(true)
+    }
+
+    fn sync_dir(&self, dir: &str) -> io::Result<()> {
+        let dir = normalize(dir)?;
+        let mut state = self.state();
+        self.reachable(&mut state)?;
+        self.mutation(&mut state, FaultPoint::SyncDir, &dir)?;
+        state.sync_entries(&dir);
         Ok(())
     }
 
     /// Moves the inode from `from` to `to`; a replaced `to` inode stays
-    /// alive for the handles open on it (as in `write_atomic`). The entry
-    /// is durable at once, the data is not: the moved inode keeps its
-    /// synced length (and its writer's dirty tail), since the caller syncs
-    /// before it renames. For the one-writer record, `to` is written by
+    /// alive for the handles open on it. Neither the entries nor the data
+    /// are made durable: the moved inode keeps its synced length (and its
+    /// writer's dirty tail), and a power loss before the directory's sync
+    /// undoes the move. For the one-writer record, `to` is written by
     /// the caller (`FaultPoint::Rename`) and `from` removed by it
     /// (`FaultPoint::Remove`: a name renamed away is gone like a removed
     /// one, which any broker may do to another's file).
@@ -960,6 +1191,7 @@ impl Volume for SimVolume {
         let mut state = self.state();
         self.reachable(&mut state)?;
         let existing = state.files.get(&path).copied();
+        let created = existing.is_none() && create;
         let inode = match (existing, create) {
             (Some(id), _) => {
                 state.check(FaultPoint::OpenSegment, &path)?;
@@ -982,8 +1214,8 @@ impl Volume for SimVolume {
                     ));
                 }
                 let id = state.new_inode(Vec::new());
-                state.wrote(&path, FaultPoint::OpenSegment);
                 state.files.insert(path.clone(), id);
+                state.wrote(&path, FaultPoint::OpenSegment);
                 id
             }
         };
@@ -992,6 +1224,7 @@ impl Volume for SimVolume {
             path,
             inode,
             generation: state.generation,
+            entry_unsynced: std::sync::atomic::AtomicBool::new(created),
         }))
     }
 }
@@ -1003,9 +1236,23 @@ struct SimSegment {
     path: String,
     inode: u64,
     generation: u64,
+    /// This handle created its file, and no sync of it has returned yet:
+    /// the first one syncs the directory too (the `open_segment` contract).
+    entry_unsynced: std::sync::atomic::AtomicBool,
 }
 
 impl SimSegment {
+    /// After a sync or truncate of this handle returned: the first one of a
+    /// handle that created its file makes the file's name durable.
+    fn entry_synced(&self) {
+        if self
+            .entry_unsynced
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            self.volume.state().sync_entries(parent(&self.path));
+        }
+    }
+
     /// Runs `f` on this handle's inode, failing if the handle outlived a
     /// crash (its broker is dead) or the fault hook says so.
     fn with_inode<T>(
@@ -1081,27 +1328,15 @@ impl SegmentFile for SimSegment {
 
     fn sync(&self) -> io::Result<()> {
         let result = self.with_inode(FaultPoint::Sync, |inode, stats, caller| {
-            // An fsync writes back the caller's own dirty pages; another
-            // client's it cannot reach.
-            if inode.visible_len(caller) == inode.data.len() {
-                inode.synced = inode.data.len();
-                inode.dirty_by = None;
-            }
-            stats.syncs += 1;
+            inode.sync(caller, stats);
             Ok(())
         });
-        if let Err(e) = &result {
-            if e.get_ref().is_some_and(|inner| inner.is::<InjectedFault>()) {
-                // An injected fsync failure has the kernel's semantics: the
-                // unsynced bytes are dropped from the dirty set, so they
-                // look durable to later fsyncs but a crash loses them.
+        match &result {
+            Ok(()) => self.entry_synced(),
+            Err(e) => {
                 let mut state = self.volume.state();
                 if let Some(inode) = state.inodes.get_mut(&self.inode) {
-                    if inode.data.len() > inode.synced {
-                        inode.poisoned.push((inode.synced, inode.data.len()));
-                        inode.synced = inode.data.len();
-                        inode.dirty_by = None;
-                    }
+                    inode.failed_sync(e);
                 }
             }
         }
@@ -1119,7 +1354,9 @@ impl SegmentFile for SimSegment {
             inode.dirty_by = None;
             stats.truncates += 1;
             Ok(())
-        })
+        })?;
+        self.entry_synced();
+        Ok(())
     }
 }
 
@@ -1263,7 +1500,9 @@ mod tests {
         v.set_unreachable(0, false);
         f.append(b"c").unwrap();
         assert_eq!(v.read("s").unwrap().unwrap().as_ref(), b"ac");
-        assert_eq!(v.stats().unreachable_failures, 3);
+        // The failed write_atomic counts twice: its temporary's write and
+        // the removal of what it may have left.
+        assert_eq!(v.stats().unreachable_failures, 4);
     }
 
     #[test]
@@ -1283,7 +1522,11 @@ mod tests {
                 (2, FaultPoint::Append)
             ])
         );
-        assert_eq!(w["x"], BTreeSet::from([(2, FaultPoint::WriteAtomic)]));
+        assert_eq!(
+            w["x"],
+            BTreeSet::from([(2, FaultPoint::Rename)]),
+            "write_atomic publishes by a rename"
+        );
     }
 
     #[test]
@@ -1310,7 +1553,7 @@ mod tests {
         assert!(seg.append(b"y").is_err());
         assert!(seg.sync().is_err());
         assert!(seg.read_at(0, 1).is_err());
-        assert_eq!(v.file_lengths("f"), Some((0, 0)));
+        assert_eq!(v.file_lengths("f"), None, "its name was never synced");
     }
 
     #[test]
@@ -1383,11 +1626,11 @@ mod tests {
         assert_eq!(v.read("g").unwrap().unwrap(), &b"two"[..]);
     }
 
-    /// The entry moves durably at once; the data does not: what was not
-    /// synced before the rename is still unsynced after it, and a crash
-    /// loses it under the new name.
+    /// Neither the entry nor the data moves durably: what was not synced
+    /// before the rename is still unsynced after it, and a power loss
+    /// before the directory's sync undoes the rename itself.
     #[test]
-    fn a_rename_is_durable_at_once_but_leaves_unsynced_data_unsynced() {
+    fn a_rename_is_undone_by_a_power_loss_until_its_directory_is_synced() {
         let v = SimVolume::new();
         v.create_dir_all("d").unwrap();
         let seg = v.open_segment("d/x.cleaning", true).unwrap();
@@ -1401,12 +1644,136 @@ mod tests {
         assert_eq!(v.file_lengths("d/x.cleaning"), None);
         assert_eq!(seg.append(b"!").unwrap(), 11, "the handle moved with it");
         assert_eq!(old.read_at(0, 100).unwrap(), &b"replaced"[..]);
-        assert_eq!(v.stats().renames, 1);
         let report = v.crash();
-        assert_eq!((report.files_with_unsynced, report.bytes_dropped), (1, 6));
+        assert_eq!(
+            report.entries_undone, 2,
+            "x back to the old file, x.cleaning back"
+        );
+        assert_eq!(v.read("d/x").unwrap().unwrap(), &b"replaced"[..]);
+        assert_eq!(v.read("d/x.cleaning").unwrap().unwrap(), &b"synced"[..]);
+
+        v.rename("d/x.cleaning", "d/x").unwrap();
+        v.sync_dir("d").unwrap();
+        assert_eq!(v.crash().entries_undone, 0);
         assert_eq!(v.read("d/x").unwrap().unwrap(), &b"synced"[..]);
-        assert_eq!(v.read("d/x.cleaning").unwrap(), None);
         assert_eq!(v.list("d").unwrap(), ["x"]);
+    }
+
+    /// Whatever a name's creation, it survives a power loss only once its
+    /// directory is synced, and a directory only once its parent is.
+    #[test]
+    fn an_entry_never_synced_into_its_directory_is_gone_after_a_power_loss() {
+        let v = SimVolume::new();
+        v.create_dir_all("d").unwrap();
+        v.write_new("d/whole", b"synced content").unwrap();
+        v.open_segment("d/segment", true)
+            .unwrap()
+            .append(b"x")
+            .unwrap();
+        assert!(v.create_dir("d/sub").unwrap());
+        v.write_new("d/sub/f", b"f").unwrap();
+        v.sync_dir("d/sub").unwrap();
+        v.write_atomic("d/sub/g", b"g").unwrap();
+        let report = v.crash();
+        assert_eq!(report.entries_undone, 3 + 2);
+        assert!(v.list("d").unwrap().is_empty());
+        assert_eq!(v.read("d/sub/g").unwrap(), None, "its directory went");
+
+        assert!(v.create_dir("d/sub").unwrap());
+        v.sync_dir("d").unwrap();
+        v.write_atomic("d/sub/g", b"g").unwrap();
+        assert_eq!(v.crash().entries_undone, 0);
+        assert_eq!(v.read("d/sub/g").unwrap().unwrap(), &b"g"[..]);
+    }
+
+    #[test]
+    fn a_removal_not_synced_into_its_directory_is_undone_by_a_power_loss() {
+        let v = SimVolume::new();
+        v.create_dir_all("d").unwrap();
+        v.write_atomic("d/a", b"a").unwrap();
+        v.write_atomic("d/b", b"b").unwrap();
+        v.remove("d/a").unwrap();
+        v.remove_dir_all("d").unwrap();
+        assert_eq!(v.crash().entries_undone, 3);
+        assert_eq!(v.list("d").unwrap(), ["a", "b"]);
+        v.remove("d/a").unwrap();
+        v.sync_dir("d").unwrap();
+        v.crash();
+        assert_eq!(v.list("d").unwrap(), ["b"]);
+    }
+
+    /// The `open_segment` contract: a created file's name is durable once
+    /// the file's first sync (or truncate) returns.
+    #[test]
+    fn a_created_segments_name_is_durable_with_its_first_sync() {
+        let v = SimVolume::new();
+        v.create_dir_all("p").unwrap();
+        let seg = v.open_segment("p/0.log", true).unwrap();
+        seg.append(b"batch").unwrap();
+        seg.sync().unwrap();
+        let other = v.open_segment("p/1.log", true).unwrap();
+        other.truncate(0).unwrap();
+        v.open_segment("p/2.log", true).unwrap();
+        v.crash();
+        assert_eq!(v.list("p").unwrap(), ["0.log", "1.log"]);
+        assert_eq!(v.read("p/0.log").unwrap().unwrap(), &b"batch"[..]);
+    }
+
+    /// On NFS the server commits a directory operation before replying.
+    #[test]
+    fn entries_durable_at_once_survive_a_power_loss_unsynced() {
+        let v = SimVolume::new();
+        v.set_entries_durable_at_once(true);
+        v.create_dir_all("d/e").unwrap();
+        v.write_new("d/e/f", b"f").unwrap();
+        v.sync_file("d/e/f").unwrap();
+        v.write_new("d/e/unsynced", b"u").unwrap();
+        v.write_atomic("d/gone", b"g").unwrap();
+        v.remove("d/gone").unwrap();
+        assert_eq!(v.crash().entries_undone, 0);
+        assert_eq!(v.read("d/e/f").unwrap().unwrap(), &b"f"[..]);
+        assert_eq!(
+            v.read("d/e/unsynced").unwrap().unwrap(),
+            &b""[..],
+            "the name survives, its unsynced content does not"
+        );
+        assert_eq!(v.list("d").unwrap(), ["e"]);
+    }
+
+    /// `write_atomic` and `create_exclusive` are the trait's composites:
+    /// a power cut at any one of their steps leaves the old content or the
+    /// new, never a missing, empty or partial file.
+    #[test]
+    fn a_power_cut_at_any_step_of_an_atomic_write_leaves_old_or_new() {
+        // Ten mutations cover both composites' steps and then some.
+        for cut in 0..10 {
+            let v = SimVolume::new();
+            v.create_dir_all("d").unwrap();
+            v.write_atomic("d/f", b"old").unwrap();
+            v.power_cut_after(cut);
+            let wrote = v.write_atomic("d/f", b"new content");
+            let claimed = v.create_exclusive("d/claim", b"whole claim");
+            v.crash();
+            let f = v.read("d/f").unwrap().unwrap();
+            match wrote {
+                Ok(()) => assert_eq!(f, &b"new content"[..], "cut {cut}: acknowledged"),
+                Err(_) => assert!(
+                    f == b"old"[..] || f == b"new content"[..],
+                    "cut {cut}: {f:?}"
+                ),
+            }
+            match v.read("d/claim").unwrap() {
+                Some(c) => assert_eq!(c, &b"whole claim"[..], "cut {cut}"),
+                None => assert!(claimed.is_err(), "cut {cut}: an acknowledged claim is kept"),
+            }
+            assert!(
+                v.list("d")
+                    .unwrap()
+                    .iter()
+                    .all(|n| n == "f" || n == "claim"),
+                "cut {cut}: no temporary is listed"
+            );
+        }
     }
 
     #[test]
@@ -1418,6 +1785,7 @@ mod tests {
         v.set_fault_hook(Some(Box::new(|c| {
             (c.point == FaultPoint::Rename && c.path == "d/b").then(|| io::Error::other("EIO"))
         })));
+        let renames = v.stats().renames;
         assert!(v.rename("d/a", "d/b").is_err());
         assert_eq!(v.stats().injected_faults, 1);
         v.set_fault_hook(None);
@@ -1427,7 +1795,7 @@ mod tests {
         v.crash();
         assert_eq!(v.read("d/a").unwrap().unwrap(), &b"a"[..]);
         assert_eq!(v.read("d/b").unwrap().unwrap(), &b"b"[..]);
-        assert_eq!(v.stats().renames, 0, "nothing was moved");
+        assert_eq!(v.stats().renames, renames, "nothing was moved");
     }
 
     /// A rename writes its target (onto another broker's file of an epoch
@@ -1486,7 +1854,7 @@ mod tests {
         assert_eq!(v.crash().bytes_dropped, 0);
         assert_eq!(v.read("e/1").unwrap().unwrap(), &b"claimed"[..]);
         v.set_fault_hook(Some(Box::new(|c| {
-            (c.point == FaultPoint::CreateExclusive).then(|| io::Error::other("EIO"))
+            (c.point == FaultPoint::Link).then(|| io::Error::other("EIO"))
         })));
         assert_eq!(
             v.create_exclusive("e/2", b"x").unwrap_err().kind(),

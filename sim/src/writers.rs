@@ -209,10 +209,9 @@ mod tests {
         // Nor two brokers creating one claim file.
         let claim = layout::group_slot_epoch_file(4, 9);
         let mut w: BTreeMap<String, BTreeSet<(usize, FaultPoint)>> = BTreeMap::new();
-        w.entry(claim).or_default().extend([
-            (0, FaultPoint::CreateExclusive),
-            (2, FaultPoint::CreateExclusive),
-        ]);
+        w.entry(claim)
+            .or_default()
+            .extend([(0, FaultPoint::Link), (2, FaultPoint::Link)]);
         assert_eq!(check_one_writer_per_epoch(&w).0.len(), 1);
     }
 }

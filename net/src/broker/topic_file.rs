@@ -91,10 +91,14 @@ pub fn publish(volume: &dyn Volume, current: &Current, next: &TopicFile) -> io::
 }
 
 /// Removes topic `name`: version 0 first (from then on the topic does not
-/// exist for any reader), then its later versions. A crash in between
-/// leaves versions nobody reads (their id is the deleted topic's).
+/// exist for any reader), durably, then its later versions. A crash in
+/// between leaves versions nobody reads (their id is the deleted topic's).
+/// The removal must be durable before the caller removes the partitions:
+/// a topic file that a power loss brought back would name partitions
+/// whose records are gone.
 pub fn remove(volume: &dyn Volume, name: &str, topic_id: &str) -> io::Result<()> {
     volume.remove(&path(name))?;
+    volume.sync_dir(TOPIC_FILES_DIR)?;
     let entries = volume.list(TOPIC_FILES_DIR)?;
     for version in versions_by_topic(&entries).remove(name).unwrap_or_default() {
         let file = layout::topic_version_file(name, version);

@@ -619,6 +619,9 @@ impl Round {
         copy.file.sync()?;
         let path = layout::cleaned_segment_path(dir, id, by);
         volume.rename(&copy.temporary, &path)?;
+        // The copy's name is durable before the originals it replaces can
+        // be removed (a rename is not durable until its directory is).
+        volume.sync_dir(dir)?;
         // From here on the handle is the one opened by the final name.
         let mut segment = copy.segment.with_file(volume.open_segment(&path, false)?);
         segment.seal(volume, &layout::cleaned_index_path(dir, id, by))?;

@@ -532,6 +532,9 @@ impl PartitionLog {
             if want.is_empty() && !frozen {
                 segment.txn_index = None;
                 volume.remove(&path)?;
+                // Durably: the entries it held are the ones found wrong,
+                // and a power loss must not bring them back.
+                volume.sync_dir(&dir)?;
             } else {
                 let bytes: Vec<u8> = want.iter().flat_map(encode_entry).collect();
                 volume.write_atomic(&path, &bytes)?;

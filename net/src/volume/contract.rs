@@ -59,6 +59,107 @@ pub fn run_all(fresh: Factory<'_>) {
     rename_of_a_missing_file_is_not_found(fresh);
     rename_keeps_open_handles_on_the_file_they_opened(fresh);
     rename_replaces_atomically_for_a_racing_reader(fresh);
+    write_new_creates_only_a_free_name(fresh);
+    link_adds_a_name_only_if_it_is_free(fresh);
+    create_dir_needs_its_parent_and_says_whether_it_created(fresh);
+    syncs_ask_for_an_existing_file_and_tolerate_a_missing_directory(fresh);
+    temporaries_are_never_listed(fresh);
+}
+
+/// The first step of the composites: a new file, never over another.
+pub fn write_new_creates_only_a_free_name(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    ok(v.create_dir_all("d"), "create d");
+    ok(v.write_new("d/n", b"new"), "write_new");
+    assert_eq!(content(v, "d/n").as_deref(), Some(&b"new"[..]));
+    assert_eq!(
+        v.write_new("d/n", b"again").err().map(|e| e.kind()),
+        Some(io::ErrorKind::AlreadyExists)
+    );
+    assert_eq!(content(v, "d/n").as_deref(), Some(&b"new"[..]), "untouched");
+    assert!(
+        v.write_new("missing/n", b"x").is_err(),
+        "the parent must exist"
+    );
+}
+
+/// `create_exclusive`'s publication: a second name for the same file,
+/// refused if the name is taken.
+pub fn link_adds_a_name_only_if_it_is_free(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    ok(v.create_dir_all("d"), "create d");
+    ok(v.write_new("d/src", b"claim"), "write_new");
+    ok(v.write_atomic("d/taken", b"first"), "write_atomic");
+    // A source has one name before its link (LocalVolume reads a link
+    // count of 2 after EEXIST as its own retried link).
+    assert_eq!(
+        v.link("d/src", "d/taken").err().map(|e| e.kind()),
+        Some(io::ErrorKind::AlreadyExists)
+    );
+    ok(v.link("d/src", "d/dst"), "link");
+    assert_eq!(content(v, "d/dst").as_deref(), Some(&b"claim"[..]));
+    assert_eq!(
+        content(v, "d/src").as_deref(),
+        Some(&b"claim"[..]),
+        "both names"
+    );
+    assert_eq!(content(v, "d/taken").as_deref(), Some(&b"first"[..]));
+    assert_eq!(
+        v.link("d/none", "d/other").err().map(|e| e.kind()),
+        Some(io::ErrorKind::NotFound)
+    );
+}
+
+pub fn create_dir_needs_its_parent_and_says_whether_it_created(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    assert_eq!(
+        v.create_dir("a/b").err().map(|e| e.kind()),
+        Some(io::ErrorKind::NotFound)
+    );
+    assert!(ok(v.create_dir("a"), "create a"));
+    assert!(!ok(v.create_dir("a"), "create a again"));
+    assert!(ok(v.create_dir("a/b"), "create a/b"));
+    ok(v.write_atomic("a/f", b"x"), "write a/f");
+    assert!(v.create_dir("a/f").is_err(), "a file's name is taken");
+    assert_eq!(names(v, "a"), ["b", "f"]);
+}
+
+pub fn syncs_ask_for_an_existing_file_and_tolerate_a_missing_directory(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    ok(v.create_dir_all("d"), "create d");
+    ok(v.write_new("d/f", b"x"), "write_new");
+    ok(v.sync_file("d/f"), "sync_file");
+    ok(v.sync_dir("d"), "sync_dir");
+    ok(v.sync_dir(""), "sync the root");
+    ok(
+        v.sync_dir("gone"),
+        "a missing directory has nothing to sync",
+    );
+    assert_eq!(
+        v.sync_file("d/none").err().map(|e| e.kind()),
+        Some(io::ErrorKind::NotFound)
+    );
+}
+
+/// Whatever made it, a name with the temporary marker is never listed,
+/// and temporary names are fresh each time.
+pub fn temporaries_are_never_listed(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    ok(v.create_dir_all("d"), "create d");
+    let (a, b) = (
+        ok(v.temporary_name("d/f"), "a name"),
+        ok(v.temporary_name("d/f"), "another"),
+    );
+    assert_ne!(a, b);
+    assert!(a.starts_with("d/") && super::is_temporary(&a[2..]), "{a}");
+    ok(v.write_new(&a, b"left by a crash"), "write_new");
+    ok(v.write_atomic("d/f", b"f"), "write_atomic");
+    assert_eq!(names(v, "d"), ["f"]);
 }
 
 fn ok<T>(result: io::Result<T>, what: &str) -> T {

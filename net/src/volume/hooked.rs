@@ -22,9 +22,10 @@ pub enum DiskWait<'a> {
     WriteAtomic(&'a str),
     /// `Volume::create_exclusive` of this path.
     CreateExclusive(&'a str),
-    /// `Volume::rename` onto this path (the name it publishes; the
-    /// directory fsync is the wait).
+    /// `Volume::rename` onto this path (the name it publishes).
     Rename(&'a str),
+    /// `Volume::sync_dir` of this directory.
+    SyncDir(&'a str),
 }
 
 /// Called before each [`DiskWait`]; an error fails the operation.
@@ -109,6 +110,25 @@ impl<V: Volume> Volume for HookedVolume<V> {
     }
     fn create_dir_all(&self, dir: &str) -> io::Result<()> {
         self.inner.create_dir_all(dir)
+    }
+    fn temporary_name(&self, path: &str) -> io::Result<String> {
+        self.inner.temporary_name(path)
+    }
+    fn write_new(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        self.inner.write_new(path, data)
+    }
+    fn sync_file(&self, path: &str) -> io::Result<()> {
+        self.inner.sync_file(path)
+    }
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner.link(from, to)
+    }
+    fn create_dir(&self, dir: &str) -> io::Result<bool> {
+        self.inner.create_dir(dir)
+    }
+    fn sync_dir(&self, dir: &str) -> io::Result<()> {
+        (self.hook)(DiskWait::SyncDir(dir))?;
+        self.inner.sync_dir(dir)
     }
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         (self.hook)(DiskWait::Rename(to))?;

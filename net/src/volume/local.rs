@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::fd_cache::{FdCache, LocalSegment};
-use super::{SegmentFile, Volume};
+use super::{is_temporary, temporary_beside, SegmentFile, Volume};
 
 /// Bounds of the default open-file cache size: at least enough for a small
 /// broker to run without reopening, at most what any real limit allows.
@@ -35,11 +35,6 @@ pub fn default_open_file_limit() -> usize {
         Err(_) => 512,
     }
 }
-
-/// Marks in-flight temporaries of `write_atomic` and `create_exclusive`;
-/// `list` hides them so a crash mid-write never shows callers a
-/// half-written name.
-const TMP_MARKER: &str = ".kaas-tmp-";
 
 /// The volume on a local (or NFS-mounted) directory.
 pub struct LocalVolume {
@@ -109,26 +104,6 @@ impl LocalVolume {
         }
         Ok(self.root.join(relative))
     }
-
-    /// A fresh temporary name beside `target` (hidden from `list`), and the
-    /// directory both are in.
-    fn temporary_for<'a>(&self, target: &'a Path) -> io::Result<(PathBuf, &'a Path)> {
-        let dir = parent_of(target)?;
-        let name = target
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!("{TMP_MARKER}{name}-{:016x}-{n}", self.tmp_tag));
-        Ok((tmp, dir))
-    }
-}
-
-/// Writes a new file `path` (which must not exist) and fsyncs it.
-fn write_new_durably(path: &Path, data: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
-    file.write_all(data)?;
-    file.sync_all()
 }
 
 /// Makes directory entries (creates, renames, removals) durable.
@@ -161,54 +136,44 @@ impl Volume for LocalVolume {
         }
     }
 
-    fn write_atomic(&self, path: &str, data: &[u8]) -> io::Result<()> {
-        let target = self.resolve(path)?;
-        let (tmp, dir) = self.temporary_for(&target)?;
-        let written = write_new_durably(&tmp, data).and_then(|()| {
-            // Handles open on the old file must keep reading it.
-            self.files.unlinking(&target, false);
-            fs::rename(&tmp, &target)?;
-            self.files.unlinked(&target, false);
-            Ok(())
-        });
-        if let Err(e) = written {
-            // Best effort: a leftover temporary is hidden by `list` anyway.
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
-        sync_dir(dir)
+    fn temporary_name(&self, path: &str) -> io::Result<String> {
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        temporary_beside(path, self.tmp_tag, n)
     }
 
-    /// The whole content goes into a hidden temporary first, fsynced, and
-    /// is then published under `path` by `link(2)`, which fails with EEXIST
-    /// if the name exists, atomically on the NFS server too (unlike
-    /// `O_EXCL` on old NFS clients, and unlike `rename`, which would
-    /// replace). A reader therefore sees no file or the whole file.
-    fn create_exclusive(&self, path: &str, data: &[u8]) -> io::Result<()> {
-        let target = self.resolve(path)?;
-        let (tmp, dir) = self.temporary_for(&target)?;
-        if let Err(e) = write_new_durably(&tmp, data) {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
-        let linked = match fs::hard_link(&tmp, &target) {
+    fn write_new(&self, path: &str, data: &[u8]) -> io::Result<()> {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(self.resolve(path)?)?
+            .write_all(data)
+    }
+
+    /// `fsync` through a descriptor of its own: Linux writes back a file's
+    /// dirty pages whichever descriptor asks.
+    fn sync_file(&self, path: &str) -> io::Result<()> {
+        File::open(self.resolve(path)?)?.sync_all()
+    }
+
+    /// `link(2)` fails with EEXIST if the name exists, atomically on the
+    /// NFS server too (unlike `O_EXCL` on old NFS clients, and unlike
+    /// `rename`, which would replace).
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        let source = self.resolve(from)?;
+        match fs::hard_link(&source, self.resolve(to)?) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 // Over NFS a LINK whose reply was lost is retried, and the
                 // retry finds the name taken by our own first attempt. The
-                // temporary's link count tells: 2 means the name is ours
-                // (the recipe of open(2)'s O_EXCL notes).
-                match fs::metadata(&tmp) {
+                // source's link count tells: 2 means the name is ours (the
+                // recipe of open(2)'s O_EXCL notes). Sources are always
+                // fresh temporaries, so no other name shares them.
+                match fs::metadata(&source) {
                     Ok(meta) if meta.nlink() == 2 => Ok(()),
                     _ => Err(e),
                 }
             }
             other => other,
-        };
-        // The winner's name stays linked to the same inode; the temporary
-        // name goes either way (best effort: `list` hides leftovers).
-        let _ = fs::remove_file(&tmp);
-        linked?;
-        sync_dir(dir)
+        }
     }
 
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
@@ -221,7 +186,7 @@ impl Volume for LocalVolume {
         for entry in entries {
             // Names that are not UTF-8 were not written by kaas; skip them.
             if let Ok(name) = entry?.file_name().into_string() {
-                if !name.starts_with(TMP_MARKER) {
+                if !is_temporary(&name) {
                     names.push(name);
                 }
             }
@@ -230,18 +195,20 @@ impl Volume for LocalVolume {
         Ok(names)
     }
 
-    fn create_dir_all(&self, dir: &str) -> io::Result<()> {
+    fn create_dir(&self, dir: &str) -> io::Result<bool> {
         let path = self.resolve(dir)?;
-        if path.is_dir() {
-            return Ok(());
+        match fs::create_dir(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(false),
+            Err(e) => Err(e),
         }
-        fs::create_dir_all(&path)?;
-        // The new entry must survive a crash before files in it are relied on.
-        sync_dir(parent_of(&path)?)
     }
 
-    /// `rename(2)`, then an fsync of the directory of `to` (and of `from`,
-    /// if it is another one). The fd cache is told about both names, as
+    fn sync_dir(&self, dir: &str) -> io::Result<()> {
+        ignore_not_found(sync_dir(&self.resolve(dir)?))
+    }
+
+    /// `rename(2)`. The fd cache is told about both names, as
     /// for `write_atomic` and `remove`: open descriptors on either are
     /// pinned, so their handles keep the inode they opened (the replaced
     /// `to`, or the moved `from`), and handles whose descriptor the cache
@@ -250,7 +217,6 @@ impl Volume for LocalVolume {
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let source = self.resolve(from)?;
         let target = self.resolve(to)?;
-        let (from_dir, to_dir) = (parent_of(&source)?, parent_of(&target)?);
         // Files only: the cache is told about single names, not trees.
         if fs::symlink_metadata(&source)?.is_dir() {
             return Err(io::Error::other(format!("{from:?} is a directory")));
@@ -265,10 +231,6 @@ impl Volume for LocalVolume {
         fs::rename(&source, &target)?;
         self.files.unlinked(&source, false);
         self.files.unlinked(&target, false);
-        sync_dir(to_dir)?;
-        if from_dir != to_dir {
-            sync_dir(from_dir)?;
-        }
         Ok(())
     }
 
@@ -277,7 +239,7 @@ impl Volume for LocalVolume {
         self.files.unlinking(&path, false);
         ignore_not_found(fs::remove_file(&path))?;
         self.files.unlinked(&path, false);
-        ignore_not_found(sync_dir(parent_of(&path)?))
+        Ok(())
     }
 
     fn remove_dir_all(&self, dir: &str) -> io::Result<()> {
@@ -293,8 +255,7 @@ impl Volume for LocalVolume {
         let removed = ignore_not_found(fs::remove_dir_all(&path));
         // Even a partial removal may have unlinked some files.
         self.files.unlinked(&path, true);
-        removed?;
-        ignore_not_found(sync_dir(parent_of(&path)?))
+        removed
     }
 
     fn open_segment(&self, path: &str, create: bool) -> io::Result<Arc<dyn SegmentFile>> {
@@ -402,7 +363,13 @@ mod tests {
         let (dir, v) = volume_with_limit(8);
         v.create_dir_all("d").unwrap();
         v.write_atomic("d/a", b"").unwrap();
-        fs::write(dir.path().join("d").join(format!("{TMP_MARKER}a-0-0")), b"").unwrap();
+        fs::write(
+            dir.path()
+                .join("d")
+                .join(format!("{}a-0-0", crate::volume::TEMPORARY_MARKER)),
+            b"",
+        )
+        .unwrap();
         assert_eq!(v.list("d").unwrap(), vec!["a"]);
     }
 
