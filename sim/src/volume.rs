@@ -33,6 +33,16 @@
 //! - A crash starts a new *generation*: segment handles opened before it
 //!   fail every later call, so state held by a killed broker can never write
 //!   into its successor's files.
+//! - [`kill_process`](SimVolume::kill_process) is a kill -9 of the broker
+//!   process alone: the machine and its page cache live on, so every
+//!   unsynced byte stays readable and stays unsynced (a later `crash*`, the
+//!   power failure, can still lose it). That is what a restarted broker
+//!   finds when it reads back data it never synced: recovery must sync
+//!   what it will rely on. A new generation, as for a crash.
+//!   [`kill_process_on_nfs`](SimVolume::kill_process_on_nfs) is the same
+//!   kill of one broker of several: its files close, and its NFS client
+//!   writes their dirty pages back on close, so its unsynced tail becomes
+//!   every broker's to read, still unsynced on the server.
 //! - [`power_cut_after`](SimVolume::power_cut_after) arms a power cut at an
 //!   exact operation: from that operation on, everything fails until the
 //!   harness calls `crash*`. Volume calls take no simulated time, so a kill
@@ -151,6 +161,9 @@ pub struct VolumeStats {
     pub crashes: u64,
     /// Crashes of one broker's host ([`SimVolume::crash_host`]).
     pub host_crashes: u64,
+    /// Kills of a broker process that kept the page cache
+    /// ([`SimVolume::kill_process`], [`SimVolume::kill_process_on_nfs`]).
+    pub process_kills: u64,
     pub power_cuts: u64,
     pub injected_faults: u64,
     /// Operations failed because their broker could not reach the volume.
@@ -692,6 +705,45 @@ impl SimVolume {
         report
     }
 
+    /// The broker process of a single-broker seed dies (kill -9) and its
+    /// machine does not: every unsynced byte stays in the page cache,
+    /// readable by the next process and still unsynced, so a later power
+    /// failure ([`crash`](Self::crash)) can lose it. Handles opened before
+    /// the kill fail every later call (a new generation: the dead process's
+    /// state can never write into its successor's files), and inodes only
+    /// those handles reached go with them. The report counts what stayed
+    /// unsynced (`bytes_kept`); nothing is dropped or zeroed.
+    pub fn kill_process(&self) -> CrashReport {
+        let mut state = self.state();
+        let reachable: BTreeSet<u64> = state.files.values().copied().collect();
+        state.inodes.retain(|id, _| reachable.contains(id));
+        let report = unsynced_kept(state.inodes.values(), |_| true);
+        state.generation += 1;
+        state.stats.process_kills += 1;
+        report
+    }
+
+    /// Broker `broker`'s process of a multi-broker seed dies, its machine
+    /// and the NFS server do not. Its files are closed, and an NFS client
+    /// writes a file's dirty pages back to the server on close
+    /// (close-to-open): its unsynced tail becomes visible to every broker
+    /// but stays unsynced on the server, which a later power failure of
+    /// the volume ([`crash`](Self::crash)) can still lose. No new
+    /// generation: that would kill the other brokers' handles, which live
+    /// on; the dead broker's handles went with its node, as in
+    /// [`crash_host`](Self::crash_host).
+    pub fn kill_process_on_nfs(&self, broker: usize) -> CrashReport {
+        let mut state = self.state();
+        let report = unsynced_kept(state.inodes.values(), |i| i.dirty_by == Some(broker));
+        for inode in state.inodes.values_mut() {
+            if inode.dirty_by == Some(broker) {
+                inode.dirty_by = None;
+            }
+        }
+        state.stats.process_kills += 1;
+        report
+    }
+
     /// Arms a power cut: the `ops`-th mutation from now (0 = the next one)
     /// fails and freezes the volume until the next crash.
     pub fn power_cut_after(&self, ops: u64) {
@@ -745,6 +797,20 @@ impl SimVolume {
         }
         out
     }
+}
+
+/// What a process kill left unsynced in the page cache, of the inodes
+/// `whose` picks: kept (readable), neither dropped nor zeroed.
+fn unsynced_kept<'a>(
+    inodes: impl Iterator<Item = &'a Inode>,
+    whose: impl Fn(&Inode) -> bool,
+) -> CrashReport {
+    let mut report = CrashReport::default();
+    for inode in inodes.filter(|i| whose(i) && i.data.len() > i.synced) {
+        report.files_with_unsynced += 1;
+        report.bytes_kept += (inode.data.len() - inode.synced) as u64;
+    }
+    report
 }
 
 impl Volume for SimVolume {
@@ -1018,7 +1084,10 @@ impl SimSegment {
         if state.generation != self.generation {
             return Err(err(
                 io::ErrorKind::Other,
-                format!("{}: handle opened before a crash", self.path),
+                format!(
+                    "{}: handle opened before a crash or a process kill",
+                    self.path
+                ),
             ));
         }
         let file = state.inodes.get(&self.inode).map_or((0, 0), |i| {
@@ -1311,6 +1380,81 @@ mod tests {
         assert!(seg.sync().is_err());
         assert!(seg.read_at(0, 1).is_err());
         assert_eq!(v.file_lengths("f"), Some((0, 0)));
+    }
+
+    #[test]
+    fn a_process_kill_keeps_unsynced_data_for_the_restarted_broker() {
+        let v = SimVolume::new();
+        let seg = v.open_segment("f", true).unwrap();
+        seg.append(b"synced|").unwrap();
+        seg.sync().unwrap();
+        seg.append(b"page cache").unwrap();
+        let gone = v.open_segment("gone", true).unwrap();
+        v.remove("gone").unwrap();
+        let report = v.kill_process();
+        assert_eq!((report.files_with_unsynced, report.bytes_kept), (1, 10));
+        assert_eq!((report.bytes_dropped, report.bytes_zeroed), (0, 0));
+        assert!(seg.append(b"x").is_err(), "the dead process's handle");
+        assert!(seg.sync().is_err());
+        assert!(gone.read_at(0, 1).is_err());
+        assert_eq!(v.state().inodes.len(), 1, "the unlinked inode went");
+        let seg = v.open_segment("f", false).unwrap();
+        assert_eq!(seg.read_at(0, 100).unwrap(), &b"synced|page cache"[..]);
+        assert_eq!(v.file_lengths("f"), Some((17, 7)), "still unsynced");
+        assert_eq!(v.stats().process_kills, 1);
+        assert_eq!(v.stats().crashes, 0);
+    }
+
+    #[test]
+    fn a_power_loss_after_a_process_kill_still_loses_what_was_never_synced() {
+        let v = SimVolume::new();
+        for name in ["a", "b"] {
+            let seg = v.open_segment(name, true).unwrap();
+            seg.append(b"synced|").unwrap();
+            seg.sync().unwrap();
+            seg.append(b"tail").unwrap();
+        }
+        v.kill_process();
+        // The restarted broker syncs what it read back of "b" only.
+        v.open_segment("b", false).unwrap().sync().unwrap();
+        let report = v.crash();
+        assert_eq!((report.files_with_unsynced, report.bytes_dropped), (1, 4));
+        assert_eq!(v.read("a").unwrap().unwrap(), &b"synced|"[..]);
+        assert_eq!(v.read("b").unwrap().unwrap(), &b"synced|tail"[..]);
+    }
+
+    #[test]
+    fn a_process_kill_on_nfs_writes_its_dirty_pages_back_unsynced() {
+        let (v, who) = volume_with_caller();
+        let as_broker = |b: usize| who.store(b, std::sync::atomic::Ordering::SeqCst);
+        as_broker(0);
+        let mine = v.open_segment("mine", true).unwrap();
+        mine.append(b"synced|").unwrap();
+        mine.sync().unwrap();
+        mine.append(b"dirty").unwrap();
+        as_broker(1);
+        let theirs = v.open_segment("theirs", true).unwrap();
+        theirs.append(b"other's").unwrap();
+        assert_eq!(v.read("mine").unwrap().unwrap(), &b"synced|"[..]);
+        let report = v.kill_process_on_nfs(0);
+        assert_eq!((report.files_with_unsynced, report.bytes_kept), (1, 5));
+        assert_eq!(
+            v.read("mine").unwrap().unwrap(),
+            &b"synced|dirty"[..],
+            "written back on close: every broker reads it"
+        );
+        assert_eq!(v.file_lengths("mine"), Some((12, 7)), "but not synced");
+        theirs.append(b"+").unwrap();
+        assert_eq!(theirs.len(), 8, "the other brokers' handles live on");
+        as_broker(2);
+        assert_eq!(
+            v.read("theirs").unwrap().unwrap(),
+            &b""[..],
+            "another broker's dirty pages stay its own"
+        );
+        let report = v.crash();
+        assert_eq!(report.bytes_dropped, 5 + 8);
+        assert_eq!(v.read("mine").unwrap().unwrap(), &b"synced|"[..]);
     }
 
     #[test]
