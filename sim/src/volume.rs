@@ -1382,13 +1382,19 @@ mod tests {
         assert_eq!(v.file_lengths("f"), Some((0, 0)));
     }
 
+    /// A new file `path` holding `synced`, durable, then `tail`, not.
+    fn with_tail(v: &SimVolume, path: &str, synced: &[u8], tail: &[u8]) -> Arc<dyn SegmentFile> {
+        let seg = v.open_segment(path, true).unwrap();
+        seg.append(synced).unwrap();
+        seg.sync().unwrap();
+        seg.append(tail).unwrap();
+        seg
+    }
+
     #[test]
     fn a_process_kill_keeps_unsynced_data_for_the_restarted_broker() {
         let v = SimVolume::new();
-        let seg = v.open_segment("f", true).unwrap();
-        seg.append(b"synced|").unwrap();
-        seg.sync().unwrap();
-        seg.append(b"page cache").unwrap();
+        let seg = with_tail(&v, "f", b"synced|", b"page cache");
         let gone = v.open_segment("gone", true).unwrap();
         v.remove("gone").unwrap();
         let report = v.kill_process();
@@ -1409,10 +1415,7 @@ mod tests {
     fn a_power_loss_after_a_process_kill_still_loses_what_was_never_synced() {
         let v = SimVolume::new();
         for name in ["a", "b"] {
-            let seg = v.open_segment(name, true).unwrap();
-            seg.append(b"synced|").unwrap();
-            seg.sync().unwrap();
-            seg.append(b"tail").unwrap();
+            with_tail(&v, name, b"synced|", b"tail");
         }
         v.kill_process();
         // The restarted broker syncs what it read back of "b" only.
@@ -1428,10 +1431,7 @@ mod tests {
         let (v, who) = volume_with_caller();
         let as_broker = |b: usize| who.store(b, std::sync::atomic::Ordering::SeqCst);
         as_broker(0);
-        let mine = v.open_segment("mine", true).unwrap();
-        mine.append(b"synced|").unwrap();
-        mine.sync().unwrap();
-        mine.append(b"dirty").unwrap();
+        with_tail(&v, "mine", b"synced|", b"dirty");
         as_broker(1);
         let theirs = v.open_segment("theirs", true).unwrap();
         theirs.append(b"other's").unwrap();
@@ -1711,6 +1711,32 @@ mod tests {
         v.set_fault_hook(None);
         seg.sync().unwrap();
         assert_eq!(v.stats().injected_faults, 1);
+    }
+
+    /// After a process kill the log's unsynced tail is still there to
+    /// read; opening the log serves it (its end offset counts it durable),
+    /// so the opening must sync it: a power loss later keeps all of it.
+    #[test]
+    fn reopening_a_log_makes_the_tail_it_read_back_durable() {
+        use kaas_core::record::BatchBuilder;
+        use kaas_net::log::{LogConfig, PartitionLog};
+        let v = SimVolume::new();
+        let arc: Arc<dyn Volume> = Arc::new(v.clone());
+        let dir = kaas_core::layout::partition_dir("t", 0);
+        let config = LogConfig::default();
+        let mut log = PartitionLog::open(arc.clone(), dir.clone(), config, 0).unwrap();
+        let batch = BatchBuilder::new().record(1, None, Some(b"v")).build();
+        log.append_batch(&batch).unwrap();
+        log.sync().unwrap();
+        log.append_batch(&batch).unwrap();
+        drop(log);
+        assert_eq!(v.kill_process().files_with_unsynced, 1);
+        let log = PartitionLog::open(arc.clone(), dir.clone(), config, 0).unwrap();
+        assert_eq!(log.end_offset(), 2, "the page cache kept the tail");
+        drop(log);
+        assert_eq!(v.crash().bytes_dropped, 0, "the opening synced it");
+        let log = PartitionLog::open(arc, dir, config, 0).unwrap();
+        assert_eq!(log.end_offset(), 2);
     }
 
     /// The real partition log on this volume: a crash after an unsynced
