@@ -66,6 +66,10 @@ crate::named_enum! {
         /// A read_committed fetch is bounded by the high watermark, not the
         /// last stable offset: open transactions' records are served.
         ReadCommittedPastTheLso,
+        /// Partition recovery does not sync the tail of its own active
+        /// segment: after a process kill the restarted broker serves (and
+        /// counts durable) records that were only in the page cache.
+        RecoveredTailNotSynced,
     }
 }
 
