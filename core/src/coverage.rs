@@ -68,6 +68,11 @@ crate::named_enum! {
         /// The log cleaner swapped a cleaned copy in for a segment, while the
         /// partition kept taking writes and reads.
         CleanedCopySwappedIn,
+        /// The simulator killed a broker process and kept the page cache,
+        /// which held data the broker had not synced: the restarted broker
+        /// reads it back, and a later power loss may take it. Hit by the
+        /// simulator's fault driver, not the broker, which cannot know.
+        ProcessKillKeptUnsyncedData,
         /// A buggify point (`kaas_net::buggify`) delayed the step after it.
         BuggifyDelayedAPoint,
         /// A buggify point failed the step after it, as its IO would.

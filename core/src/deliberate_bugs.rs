@@ -74,6 +74,10 @@ crate::named_enum! {
         /// directory they published a name in: a power loss may undo a
         /// replace or a claim that was acknowledged.
         DirectoryNotSynced,
+        /// Partition recovery does not sync the tail of its own active
+        /// segment: after a process kill the restarted broker serves (and
+        /// counts durable) records that were only in the page cache.
+        RecoveredTailNotSynced,
     }
 }
 

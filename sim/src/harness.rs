@@ -102,6 +102,17 @@ pub struct FaultStats {
     /// Broker crashes of a multi-broker seed whose host held unsynced
     /// writes (lost with it, or partly written back).
     pub host_crashes_with_unsynced: u64,
+    /// Kills of the broker process alone, the page cache kept
+    /// (`SimVolume::kill_process`): counted in `crashes` too.
+    pub process_kills: u64,
+    /// ... of them that left unsynced bytes in the page cache for the
+    /// restarted broker to read,
+    pub process_kills_with_unsynced: u64,
+    /// ... how many such bytes,
+    pub unsynced_bytes_kept_by_process_kills: u64,
+    /// ... and power losses that came next, while the restarted broker ran
+    /// (single-broker seeds): what it read back and did not sync is lost.
+    pub power_losses_after_process_kills: u64,
 }
 
 impl FaultStats {
@@ -112,6 +123,18 @@ impl FaultStats {
         self.unsynced_bytes_dropped += report.bytes_dropped;
         self.unsynced_bytes_kept += report.bytes_kept;
         self.bytes_zeroed += report.bytes_zeroed + report.bytes_poisoned;
+    }
+
+    /// Counts a broker process killed with the page cache kept.
+    fn process_killed(&mut self, report: &CrashReport) {
+        self.crashes += 1;
+        self.process_kills += 1;
+        if report.files_with_unsynced > 0 {
+            self.process_kills_with_unsynced += 1;
+            // Counted here, by the harness: the broker cannot know.
+            kaas_core::coverage::hit(kaas_core::coverage::Mark::ProcessKillKeptUnsyncedData);
+        }
+        self.unsynced_bytes_kept_by_process_kills += report.bytes_kept;
     }
 }
 
@@ -169,6 +192,15 @@ impl SeedReport {
             ("broker crashes", f.crashes),
             ("power cuts", f.power_cuts),
             ("torn crashes", f.torn_crashes),
+            ("process kills", f.process_kills),
+            (
+                "process kills that kept unsynced data",
+                f.process_kills_with_unsynced,
+            ),
+            (
+                "power losses after a process kill",
+                f.power_losses_after_process_kills,
+            ),
             ("fsync failures", f.fsync_failures),
             ("clogged links", f.clogs),
             ("volume partitions", f.volume_partitions),
@@ -378,7 +410,7 @@ impl fmt::Display for SeedReport {
         }
         write!(
             f,
-            "{} crashes ({} power cuts, {} fsync failures, {} torn: {} unsynced bytes dropped, {} kept, {} zeroed), {} clogs, {} fsyncs | \
+            "{} crashes ({} power cuts, {} fsync failures, {} torn: {} unsynced bytes dropped, {} kept, {} zeroed; {} process kills, {} kept unsynced data ({} bytes), {} followed by a power loss), {} clogs, {} fsyncs | \
              {} partitions, {} producers ({} idempotent, {} in flight), {} group members, segment {} B / {} ms | {:?} simulated | fingerprint {:016x}",
             self.faults.crashes,
             self.faults.power_cuts,
@@ -387,6 +419,10 @@ impl fmt::Display for SeedReport {
             self.faults.unsynced_bytes_dropped,
             self.faults.unsynced_bytes_kept,
             self.faults.bytes_zeroed,
+            self.faults.process_kills,
+            self.faults.process_kills_with_unsynced,
+            self.faults.unsynced_bytes_kept_by_process_kills,
+            self.faults.power_losses_after_process_kills,
             self.faults.clogs,
             self.syncs,
             p.partitions,
@@ -605,6 +641,9 @@ async fn drive_faults(
     // between crashes and clogs); such a seed runs its faults longer rather
     // than fail as vacuous.
     let hard_end = end + params.fault_phase * 2;
+    // The last kill kept the page cache: the next may be a power loss soon
+    // after the restart, before the broker synced what it read back.
+    let mut after_process_kill = false;
     while Instant::now() < end || (Instant::now() < hard_end && !crash_gates_met(params, shared)) {
         let roll = thread_rng().gen_range(0..100);
         let kind = if roll < params.power_cut_percent {
@@ -614,6 +653,9 @@ async fn drive_faults(
         } else {
             CrashKind::Timed
         };
+        // Drawn only after a process kill, so seeds without them draw as
+        // before.
+        let power_loss_soon = after_process_kill && thread_rng().gen_bool(0.5);
         // A buggify point may ask for the broker's crash at any moment:
         // it is killed at once, the point still holding it.
         let scheduled = async {
@@ -643,6 +685,11 @@ async fn drive_faults(
                     }
                     volume.set_fault_hook(None);
                 }
+                CrashKind::Timed if power_loss_soon => {
+                    // Long enough for recovery and a few requests, short
+                    // enough that little was synced since.
+                    sleep(params.max_uptime / 20 + random_up_to(params.max_uptime / 5)).await;
+                }
                 CrashKind::Timed => {
                     // At least a tenth of the maximum, so a seed with short
                     // uptimes still gets requests through.
@@ -661,17 +708,41 @@ async fn drive_faults(
             volume.disarm_power_cut();
             volume.set_fault_hook(None);
         }
-        crash_and_restart(
-            handle, broker, volume, params, shared, buggified, &mut stats,
-        )
-        .await;
+        let kill = Kill {
+            at_a_point: buggified,
+            power_loss_only: kind != CrashKind::Timed || power_loss_soon,
+        };
+        let kept =
+            crash_and_restart(handle, broker, volume, params, shared, kill, &mut stats).await;
+        if after_process_kill && !kept {
+            stats.power_losses_after_process_kills += 1;
+        }
+        after_process_kill = kept;
     }
     // No point fires from now on; one that asked for a crash since the
     // last kill holds the broker until it is killed.
     if buggifier.stop(0) {
-        crash_and_restart(handle, broker, volume, params, shared, true, &mut stats).await;
+        let kill = Kill {
+            at_a_point: true,
+            power_loss_only: false,
+        };
+        crash_and_restart(handle, broker, volume, params, shared, kill, &mut stats).await;
     }
     stats
+}
+
+/// What a kill of a single-broker seed may do to the volume.
+#[derive(Debug, Clone, Copy)]
+struct Kill {
+    /// A buggify point asked for it (it may tear the write the point
+    /// followed).
+    at_a_point: bool,
+    /// It must be a power loss: a power cut froze the volume, a failed
+    /// fsync left bytes that look clean in the page cache (a process kill
+    /// would let the restarted broker read and trust them, which kaas does
+    /// not defend against: docs/simulation.md), or it is the power loss
+    /// due after a process kill.
+    power_loss_only: bool,
 }
 
 /// Whether crashes at buggify points tear the writes they follow (unless
@@ -680,35 +751,50 @@ fn tear_at_points() -> bool {
     std::env::var("KAAS_SIM_TEAR_AT_POINTS").map_or(true, |v| v != "0")
 }
 
-/// Kills the broker of a single-broker seed (a power failure: the volume
-/// loses, or tears, every unsynced byte) and restarts it after a seeded
-/// downtime. A crash a buggify point asked for (`at_a_point`) tears, half
-/// the time, the very writes the point followed, inside themselves
-/// (`KAAS_SIM_TEAR_AT_POINTS=0` turns that off).
+/// Kills the broker of a single-broker seed and restarts it after a
+/// seeded downtime. The kill is a power failure (the volume loses, or
+/// tears, every unsynced byte) or, with the seed's `process_kill_percent`
+/// unless `kill` rules it out, a kill of the process alone that keeps the
+/// page cache. A crash a buggify point asked for (`at_a_point`) tears,
+/// half the time, the very writes the point followed, inside themselves
+/// (`KAAS_SIM_TEAR_AT_POINTS=0` turns that off). Returns whether the page
+/// cache was kept.
 async fn crash_and_restart(
     handle: &Handle,
     broker: NodeId,
     volume: &SimVolume,
     params: &SimParams,
     shared: &Shared,
-    at_a_point: bool,
+    kill: Kill,
     stats: &mut FaultStats,
-) {
+) -> bool {
     handle.kill(broker);
     shared.incarnation.fetch_add(1, Relaxed);
-    let mid_write = at_a_point && tear_at_points() && thread_rng().gen_bool(0.5);
-    let torn = mid_write || thread_rng().gen_range(0..100) < params.torn_percent;
-    let report: CrashReport = if mid_write {
-        volume.crash_tearing_last_writes(&mut thread_rng())
-    } else if torn {
-        volume.crash_torn(&mut thread_rng())
+    let mid_write = kill.at_a_point && tear_at_points() && thread_rng().gen_bool(0.5);
+    let process_kill = !mid_write && !kill.power_loss_only && draws_a_process_kill(params);
+    if process_kill {
+        stats.process_killed(&volume.kill_process());
     } else {
-        volume.crash()
-    };
-    stats.crashes += 1;
-    stats.power_failed(torn, &report);
+        let torn = mid_write || thread_rng().gen_range(0..100) < params.torn_percent;
+        let report: CrashReport = if mid_write {
+            volume.crash_tearing_last_writes(&mut thread_rng())
+        } else if torn {
+            volume.crash_torn(&mut thread_rng())
+        } else {
+            volume.crash()
+        };
+        stats.crashes += 1;
+        stats.power_failed(torn, &report);
+    }
     sleep(random_up_to(params.max_downtime)).await;
     handle.restart(broker);
+    process_kill
+}
+
+/// Whether a kill is of the process alone, with the seed's share. Draws
+/// nothing in a seed without process kills, so its schedule is as before.
+fn draws_a_process_kill(params: &SimParams) -> bool {
+    params.process_kill_percent > 0 && thread_rng().gen_range(0..100) < params.process_kill_percent
 }
 
 /// One broker of a multi-broker seed, as its fault driver sees it.
@@ -725,25 +811,21 @@ struct Host<'a> {
 }
 
 impl Host<'_> {
-    /// Its host dies (its unsynced writes lost, or torn), and the broker
+    /// Its host dies (its unsynced writes lost, or torn) or, with the
+    /// seed's `process_kill_percent`, its process alone (its dirty pages
+    /// written back on close, unsynced), and the broker
     /// restarts after a short outage or a long one (one to three leases:
     /// long enough for the others to take its items over).
     async fn crash_and_restart(&self, params: &SimParams, long_outage: Duration) {
         let _down = self.gate.read().await;
         self.handle.kill(self.node);
         self.shared.incarnation.fetch_add(1, Relaxed);
-        let torn = thread_rng().gen_range(0..100) < params.torn_percent;
-        let report = if torn {
-            self.volume.crash_host(self.index, Some(&mut thread_rng()))
-        } else {
-            self.volume.crash_host(self.index, None)
-        };
-        {
+        if draws_a_process_kill(params) {
+            let report = self.volume.kill_process_on_nfs(self.index);
             let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-            s.crashes += 1;
-            s.host_crashes_with_unsynced += u64::from(report.files_with_unsynced > 0);
-            s.unsynced_bytes_dropped += report.bytes_dropped;
-            s.unsynced_bytes_kept += report.bytes_kept;
+            s.process_killed(&report);
+        } else {
+            self.host_crashed(params);
         }
         let downtime = if thread_rng().gen_bool(0.5) {
             long_outage + random_up_to(long_outage * 2)
@@ -752,6 +834,22 @@ impl Host<'_> {
         };
         sleep(downtime).await;
         self.handle.restart(self.node);
+    }
+
+    /// Its host died: its unsynced writes are lost, or with the seed's
+    /// torn share a written-back prefix of them survives.
+    fn host_crashed(&self, params: &SimParams) {
+        let torn = thread_rng().gen_range(0..100) < params.torn_percent;
+        let report = if torn {
+            self.volume.crash_host(self.index, Some(&mut thread_rng()))
+        } else {
+            self.volume.crash_host(self.index, None)
+        };
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        s.crashes += 1;
+        s.host_crashes_with_unsynced += u64::from(report.files_with_unsynced > 0);
+        s.unsynced_bytes_dropped += report.bytes_dropped;
+        s.unsynced_bytes_kept += report.bytes_kept;
     }
 }
 
@@ -1094,7 +1192,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let params = SimParams::draw(&mut thread_rng())
         .with_cluster(seed)
         .with_roll(seed)
-        .with_compaction(seed);
+        .with_compaction(seed)
+        .with_process_kills(seed);
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
     let buggifier = Buggifier::new(seed, params.brokers);

@@ -43,6 +43,11 @@ pub struct SimParams {
     pub max_ops_before_cut: u64,
     /// Chance (percent) that a crash keeps a torn prefix of unsynced data.
     pub torn_percent: u32,
+    /// Chance (percent) that a broker kill is a kill -9 of its process
+    /// alone, the page cache kept (`SimVolume::kill_process`), rather than
+    /// a power loss or a host crash: the restarted broker reads back data
+    /// it never synced, and a later power loss may still take it.
+    pub process_kill_percent: u32,
     /// How many of the producers are idempotent (the others are plain
     /// acks=all producers).
     pub idempotent_producers: usize,
@@ -211,6 +216,7 @@ impl SimParams {
             clog_percent: [0, 0, 25][rng.gen_range(0..3)],
             max_ops_before_cut: [10, 100, 500][rng.gen_range(0..3)],
             torn_percent: [0, 50, 90][rng.gen_range(0..3)],
+            process_kill_percent: 0,
             idempotent_producers,
             max_in_flight: rng.gen_range(1..=5),
             lose_answer_percent: [1, 5, 15][rng.gen_range(0..3)],
@@ -343,6 +349,16 @@ impl SimParams {
         self
     }
 
+    /// Draws the seed's share of process kills (0, 30 or 60 %), from an
+    /// rng of its own seeded by the seed, as [`with_roll`](Self::with_roll)
+    /// does, so that every other draw stays as it was; a seed that draws 0
+    /// runs its faults exactly as before process kills existed.
+    pub fn with_process_kills(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_6b69_6c6c);
+        self.process_kill_percent = [0, 30, 60][rng.gen_range(0..3)];
+        self
+    }
+
     /// Whether several brokers share the volume this seed.
     pub fn multi_broker(&self) -> bool {
         self.brokers > 1
@@ -386,6 +402,18 @@ mod tests {
                 assert!(!a.eos || single.eos);
             }
         }
+        let killing = (0..300)
+            .map(|s| {
+                SimParams::draw(&mut SmallRng::seed_from_u64(s))
+                    .with_process_kills(s)
+                    .process_kill_percent
+            })
+            .filter(|&p| p > 0)
+            .count();
+        assert!(
+            (150..=250).contains(&killing),
+            "{killing} of 300 seeds kill processes"
+        );
         let compacted = (0..300)
             .filter(|&s| {
                 SimParams::draw(&mut SmallRng::seed_from_u64(s))

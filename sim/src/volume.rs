@@ -38,6 +38,16 @@
 //! - A crash starts a new *generation*: segment handles opened before it
 //!   fail every later call, so state held by a killed broker can never write
 //!   into its successor's files.
+//! - [`kill_process`](SimVolume::kill_process) is a kill -9 of the broker
+//!   process alone: the machine and its page cache live on, so every
+//!   unsynced byte stays readable and stays unsynced (a later `crash*`, the
+//!   power failure, can still lose it). That is what a restarted broker
+//!   finds when it reads back data it never synced: recovery must sync
+//!   what it will rely on. A new generation, as for a crash.
+//!   [`kill_process_on_nfs`](SimVolume::kill_process_on_nfs) is the same
+//!   kill of one broker of several: its files close, and its NFS client
+//!   writes their dirty pages back on close, so its unsynced tail becomes
+//!   every broker's to read, still unsynced on the server.
 //! - [`power_cut_after`](SimVolume::power_cut_after) arms a power cut at an
 //!   exact operation: from that operation on, everything fails until the
 //!   harness calls `crash*`. Volume calls take no simulated time, so a kill
@@ -167,6 +177,9 @@ pub struct VolumeStats {
     pub entries_undone: u64,
     /// Crashes of one broker's host ([`SimVolume::crash_host`]).
     pub host_crashes: u64,
+    /// Kills of a broker process that kept the page cache
+    /// ([`SimVolume::kill_process`], [`SimVolume::kill_process_on_nfs`]).
+    pub process_kills: u64,
     pub power_cuts: u64,
     pub injected_faults: u64,
     /// Operations failed because their broker could not reach the volume.
@@ -890,6 +903,51 @@ impl SimVolume {
         report
     }
 
+    /// The broker process of a single-broker seed dies (kill -9) and its
+    /// machine does not: every unsynced byte stays in the page cache,
+    /// readable by the next process and still unsynced, so a later power
+    /// failure ([`crash`](Self::crash)) can lose it. Handles opened before
+    /// the kill fail every later call (a new generation: the dead process's
+    /// state can never write into its successor's files), and inodes only
+    /// those handles reached go with them. The report counts what stayed
+    /// unsynced (`bytes_kept`); nothing is dropped or zeroed.
+    pub fn kill_process(&self) -> CrashReport {
+        let mut state = self.state();
+        // Named now, or by a directory entry a power loss would bring back.
+        let reachable: BTreeSet<u64> = state
+            .files
+            .values()
+            .chain(state.durable.files.values())
+            .copied()
+            .collect();
+        state.inodes.retain(|id, _| reachable.contains(id));
+        let report = unsynced_kept(state.inodes.values(), |_| true);
+        state.generation += 1;
+        state.stats.process_kills += 1;
+        report
+    }
+
+    /// Broker `broker`'s process of a multi-broker seed dies, its machine
+    /// and the NFS server do not. Its files are closed, and an NFS client
+    /// writes a file's dirty pages back to the server on close
+    /// (close-to-open): its unsynced tail becomes visible to every broker
+    /// but stays unsynced on the server, which a later power failure of
+    /// the volume ([`crash`](Self::crash)) can still lose. No new
+    /// generation: that would kill the other brokers' handles, which live
+    /// on; the dead broker's handles went with its node, as in
+    /// [`crash_host`](Self::crash_host).
+    pub fn kill_process_on_nfs(&self, broker: usize) -> CrashReport {
+        let mut state = self.state();
+        let report = unsynced_kept(state.inodes.values(), |i| i.dirty_by == Some(broker));
+        for inode in state.inodes.values_mut() {
+            if inode.dirty_by == Some(broker) {
+                inode.dirty_by = None;
+            }
+        }
+        state.stats.process_kills += 1;
+        report
+    }
+
     /// Arms a power cut: the `ops`-th mutation from now (0 = the next one)
     /// fails and freezes the volume until the next crash.
     pub fn power_cut_after(&self, ops: u64) {
@@ -943,6 +1001,20 @@ impl SimVolume {
         }
         out
     }
+}
+
+/// What a process kill left unsynced in the page cache, of the inodes
+/// `whose` picks: kept (readable), neither dropped nor zeroed.
+fn unsynced_kept<'a>(
+    inodes: impl Iterator<Item = &'a Inode>,
+    whose: impl Fn(&Inode) -> bool,
+) -> CrashReport {
+    let mut report = CrashReport::default();
+    for inode in inodes.filter(|i| whose(i) && i.data.len() > i.synced) {
+        report.files_with_unsynced += 1;
+        report.bytes_kept += (inode.data.len() - inode.synced) as u64;
+    }
+    report
 }
 
 impl Volume for SimVolume {
@@ -1265,7 +1337,10 @@ impl SimSegment {
         if state.generation != self.generation {
             return Err(err(
                 io::ErrorKind::Other,
-                format!("{}: handle opened before a crash", self.path),
+                format!(
+                    "{}: handle opened before a crash or a process kill",
+                    self.path
+                ),
             ));
         }
         let file = state.inodes.get(&self.inode).map_or((0, 0), |i| {
@@ -1554,6 +1629,98 @@ mod tests {
         assert!(seg.sync().is_err());
         assert!(seg.read_at(0, 1).is_err());
         assert_eq!(v.file_lengths("f"), None, "its name was never synced");
+    }
+
+    /// A new file `path` holding `synced`, durable, then `tail`, not.
+    fn with_tail(v: &SimVolume, path: &str, synced: &[u8], tail: &[u8]) -> Arc<dyn SegmentFile> {
+        let seg = v.open_segment(path, true).unwrap();
+        seg.append(synced).unwrap();
+        seg.sync().unwrap();
+        seg.append(tail).unwrap();
+        seg
+    }
+
+    #[test]
+    fn a_process_kill_keeps_unsynced_data_for_the_restarted_broker() {
+        let v = SimVolume::new();
+        let seg = with_tail(&v, "f", b"synced|", b"page cache");
+        let gone = v.open_segment("gone", true).unwrap();
+        v.remove("gone").unwrap();
+        let report = v.kill_process();
+        assert_eq!((report.files_with_unsynced, report.bytes_kept), (1, 10));
+        assert_eq!((report.bytes_dropped, report.bytes_zeroed), (0, 0));
+        assert!(seg.append(b"x").is_err(), "the dead process's handle");
+        assert!(seg.sync().is_err());
+        assert!(gone.read_at(0, 1).is_err());
+        assert_eq!(v.state().inodes.len(), 1, "the unlinked inode went");
+        let seg = v.open_segment("f", false).unwrap();
+        assert_eq!(seg.read_at(0, 100).unwrap(), &b"synced|page cache"[..]);
+        assert_eq!(v.file_lengths("f"), Some((17, 7)), "still unsynced");
+        assert_eq!(v.stats().process_kills, 1);
+        assert_eq!(v.stats().crashes, 0);
+    }
+
+    /// A replace not yet synced into its directory: the process kill keeps
+    /// the old file, which the power loss after it brings back.
+    #[test]
+    fn a_process_kill_keeps_the_files_a_power_loss_would_bring_back() {
+        let v = SimVolume::new();
+        v.create_dir_all("d").unwrap();
+        v.write_atomic("d/f", b"old").unwrap();
+        v.write_new("d/tmp", b"new").unwrap();
+        v.sync_file("d/tmp").unwrap();
+        v.rename("d/tmp", "d/f").unwrap();
+        v.kill_process();
+        assert_eq!(v.read("d/f").unwrap().unwrap(), &b"new"[..]);
+        v.crash();
+        assert_eq!(v.read("d/f").unwrap().unwrap(), &b"old"[..]);
+    }
+
+    #[test]
+    fn a_power_loss_after_a_process_kill_still_loses_what_was_never_synced() {
+        let v = SimVolume::new();
+        for name in ["a", "b"] {
+            with_tail(&v, name, b"synced|", b"tail");
+        }
+        v.kill_process();
+        // The restarted broker syncs what it read back of "b" only.
+        v.open_segment("b", false).unwrap().sync().unwrap();
+        let report = v.crash();
+        assert_eq!((report.files_with_unsynced, report.bytes_dropped), (1, 4));
+        assert_eq!(v.read("a").unwrap().unwrap(), &b"synced|"[..]);
+        assert_eq!(v.read("b").unwrap().unwrap(), &b"synced|tail"[..]);
+    }
+
+    #[test]
+    fn a_process_kill_on_nfs_writes_its_dirty_pages_back_unsynced() {
+        let (v, who) = volume_with_caller();
+        v.set_entries_durable_at_once(true);
+        let as_broker = |b: usize| who.store(b, std::sync::atomic::Ordering::SeqCst);
+        as_broker(0);
+        with_tail(&v, "mine", b"synced|", b"dirty");
+        as_broker(1);
+        let theirs = v.open_segment("theirs", true).unwrap();
+        theirs.append(b"other's").unwrap();
+        assert_eq!(v.read("mine").unwrap().unwrap(), &b"synced|"[..]);
+        let report = v.kill_process_on_nfs(0);
+        assert_eq!((report.files_with_unsynced, report.bytes_kept), (1, 5));
+        assert_eq!(
+            v.read("mine").unwrap().unwrap(),
+            &b"synced|dirty"[..],
+            "written back on close: every broker reads it"
+        );
+        assert_eq!(v.file_lengths("mine"), Some((12, 7)), "but not synced");
+        theirs.append(b"+").unwrap();
+        assert_eq!(theirs.len(), 8, "the other brokers' handles live on");
+        as_broker(2);
+        assert_eq!(
+            v.read("theirs").unwrap().unwrap(),
+            &b""[..],
+            "another broker's dirty pages stay its own"
+        );
+        let report = v.crash();
+        assert_eq!(report.bytes_dropped, 5 + 8);
+        assert_eq!(v.read("mine").unwrap().unwrap(), &b"synced|"[..]);
     }
 
     #[test]
@@ -1935,6 +2102,32 @@ mod tests {
         v.set_fault_hook(None);
         seg.sync().unwrap();
         assert_eq!(v.stats().injected_faults, 1);
+    }
+
+    /// After a process kill the log's unsynced tail is still there to
+    /// read; opening the log serves it (its end offset counts it durable),
+    /// so the opening must sync it: a power loss later keeps all of it.
+    #[test]
+    fn reopening_a_log_makes_the_tail_it_read_back_durable() {
+        use kaas_core::record::BatchBuilder;
+        use kaas_net::log::{LogConfig, PartitionLog};
+        let v = SimVolume::new();
+        let arc: Arc<dyn Volume> = Arc::new(v.clone());
+        let dir = kaas_core::layout::partition_dir("t", 0);
+        let config = LogConfig::default();
+        let mut log = PartitionLog::open(arc.clone(), dir.clone(), config, 0).unwrap();
+        let batch = BatchBuilder::new().record(1, None, Some(b"v")).build();
+        log.append_batch(&batch).unwrap();
+        log.sync().unwrap();
+        log.append_batch(&batch).unwrap();
+        drop(log);
+        assert_eq!(v.kill_process().files_with_unsynced, 1);
+        let log = PartitionLog::open(arc.clone(), dir.clone(), config, 0).unwrap();
+        assert_eq!(log.end_offset(), 2, "the page cache kept the tail");
+        drop(log);
+        assert_eq!(v.crash().bytes_dropped, 0, "the opening synced it");
+        let log = PartitionLog::open(arc, dir, config, 0).unwrap();
+        assert_eq!(log.end_offset(), 2);
     }
 
     /// The real partition log on this volume: a crash after an unsynced

@@ -46,6 +46,7 @@ const REQUIRED_MARKS: &[Mark] = &[
     Mark::PartitionStoppedByAFailedWrite,
     Mark::UnstableOffsetsHeldBack,
     Mark::CleanedCopySwappedIn,
+    Mark::ProcessKillKeptUnsyncedData,
     Mark::BuggifyDelayedAPoint,
     Mark::BuggifyFailedAPoint,
     Mark::BuggifyCrashedAtAPoint,
