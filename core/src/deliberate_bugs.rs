@@ -78,6 +78,11 @@ crate::named_enum! {
         /// segment: after a process kill the restarted broker serves (and
         /// counts durable) records that were only in the page cache.
         RecoveredTailNotSynced,
+        /// A partition's recovery and a slot journal's loading do not sync
+        /// the directory of the files they read back: a file whose creator
+        /// was killed before its first sync keeps a name that only the page
+        /// cache holds, and a later power loss takes the file.
+        ReadBackNamesNotSynced,
     }
 }
 

@@ -2130,6 +2130,37 @@ mod tests {
         assert_eq!(log.end_offset(), 2);
     }
 
+    /// A takeover opens a new epoch's segment; its broker was killed
+    /// before the segment's first sync, so its name is in the page cache
+    /// only. The next opening at that epoch reads it as an existing file,
+    /// syncs the records in it, and must make its name durable too
+    /// (`kaas_net::volume::sync_names_read_back`): a power loss later
+    /// keeps the segment and the records the opening synced in it.
+    #[test]
+    fn reopening_a_log_makes_the_names_it_read_back_durable() {
+        use kaas_core::record::BatchBuilder;
+        use kaas_net::log::{LogConfig, PartitionLog};
+        let v = SimVolume::new();
+        let arc: Arc<dyn Volume> = Arc::new(v.clone());
+        let dir = kaas_core::layout::partition_dir("t", 0);
+        let config = LogConfig::default();
+        let batch = BatchBuilder::new().record(1, None, Some(b"v")).build();
+        let open = |epoch| PartitionLog::open(arc.clone(), dir.clone(), config, epoch).unwrap();
+        let mut log = open(0);
+        log.append_batch(&batch).unwrap();
+        log.sync().unwrap();
+        drop(log);
+        let mut log = open(1);
+        log.append_batch(&batch).unwrap();
+        drop(log);
+        v.kill_process();
+        let log = open(1);
+        assert_eq!(log.end_offset(), 2, "the page cache kept epoch 1's segment");
+        drop(log);
+        assert_eq!(v.crash().entries_undone, 0, "the opening synced its name");
+        assert_eq!(open(1).end_offset(), 2);
+    }
+
     /// The real partition log on this volume: a crash after an unsynced
     /// append loses exactly that append, and a torn tail is cut at the last
     /// whole batch.

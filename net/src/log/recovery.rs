@@ -394,6 +394,8 @@ pub(crate) fn recover(
             load_txn_index(volume, dir, segment, written_by, written_by == epoch)?;
         }
     }
+    // Their data is synced above; their names may be in the page cache only.
+    crate::volume::sync_names_read_back(volume, dir)?;
     Ok(Recovered {
         sealed,
         active,

@@ -87,6 +87,7 @@ pub fn load_fenced<F: SlotFile, E: std::fmt::Display>(
         kaas_core::coverage::hit(kaas_core::coverage::Mark::TornJournalTailCut);
         file.truncate(found.valid_len as u64)?;
     }
+    crate::volume::sync_names_read_back(volume, crate::volume::parent_dir(journal_path))?;
     Ok(Loaded {
         state: current(snapshot, journaled),
         journal: Journal {
@@ -300,6 +301,28 @@ mod tests {
         }
         assert_eq!(volume.read(SNAPSHOT).unwrap(), None, "no replace per round");
         assert_eq!(open(&volume).state, Some(state(3, "v3")));
+    }
+
+    /// A journal found on the volume may have been created by a process
+    /// killed before its first sync: its name is then in the page cache
+    /// only, and this handle did not create it, so no sync of it would
+    /// make the name durable. Loading syncs the directory, every time.
+    #[test]
+    fn loading_a_journal_makes_the_name_it_read_back_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let synced_dirs = Arc::new(AtomicUsize::new(0));
+        let seen = synced_dirs.clone();
+        let volume = HookedVolume::new(LocalVolume::new(dir.path()).unwrap(), move |wait| {
+            if wait == DiskWait::SyncDir("s") {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        });
+        let loaded = open(&volume);
+        write(&loaded.journal, &volume, &state(1, "one")).unwrap();
+        assert_eq!(synced_dirs.load(Ordering::SeqCst), 1);
+        assert_eq!(open(&volume).state, Some(state(1, "one")));
+        assert_eq!(synced_dirs.load(Ordering::SeqCst), 2, "at each load");
     }
 
     #[test]

@@ -190,6 +190,21 @@ fn sync_dir_of<V: Volume + ?Sized>(volume: &V, path: &str) -> io::Result<()> {
     volume.sync_dir(parent_dir(path))
 }
 
+/// Makes durable the names of the files in `dir` that a broker has just
+/// read back at startup or takeover and will rely on. A process killed
+/// before the first sync of a file it created leaves that name in the
+/// page cache only (a segment's name is synced by the first sync of the
+/// handle that created it), and the next process opens the file as an
+/// existing one, so none of its own syncs would ever make the name
+/// durable: a power loss would then take the whole file, synced records
+/// and all. One directory sync, once per opening, closes that.
+pub fn sync_names_read_back<V: Volume + ?Sized>(volume: &V, dir: &str) -> io::Result<()> {
+    if planted(Bug::ReadBackNamesNotSynced) {
+        return Ok(());
+    }
+    volume.sync_dir(dir)
+}
+
 /// Names of hidden temporaries start with this: `write_atomic` and
 /// `create_exclusive` write their content under such a name first, and
 /// every `list` leaves them out, so no caller ever sees a half-made file
