@@ -78,6 +78,10 @@ crate::named_enum! {
         /// segment: after a process kill the restarted broker serves (and
         /// counts durable) records that were only in the page cache.
         RecoveredTailNotSynced,
+        /// A fetch is bounded by (and answers) the log end instead of the
+        /// high watermark: consumers read records that are only in the page
+        /// cache, which a power loss may take back.
+        HighWatermarkPastTheDurableEnd,
     }
 }
 
