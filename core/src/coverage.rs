@@ -73,6 +73,11 @@ crate::named_enum! {
         /// reads it back, and a later power loss may take it. Hit by the
         /// simulator's fault driver, not the broker, which cannot know.
         ProcessKillKeptUnsyncedData,
+        /// A record acknowledged to an acks=1 producer is missing from the
+        /// final read (or its offset holds another record) after a power
+        /// loss: allowed, since acks=1 answers before the fsync. Hit by the
+        /// simulator's checker, not the broker, which cannot know.
+        LowAcksRecordLostByACrash,
         /// A buggify point (`kaas_net::buggify`) delayed the step after it.
         BuggifyDelayedAPoint,
         /// A buggify point failed the step after it, as its IO would.

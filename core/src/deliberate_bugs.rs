@@ -83,6 +83,10 @@ crate::named_enum! {
         /// was killed before its first sync keeps a name that only the page
         /// cache holds, and a later power loss takes the file.
         ReadBackNamesNotSynced,
+        /// A fetch is bounded by (and answers) the log end instead of the
+        /// high watermark: consumers read records that are only in the page
+        /// cache, which a power loss may take back.
+        HighWatermarkPastTheDurableEnd,
     }
 }
 

@@ -18,8 +18,11 @@
 //! - every record in the log is one a producer sent.
 //!
 //! Records that were never acknowledged may be present or absent, and a
-//! retried produce may be present more than once: both are allowed without
-//! idempotence.
+//! retried produce may be present more than once (as often as it was sent):
+//! both are allowed without idempotence. Plain producers at acks=1 and
+//! acks=0 are held to what those levels promise (`crate::low_acks`): their
+//! records count as sent and, once fetched, as read, like every other, but an
+//! acks=1 acknowledgement is no claim that the offset is durable.
 //!
 //! Idempotent producers (every batch retried with the same bytes until
 //! acknowledged) are held to more:
@@ -34,6 +37,7 @@
 //!   (every InitProducerId answer is recorded), always at epoch 0 and from
 //!   this broker's slice of the id space.
 
+use crate::low_acks::{LowAcksHistory, LowAcksStats};
 use bytes::Bytes;
 use kaas_core::producer::{local_pid_range, pid_for, PID_BLOCK_SIZE};
 use std::collections::{BTreeMap, BTreeSet};
@@ -130,6 +134,8 @@ pub struct History {
     /// Brokers whose slices of the producer id space are allowed (0 and 1
     /// both mean broker 0 alone).
     brokers: i32,
+    /// What plain producers sent at acks=1 and acks=0, and acks=1's answers.
+    pub low_acks: LowAcksHistory,
 }
 
 /// Why a value does not map to a record we sent.
@@ -229,9 +235,11 @@ impl History {
         }
     }
 
-    /// Several brokers hand out producer ids, each from its own slice.
+    /// Several brokers hand out producer ids, each from its own slice, and
+    /// a takeover may drop a live leader's unsynced appends.
     pub fn set_brokers(&mut self, brokers: i32) {
         self.brokers = brokers;
+        self.low_acks.set_losses_unattributed(brokers > 1);
     }
 
     /// Every producer id handed to an idempotent producer.
@@ -394,6 +402,7 @@ impl History {
             }
         }
         violations.extend(self.check_idempotent(logs));
+        violations.extend(self.low_acks.check(logs, &self.observed).0);
         // Keep failure output readable; the first few say what happened.
         if violations.len() > 20 {
             let more = violations.len() - 20;
@@ -511,6 +520,11 @@ impl History {
         violations
     }
 
+    /// What the low-acks rules compared against the final logs.
+    pub fn low_acks_stats(&self, logs: &BTreeMap<i32, PartitionLog>) -> LowAcksStats {
+        self.low_acks.check(logs, &self.observed).1
+    }
+
     /// A summary of the final logs: number of records, and how many were
     /// duplicates (the same record at two offsets).
     pub fn summarize(logs: &BTreeMap<i32, PartitionLog>) -> (usize, usize) {
@@ -539,6 +553,7 @@ impl History {
         self.observed.hash(&mut h);
         self.idempotent.hash(&mut h);
         self.pids.hash(&mut h);
+        self.low_acks.describe().hash(&mut h);
         format!("{:?} {:?}", self.stats, self.idem).hash(&mut h);
         extra.hash(&mut h);
         h.finish()

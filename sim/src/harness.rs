@@ -13,6 +13,7 @@ use crate::compact_history::CompactStats;
 use crate::env::{SimClock, SimIo};
 use crate::eos_history::EosStats;
 use crate::group_history::GroupStats;
+use crate::low_acks::{Acks, LowAcksStats};
 use crate::params::{SimParams, CLOCK_SKEW_BOUND_MS, MAX_DRIFT_PPM, VOLUME_STALENESS_BOUND_MS};
 use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
@@ -76,6 +77,11 @@ pub const MIN_EOS_OBSERVATIONS: u64 = 1;
 pub const MIN_COMPACT_RECORDS: u64 = 50;
 /// ... and this many reads of it.
 pub const MIN_COMPACT_READS: u64 = 3;
+/// With an acks=1 producer: this many of its acknowledgements checked
+/// against the final log;
+pub const MIN_LEADER_ACKS: u64 = 20;
+/// ... with an acks=0 producer: this many of its records in the final log.
+pub const MIN_UNACKNOWLEDGED_FOUND: u64 = 20;
 /// How long the final read-back may take once faults have stopped.
 const LIVENESS_DEADLINE: Duration = Duration::from_secs(120);
 /// How long to wait for an armed power cut or fsync failure before
@@ -157,6 +163,8 @@ pub struct SeedReport {
     pub txns: TxnStats,
     pub eos: EosStats,
     pub compact: CompactStats,
+    /// What the acks=1 and acks=0 rules compared.
+    pub low_acks: LowAcksStats,
     /// Multi-broker seeds: what clients saw of leadership, and the claims
     /// on the volume.
     pub cluster: ClusterStats,
@@ -211,6 +219,15 @@ impl SeedReport {
             ("stale listings answered", self.stale_listings),
             ("ownership takeovers", self.claims.takeovers),
             ("records acknowledged", count(self.records_acked)),
+            ("acks=1 records acknowledged", self.low_acks.leader_acked),
+            (
+                "acks=1 records lost by a power loss",
+                self.low_acks.leader_lost,
+            ),
+            (
+                "acks=0 records in the final log",
+                self.low_acks.unacknowledged_found,
+            ),
             ("idempotent resends", self.idem.resends),
             ("duplicates confirmed", self.idem.duplicates_confirmed),
             (
@@ -278,6 +295,21 @@ impl fmt::Display for SeedReport {
                 i.batches_abandoned,
                 i.pids_granted,
                 self.pid_blocks,
+            )?;
+        }
+        if p.runs_plain_at(Acks::Leader) || p.runs_plain_at(Acks::None) {
+            let l = &self.low_acks;
+            write!(
+                f,
+                "low acks: acks=1 {} acked ({} kept, {} lost by a power loss, {} records read), acks=0 {} of {} in the final log ({} read), {} records within their send counts | ",
+                l.leader_acked,
+                l.leader_kept,
+                l.leader_lost,
+                l.leader_read,
+                l.unacknowledged_found,
+                l.unacknowledged_sent,
+                l.unacknowledged_read,
+                l.sends_compared,
             )?;
         }
         if p.group_members > 0 {
@@ -775,6 +807,9 @@ async fn crash_and_restart(
     if process_kill {
         stats.process_killed(&volume.kill_process());
     } else {
+        // Counted before the volume drops anything: an acks=1 record sent
+        // before this may be lost, one sent after may not.
+        shared.history().low_acks.power_lost();
         let torn = mid_write || thread_rng().gen_range(0..100) < params.torn_percent;
         let report: CrashReport = if mid_write {
             volume.crash_tearing_last_writes(&mut thread_rng())
@@ -1184,6 +1219,25 @@ fn dump_batches(volume: &SimVolume, partition: i32, offset: i64) -> String {
     out
 }
 
+/// The low-acks gates the seed fell short of: a producer at acks=1 or
+/// acks=0 whose records the checker never compared.
+fn low_acks_shortfalls(params: &SimParams, stats: &LowAcksStats) -> Vec<String> {
+    let mut short = Vec::new();
+    if params.runs_plain_at(Acks::Leader) && stats.leader_acked < MIN_LEADER_ACKS {
+        short.push(format!(
+            "{} acks=1 acknowledgements checked (need {MIN_LEADER_ACKS})",
+            stats.leader_acked
+        ));
+    }
+    if params.runs_plain_at(Acks::None) && stats.unacknowledged_found < MIN_UNACKNOWLEDGED_FOUND {
+        short.push(format!(
+            "{} acks=0 records in the final log (need {MIN_UNACKNOWLEDGED_FOUND})",
+            stats.unacknowledged_found
+        ));
+    }
+    short
+}
+
 /// Runs one seed to completion in the current madsim runtime.
 pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let handle = Handle::current();
@@ -1193,7 +1247,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .with_cluster(seed)
         .with_roll(seed)
         .with_compaction(seed)
-        .with_process_kills(seed);
+        .with_process_kills(seed)
+        .with_acks(seed);
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
     let buggifier = Buggifier::new(seed, params.brokers);
@@ -1720,6 +1775,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             ));
         }
     }
+    let low_acks = history.low_acks_stats(&logs);
+    vacuous.extend(low_acks_shortfalls(&params, &low_acks));
+    for _ in 0..low_acks.leader_lost {
+        kaas_core::coverage::hit(kaas_core::coverage::Mark::LowAcksRecordLostByACrash);
+    }
     let (final_records, duplicates) = History::summarize(&logs);
     if !problems.is_empty() {
         problems.extend(vacuous.iter().map(|v| format!("vacuous: {v}")));
@@ -1727,7 +1787,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             seed,
             problems,
             context: format!(
-                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nidempotence: {:?}\ntransactions: {:?}\neos: {:?}\ncompacted topic: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
+                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nlow acks: {low_acks:?}\nidempotence: {:?}\ntransactions: {:?}\neos: {:?}\ncompacted topic: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
                 history.stats,
                 history.idem,
                 txns.stats,
@@ -1757,6 +1817,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         txns: txns.stats,
         eos: eos_history.stats,
         compact: compact_stats,
+        low_acks,
         cluster: cluster.stats,
         claims,
         writers: writer_stats,

@@ -15,6 +15,7 @@
 //!   offsets visible only after their transaction's markers).
 //! - [`compact_history`]: the same for the compacted topic (which records
 //!   the cleaner may remove).
+//! - [`low_acks`]: what plain producers at acks=1 and acks=0 may lose.
 //! - [`cluster_history`] and [`writers`]: the multi-broker rules
 //!   (leader epochs, one writer per file and epoch).
 //! - [`params`]: per-seed workload and fault parameters.
@@ -32,7 +33,7 @@
 //!   compacted topic), where each request goes with several brokers, and
 //!   running many seeds.
 //!
-//! Without `--cfg madsim` only the first ten exist, and their unit tests
+//! Without `--cfg madsim` only the first eleven exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
@@ -45,6 +46,7 @@ pub mod compact_history;
 pub mod env;
 pub mod eos_history;
 pub mod group_history;
+pub mod low_acks;
 pub mod params;
 pub mod txn_history;
 pub mod volume;

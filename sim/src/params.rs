@@ -2,6 +2,7 @@
 //! workload and faults, so a run of many seeds covers many combinations
 //! instead of one configuration many times.
 
+use crate::low_acks::Acks;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
@@ -49,8 +50,10 @@ pub struct SimParams {
     /// it never synced, and a later power loss may still take it.
     pub process_kill_percent: u32,
     /// How many of the producers are idempotent (the others are plain
-    /// acks=all producers).
+    /// producers, at the acks level `plain_acks` gives each).
     pub idempotent_producers: usize,
+    /// Each plain producer slot's acks level ([`SimParams::with_acks`]).
+    pub plain_acks: [Acks; MAX_PRODUCERS],
     /// max.in.flight of idempotent producers, per partition (1..=5, the
     /// broker remembers 5 batches per producer).
     pub max_in_flight: usize,
@@ -173,6 +176,8 @@ pub const CLOCK_SKEW_BOUND_MS: i64 = 50;
 /// cached for up to `listing_cache_ms`, under this bound; file contents
 /// and single-name lookups are exact.
 pub const VOLUME_STALENESS_BOUND_MS: i64 = 300;
+/// Most producers a seed draws (plain and idempotent together).
+pub const MAX_PRODUCERS: usize = 3;
 /// Largest clock drift of a simulated broker, parts per million.
 pub const MAX_DRIFT_PPM: i64 = 200;
 
@@ -189,7 +194,7 @@ impl SimParams {
             [300, 1_000, 3_000][rng.gen_range(0..3)]
         };
         let max_uptime = Duration::from_millis(uptime_ms);
-        let producers = rng.gen_range(1..=3);
+        let producers = rng.gen_range(1..=MAX_PRODUCERS);
         // Swarm: no idempotent producer, a mix, or only idempotent ones.
         let idempotent_percent = [0, 50, 100][rng.gen_range(0..3)];
         let idempotent_producers = (0..producers)
@@ -218,6 +223,7 @@ impl SimParams {
             torn_percent: [0, 50, 90][rng.gen_range(0..3)],
             process_kill_percent: 0,
             idempotent_producers,
+            plain_acks: [Acks::All; MAX_PRODUCERS],
             max_in_flight: rng.gen_range(1..=5),
             lose_answer_percent: [1, 5, 15][rng.gen_range(0..3)],
             reset_percent: [10, 40, 100][rng.gen_range(0..3)],
@@ -359,6 +365,30 @@ impl SimParams {
         self
     }
 
+    /// Draws each plain producer slot's acks level, from an rng of its own
+    /// seeded by the seed, as [`with_roll`](Self::with_roll) does, so that
+    /// every other draw stays as it was. Slot 0 stays acks=all, so a seed
+    /// keeps the acknowledged records its gates and checkers need; each
+    /// other slot is acks=all half the time, else acks=1 or acks=0.
+    pub fn with_acks(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_6163_6b73);
+        for slot in self.plain_acks.iter_mut().skip(1) {
+            *slot = [Acks::All, Acks::All, Acks::Leader, Acks::None][rng.gen_range(0..4)];
+        }
+        self
+    }
+
+    /// The acks level of plain producer `id`.
+    pub fn acks_of(&self, id: usize) -> Acks {
+        self.plain_acks.get(id).copied().unwrap_or(Acks::All)
+    }
+
+    /// Whether some plain producer runs at `acks`.
+    pub fn runs_plain_at(&self, acks: Acks) -> bool {
+        let plain = self.producers - self.idempotent_producers;
+        (0..plain).any(|id| self.acks_of(id) == acks)
+    }
+
     /// Whether several brokers share the volume this seed.
     pub fn multi_broker(&self) -> bool {
         self.brokers > 1
@@ -413,6 +443,20 @@ mod tests {
         assert!(
             (150..=250).contains(&killing),
             "{killing} of 300 seeds kill processes"
+        );
+        let low_acks = |acks| {
+            (0..1_000)
+                .filter(|&s| {
+                    SimParams::draw(&mut SmallRng::seed_from_u64(s))
+                        .with_acks(s)
+                        .runs_plain_at(acks)
+                })
+                .count()
+        };
+        let (leader, none) = (low_acks(Acks::Leader), low_acks(Acks::None));
+        assert!(
+            (60..=250).contains(&leader) && (60..=250).contains(&none),
+            "of 1,000 seeds {leader} run acks=1 and {none} acks=0"
         );
         let compacted = (0..300)
             .filter(|&s| {

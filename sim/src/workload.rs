@@ -1,5 +1,6 @@
-//! Workload actors on the client node: plain producers with acks=all, a
-//! consumer that fetches while faults run, and the final read-back.
+//! Workload actors on the client node: plain producers (acks=all, or acks=1
+//! or acks=0 as the seed drew), a consumer that fetches while faults run,
+//! and the final read-back.
 //!
 //! They talk to the broker through `kaas_net::client` over madsim's
 //! simulated TCP and report everything to the shared [`History`]. Every
@@ -12,6 +13,7 @@ use crate::cluster_history::FetchedBatch;
 use crate::compact_history::CompactHistory;
 use crate::eos_history::EosHistory;
 use crate::group_history::GroupHistory;
+use crate::low_acks::Acks;
 use crate::params::SimParams;
 use crate::router::{redirects, Router};
 use crate::txn_history::TxnHistory;
@@ -42,6 +44,14 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A batch is abandoned (left unacknowledged) after this many attempts.
 const MAX_PRODUCE_ATTEMPTS: u32 = 40;
+/// The shortest pause between an acks=0 producer's batches: with no answer
+/// to wait for, nothing else paces it (a real one is paced by its socket's
+/// buffer, which madsim's never fills).
+const UNACKNOWLEDGED_MIN_PAUSE: Duration = Duration::from_millis(10);
+/// An acks=0 producer with several brokers looks its leaders up again every
+/// this many batches: a leader that moved answers nothing at acks=0, so
+/// nothing else tells it (Kafka's client refreshes by `metadata.max.age.ms`).
+const UNACKNOWLEDGED_REFRESH_BATCHES: u32 = 20;
 /// How long the consumer's fetches long-poll.
 const FETCH_MAX_WAIT_MS: i32 = 200;
 pub(crate) const FETCH_MAX_BYTES: i32 = 64 * 1024;
@@ -199,7 +209,7 @@ pub(crate) async fn round_trip(
     result
 }
 
-fn produce_request(partition: i32, values: &[Bytes], now_ms: i64) -> RequestBody {
+fn produce_request(partition: i32, values: &[Bytes], now_ms: i64, acks: Acks) -> RequestBody {
     let mut builder = BatchBuilder::new();
     for value in values {
         builder.push(NewRecord::new(now_ms, None, Some(value)));
@@ -208,7 +218,7 @@ fn produce_request(partition: i32, values: &[Bytes], now_ms: i64) -> RequestBody
         TOPIC,
         partition,
         builder.build().into_bytes(),
-        -1,
+        acks.wire(),
         PRODUCE_TIMEOUT_MS,
     )
 }
@@ -260,21 +270,17 @@ pub(crate) fn retriable(code: i16) -> bool {
     .any(|c| c.code() == code)
 }
 
-/// Produces batches of uniquely named records until told to stop; retries
-/// each batch with the exact same request bytes until acknowledged or
-/// abandoned. Without idempotence a retry after a lost response may append
-/// the batch twice, which the checker allows.
-pub async fn producer(
-    id: usize,
-    params: SimParams,
-    brokers: Vec<SocketAddr>,
-    shared: std::sync::Arc<Shared>,
-) {
-    let mut router = Router::new(format!("producer-{id}"), &brokers);
-    let mut conn: Option<Connection> = None;
-    let mut backoff = Backoff::new();
-    let mut batch_no: u32 = 0;
-    while !shared.stop_producing.load(Ordering::Relaxed) {
+/// A plain producer's next batch: where it goes, its uniquely named
+/// records, and the pause after it.
+struct PlainBatch {
+    partition: i32,
+    values: Vec<Bytes>,
+    think: Duration,
+}
+
+impl PlainBatch {
+    /// Draws batch `batch_no` of producer `id` and reports it sent.
+    fn next(id: usize, batch_no: u32, params: &SimParams, acks: Acks, shared: &Shared) -> Self {
         let (partition, count, think) = {
             let mut rng = thread_rng();
             (
@@ -286,10 +292,46 @@ pub async fn producer(
         let values: Vec<Bytes> = (0..count)
             .map(|r| Bytes::from(format!("p{id}-b{batch_no}-r{r}")))
             .collect();
-        shared.history().sent(&values);
+        let mut history = shared.history();
+        history.sent(&values);
+        history.low_acks.sent(acks, &values);
+        PlainBatch {
+            partition,
+            values,
+            think,
+        }
+    }
+}
+
+/// Produces batches of uniquely named records until told to stop, at the
+/// acks level the seed drew for slot `id`. At acks=all and acks=1 it
+/// retries each batch with the exact same request bytes until acknowledged
+/// or abandoned (as Kafka's producer retries at either level); without
+/// idempotence a retry after a lost response may append the batch twice,
+/// which the checker allows. At acks=0 see [`unacknowledged_producer`].
+pub async fn producer(
+    id: usize,
+    params: SimParams,
+    brokers: Vec<SocketAddr>,
+    shared: std::sync::Arc<Shared>,
+) {
+    let acks = params.acks_of(id);
+    if acks == Acks::None {
+        return unacknowledged_producer(id, params, brokers, shared).await;
+    }
+    let mut router = Router::new(format!("producer-{id}"), &brokers);
+    let mut conn: Option<Connection> = None;
+    let mut backoff = Backoff::new();
+    let mut batch_no: u32 = 0;
+    while !shared.stop_producing.load(Ordering::Relaxed) {
+        let PlainBatch {
+            partition,
+            values,
+            think,
+        } = PlainBatch::next(id, batch_no, &params, acks, &shared);
         let correlation_id = batch_no as i32;
         batch_no += 1;
-        let body = produce_request(partition, &values, crate::env::wall_ms());
+        let body = produce_request(partition, &values, crate::env::wall_ms(), acks);
         let frame = match encode_request(
             produce_request::API_KEY,
             PRODUCE_VERSION,
@@ -322,6 +364,11 @@ pub async fn producer(
                 conn = None;
             }
             let addr = leader.addr;
+            let losses_at_send = {
+                let mut history = shared.history();
+                history.low_acks.attempted(&values);
+                history.low_acks.power_losses()
+            };
             let outcome = match round_trip(&mut conn, addr, &frame).await {
                 Ok(response) => match decode_response(
                     produce_request::API_KEY,
@@ -341,6 +388,17 @@ pub async fn producer(
                 conn = None;
             }
             match outcome {
+                Ok((0, base_offset)) if acks == Acks::Leader => {
+                    // Appended, not yet durable: no claim on the offset.
+                    shared.history().low_acks.leader_acked(
+                        partition,
+                        base_offset,
+                        &values,
+                        losses_at_send,
+                    );
+                    backoff.reset();
+                    break;
+                }
                 Ok((0, base_offset)) => {
                     shared.history().acked(partition, base_offset, &values);
                     if router.multi() {
@@ -378,6 +436,84 @@ pub async fn producer(
         }
         sleep(think).await;
     }
+}
+
+/// A plain producer at acks=0: writes each batch once to its partition's
+/// leader and never waits for an answer, since none comes. A batch is
+/// written again only if it never reached a connection; a failed write may
+/// still have delivered it, so it is not retried (at acks=0 the producer
+/// cannot tell). What became of each record the checker learns from the
+/// reads.
+async fn unacknowledged_producer(
+    id: usize,
+    params: SimParams,
+    brokers: Vec<SocketAddr>,
+    shared: std::sync::Arc<Shared>,
+) {
+    let mut router = Router::new(format!("producer-{id}"), &brokers);
+    let mut conn: Option<Connection> = None;
+    let mut backoff = Backoff::new();
+    let mut batch_no: u32 = 0;
+    while !shared.stop_producing.load(Ordering::Relaxed) {
+        let batch = PlainBatch::next(id, batch_no, &params, Acks::None, &shared);
+        batch_no += 1;
+        let body = produce_request(
+            batch.partition,
+            &batch.values,
+            crate::env::wall_ms(),
+            Acks::None,
+        );
+        for _ in 0..MAX_PRODUCE_ATTEMPTS {
+            match write_unacknowledged(&mut router, &mut conn, &batch, &body, &shared).await {
+                Ok(()) => {
+                    backoff.reset();
+                    break;
+                }
+                Err(written) => {
+                    shared.history().stats.produce_errors += 1;
+                    router.invalidate();
+                    if written {
+                        break;
+                    }
+                    backoff.wait().await;
+                }
+            }
+        }
+        if router.multi() && batch_no % UNACKNOWLEDGED_REFRESH_BATCHES == 0 {
+            router.invalidate();
+        }
+        sleep(batch.think.max(UNACKNOWLEDGED_MIN_PAUSE)).await;
+    }
+}
+
+/// One attempt to write an acks=0 batch to its leader. `Err(true)`: the
+/// write failed after it began (it may have been delivered); `Err(false)`:
+/// no leader or no connection, nothing was written.
+async fn write_unacknowledged(
+    router: &mut Router,
+    conn: &mut Option<Connection>,
+    batch: &PlainBatch,
+    body: &RequestBody,
+    shared: &Shared,
+) -> Result<(), bool> {
+    let leader = router.leader(batch.partition, shared).await.ok_or(false)?;
+    if conn.as_ref().is_some_and(|c| c.peer() != leader.addr) {
+        *conn = None;
+    }
+    let c = ensure_connected(conn, leader.addr)
+        .await
+        .map_err(|_| false)?;
+    shared.history().low_acks.attempted(&batch.values);
+    let sent = timeout(
+        REQUEST_TIMEOUT,
+        c.send_oneway(produce_request::API_KEY, PRODUCE_VERSION, body),
+    )
+    .await;
+    if !matches!(sent, Ok(Ok(()))) {
+        *conn = None;
+        return Err(true);
+    }
+    Ok(())
 }
 
 pub(crate) fn fetch_request(positions: &BTreeMap<i32, i64>, max_wait_ms: i32) -> RequestBody {

@@ -47,6 +47,7 @@ const REQUIRED_MARKS: &[Mark] = &[
     Mark::UnstableOffsetsHeldBack,
     Mark::CleanedCopySwappedIn,
     Mark::ProcessKillKeptUnsyncedData,
+    Mark::LowAcksRecordLostByACrash,
     Mark::BuggifyDelayedAPoint,
     Mark::BuggifyFailedAPoint,
     Mark::BuggifyCrashedAtAPoint,

@@ -402,7 +402,12 @@ impl Partition {
         self.check_open()?;
         let (high_watermark, last_stable_offset) = {
             let s = self.state();
-            (s.high_watermark(), s.last_stable_offset())
+            let visible_end = if planted(Bug::HighWatermarkPastTheDurableEnd) {
+                s.log_end_offset()
+            } else {
+                s.high_watermark()
+            };
+            (visible_end, s.last_stable_offset())
         };
         let bound = match isolation {
             Isolation::ReadUncommitted => high_watermark,
