@@ -78,6 +78,10 @@ crate::named_enum! {
         /// segment: after a process kill the restarted broker serves (and
         /// counts durable) records that were only in the page cache.
         RecoveredTailNotSynced,
+        /// The group coordinator accepts an OffsetCommit from a current
+        /// member whose generation does not match the group's: a zombie's
+        /// commit of a generation that moved on becomes visible.
+        StaleGenerationCommitAccepted,
     }
 }
 
