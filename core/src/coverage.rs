@@ -65,6 +65,10 @@ crate::named_enum! {
         /// OffsetFetch with require_stable found offsets staged by a
         /// transaction not yet complete (UNSTABLE_OFFSET_COMMIT).
         UnstableOffsetsHeldBack,
+        /// An OffsetCommit or TxnOffsetCommit naming a member the group no
+        /// longer has, or a generation it has moved past, was refused: a
+        /// zombie member fenced.
+        ZombieMemberCommitRefused,
         /// The log cleaner swapped a cleaned copy in for a segment, while the
         /// partition kept taking writes and reads.
         CleanedCopySwappedIn,

@@ -87,6 +87,10 @@ crate::named_enum! {
         /// high watermark: consumers read records that are only in the page
         /// cache, which a power loss may take back.
         HighWatermarkPastTheDurableEnd,
+        /// The group coordinator accepts an OffsetCommit from a current
+        /// member whose generation does not match the group's: a zombie's
+        /// commit of a generation that moved on becomes visible.
+        StaleGenerationCommitAccepted,
     }
 }
 

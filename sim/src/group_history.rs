@@ -32,6 +32,23 @@
 //! - At the end, every committed offset is within the final log: members
 //!   only commit positions they fetched, and fetches only return durable
 //!   data.
+//! - **A zombie's refused commit is never visible.** Zombies (members whose
+//!   generation moved on, still committing with their old generation and
+//!   member id) tag each commit's metadata with [`zombie_tag`], and an
+//!   OffsetFetch answers the metadata stored with the offset, so an answer
+//!   names the commit that wrote it: a refused one, or one with another
+//!   offset, is a violation, and an untagged answer is explained by the
+//!   members' own commits only.
+//! - **A zombie's commit is accepted only while its generation may still be
+//!   current.** Kafka takes a member's commit only at the group's current
+//!   generation (`ClassicGroup.validateOffsetCommit`: ILLEGAL_GENERATION
+//!   otherwise), and a generation a SyncGroup answered is stored and never
+//!   goes back (a restart restores it, or a later one). So a zombie commit
+//!   of generation G accepted though a SyncGroup had answered a generation
+//!   above G before it was sent is a violation. One accepted before then is
+//!   legitimate: the coordinator may still have the member in G (it has
+//!   not noticed the crash, or it is waiting in PreparingRebalance for the
+//!   member to rejoin), and a restart may restore G with the member.
 
 use std::collections::BTreeMap;
 
@@ -58,6 +75,53 @@ struct Commit {
     offset: i64,
     sent: Tick,
     outcome: CommitOutcome,
+    /// The zombie commit it is (an index into `zombie_commits`); `None`
+    /// for a live member's.
+    zombie: Option<usize>,
+}
+
+/// The metadata a zombie commit carries (`n`: its index among zombie
+/// commits), so that an OffsetFetch answering it names it.
+pub fn zombie_tag(n: usize) -> String {
+    format!("{ZOMBIE_TAG_PREFIX}{n}")
+}
+
+const ZOMBIE_TAG_PREFIX: &str = "zombie-commit-";
+
+/// Which zombie commit an OffsetFetch answer's metadata names: `Ok(None)`
+/// for a live member's (untagged), `Err` for a tag that does not parse.
+fn zombie_named(metadata: Option<&str>) -> Result<Option<usize>, String> {
+    match metadata.and_then(|m| m.strip_prefix(ZOMBIE_TAG_PREFIX)) {
+        None => Ok(None),
+        Some(n) => n
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("metadata {metadata:?} names no zombie commit")),
+    }
+}
+
+/// A zombie's OffsetCommit of one partition, beyond what [`Commit`] keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ZombieCommit {
+    id: CommitId,
+    member: String,
+    generation: i32,
+    /// The newest generation a SyncGroup had answered when it was sent.
+    stored_when_sent: i32,
+    /// The error the broker refused it with, and when.
+    refused: Option<(i16, Tick)>,
+}
+
+/// How the broker answered a zombie's commit of one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZombieAnswer {
+    Accepted {
+        incarnation: u64,
+    },
+    /// Any error but a coordinator's "busy" ones: not applied.
+    Refused(i16),
+    /// No answer, or a coordinator error: it may have been applied.
+    Unknown,
 }
 
 /// Identifies a commit for [`GroupHistory::commit_answered`].
@@ -76,6 +140,8 @@ struct Fetch {
     /// Broker incarnation when it was sent.
     incarnation: u64,
     value: i64,
+    /// The zombie commit its metadata names, if any.
+    zombie: Option<usize>,
 }
 
 /// Counters for the report and the vacuity gates.
@@ -98,6 +164,20 @@ pub struct GroupStats {
     pub member_crashes: u64,
     pub member_leaves: u64,
     pub records_consumed: u64,
+    /// Zombies that woke (a later generation stored) and committed with
+    /// their old one.
+    pub zombies: u64,
+    pub zombie_commits_sent: u64,
+    /// Refused (any error but a coordinator's busy ones).
+    pub zombie_commits_refused: u64,
+    /// Refused, and an OffsetFetch of the partition was sent after the
+    /// refusal (the final read at least): each of those answers would have
+    /// named the commit had the broker applied it and nothing overwritten
+    /// it. Exact once `check_final` ran.
+    pub zombie_refusals_checked: u64,
+    /// Accepted while their generation may still have been current.
+    pub zombie_commits_accepted: u64,
+    pub zombie_commits_unknown: u64,
 }
 
 #[derive(Debug, Default)]
@@ -109,6 +189,10 @@ pub struct GroupHistory {
     owners: BTreeMap<(i32, String), BTreeMap<i32, String>>,
     /// (generation, leader) -> member -> what the leader assigned it.
     plans: BTreeMap<(i32, String), BTreeMap<String, Vec<i32>>>,
+    /// The highest generation a SyncGroup answered: stored, so the
+    /// coordinator's generation is at least this from then on.
+    newest_stored_generation: i32,
+    zombie_commits: Vec<ZombieCommit>,
     violations: Vec<String>,
     /// A running estimate of `stats.offsets_read_after_restart` (which is
     /// exact only once `check_final` knows every commit's fate).
@@ -138,12 +222,17 @@ impl GroupHistory {
     /// An OffsetCommit of `offset` for `partition` is about to be sent.
     pub fn commit_sent(&mut self, partition: i32, offset: i64) -> CommitId {
         self.stats.commits_sent += 1;
+        self.push_commit(partition, offset, None)
+    }
+
+    fn push_commit(&mut self, partition: i32, offset: i64, zombie: Option<usize>) -> CommitId {
         let sent = self.tick();
         let list = self.commits.entry(partition).or_default();
         list.push(Commit {
             offset,
             sent,
             outcome: CommitOutcome::Pending,
+            zombie,
         });
         CommitId {
             partition,
@@ -153,23 +242,22 @@ impl GroupHistory {
 
     /// How a commit ended. `Acked`'s tick is filled in here.
     pub fn commit_answered(&mut self, id: CommitId, outcome: CommitOutcome) {
+        match outcome {
+            CommitOutcome::Acked { .. } => self.stats.commits_acked += 1,
+            CommitOutcome::Refused => self.stats.commits_refused += 1,
+            CommitOutcome::Unknown => self.stats.commits_unknown += 1,
+            CommitOutcome::Pending => {}
+        }
+        self.set_outcome(id, outcome);
+    }
+
+    fn set_outcome(&mut self, id: CommitId, outcome: CommitOutcome) {
         let outcome = match outcome {
-            CommitOutcome::Acked { incarnation, .. } => {
-                self.stats.commits_acked += 1;
-                CommitOutcome::Acked {
-                    at: self.tick(),
-                    incarnation,
-                }
-            }
-            CommitOutcome::Refused => {
-                self.stats.commits_refused += 1;
-                outcome
-            }
-            CommitOutcome::Unknown => {
-                self.stats.commits_unknown += 1;
-                outcome
-            }
-            CommitOutcome::Pending => outcome,
+            CommitOutcome::Acked { incarnation, .. } => CommitOutcome::Acked {
+                at: self.tick(),
+                incarnation,
+            },
+            other => other,
         };
         if let Some(c) = self
             .commits
@@ -180,10 +268,67 @@ impl GroupHistory {
         }
     }
 
+    /// A zombie (`member`, fenced out of or past `generation`) is about to
+    /// commit `offset` for `partition`: the commit's id and the metadata it
+    /// must carry.
+    pub fn zombie_commit_sent(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        member: &str,
+        generation: i32,
+    ) -> (usize, String) {
+        self.stats.zombie_commits_sent += 1;
+        let n = self.zombie_commits.len();
+        let id = self.push_commit(partition, offset, Some(n));
+        self.zombie_commits.push(ZombieCommit {
+            id,
+            member: member.to_string(),
+            generation,
+            stored_when_sent: self.newest_stored_generation,
+            refused: None,
+        });
+        (n, zombie_tag(n))
+    }
+
+    /// How the broker answered zombie commit `n`. An acceptance after a
+    /// newer generation was stored is a violation at once.
+    pub fn zombie_commit_answered(&mut self, n: usize, answer: ZombieAnswer) {
+        let Some(z) = self.zombie_commits.get(n).cloned() else {
+            return self.violation(format!("zombie commit {n} was never sent"));
+        };
+        let outcome = match answer {
+            ZombieAnswer::Accepted { incarnation } => {
+                if z.stored_when_sent > z.generation {
+                    self.violation(format!(
+                        "partition {}: a zombie commit by member {} with generation {} was accepted, but generation {} had been stored (a SyncGroup answered it) before it was sent: Kafka accepts a member's commit only at the group's current generation (ClassicGroup.validateOffsetCommit, ILLEGAL_GENERATION), and a stored generation never goes back",
+                        z.id.partition, z.member, z.generation, z.stored_when_sent
+                    ));
+                } else {
+                    self.stats.zombie_commits_accepted += 1;
+                }
+                CommitOutcome::Acked { at: 0, incarnation }
+            }
+            ZombieAnswer::Refused(code) => {
+                self.stats.zombie_commits_refused += 1;
+                let at = self.tick();
+                if let Some(z) = self.zombie_commits.get_mut(n) {
+                    z.refused = Some((code, at));
+                }
+                CommitOutcome::Refused
+            }
+            ZombieAnswer::Unknown => {
+                self.stats.zombie_commits_unknown += 1;
+                CommitOutcome::Unknown
+            }
+        };
+        self.set_outcome(z.id, outcome);
+    }
+
     /// An OffsetFetch sent at `sent` (a [`tick`](Self::tick) taken just
     /// before sending, in broker incarnation `incarnation`) answered `value`
-    /// for `partition`. Checked at the end, when every commit's fate is
-    /// known.
+    /// with `metadata` for `partition`. Checked at the end, when every
+    /// commit's fate is known.
     pub fn offset_fetched(
         &mut self,
         member: &str,
@@ -191,8 +336,18 @@ impl GroupHistory {
         sent: Tick,
         incarnation: u64,
         value: i64,
+        metadata: Option<&str>,
     ) {
         self.stats.offset_fetches += 1;
+        let zombie = match zombie_named(metadata) {
+            Ok(z) => z,
+            Err(why) => {
+                self.violation(format!(
+                    "partition {partition}: OffsetFetch by {member} answered {value}: {why}"
+                ));
+                None
+            }
+        };
         let answered = self.tick();
         let before_restart = self.commits.get(&partition).is_some_and(|cs| {
             cs.iter().any(|c| {
@@ -207,6 +362,7 @@ impl GroupHistory {
             answered,
             incarnation,
             value,
+            zombie,
         });
     }
 
@@ -234,6 +390,7 @@ impl GroupHistory {
     /// JoinGroup answer named `leader`.
     pub fn assigned(&mut self, generation: i32, leader: &str, member: &str, partitions: &[i32]) {
         self.stats.assignments += 1;
+        self.newest_stored_generation = self.newest_stored_generation.max(generation);
         let key = (generation, leader.to_string());
         match self.plans.get(&key).map(|p| p.get(member)) {
             None => self.violations.push(format!(
@@ -281,6 +438,12 @@ impl GroupHistory {
         self.reads_after_restart
     }
 
+    /// The highest generation a SyncGroup answered (0 before any: the
+    /// first rebalance forms generation 1).
+    pub fn newest_stored_generation(&self) -> i32 {
+        self.newest_stored_generation
+    }
+
     /// Distinct (generation, leader) pairs that handed out assignments.
     pub fn generations(&self) -> usize {
         self.owners.len()
@@ -296,6 +459,13 @@ impl GroupHistory {
             let empty = Vec::new();
             let commits = self.commits.get(&partition).unwrap_or(&empty);
             for f in fetches {
+                if let Some(why) = self.refused_zombie_commit_shown(f) {
+                    violations.push(format!(
+                        "partition {partition}: OffsetFetch by {} answered {}: {why}",
+                        f.member, f.value
+                    ));
+                    continue;
+                }
                 match explain(commits, f) {
                     Ok(Some(c)) => {
                         if let CommitOutcome::Acked { incarnation, .. } = c.outcome {
@@ -313,6 +483,7 @@ impl GroupHistory {
             }
         }
         self.stats.offsets_read_after_restart = read_after_restart;
+        self.stats.zombie_refusals_checked = self.zombie_refusals_checked();
         for (&partition, fetches) in &self.fetches {
             let end = log_ends.get(&partition).copied().unwrap_or(0);
             if let Some(f) = fetches.iter().find(|f| f.value > end) {
@@ -325,11 +496,34 @@ impl GroupHistory {
         violations
     }
 
+    /// Why fetch `f` shows a zombie commit the broker refused, if it does.
+    fn refused_zombie_commit_shown(&self, f: &Fetch) -> Option<String> {
+        let z = self.zombie_commits.get(f.zombie?)?;
+        let (code, _) = z.refused?;
+        Some(format!(
+            "its metadata names zombie commit {} (member {}, generation {}), which the broker refused with error {code}: a refused commit became visible",
+            f.zombie?, z.member, z.generation
+        ))
+    }
+
+    /// Refused zombie commits that an OffsetFetch of their partition sent
+    /// after the refusal checked.
+    fn zombie_refusals_checked(&self) -> u64 {
+        let checked = |z: &&ZombieCommit| {
+            z.refused.is_some_and(|(_, at)| {
+                self.fetches
+                    .get(&z.id.partition)
+                    .is_some_and(|fs| fs.iter().any(|f| f.sent > at))
+            })
+        };
+        self.zombie_commits.iter().filter(checked).count() as u64
+    }
+
     /// A fingerprint input: everything recorded.
     pub fn describe(&self) -> String {
         format!(
-            "{:?} {:?} {:?} {:?} {:?}",
-            self.commits, self.fetches, self.owners, self.plans, self.stats
+            "{:?} {:?} {:?} {:?} {:?} {:?}",
+            self.commits, self.fetches, self.owners, self.plans, self.zombie_commits, self.stats
         )
     }
 }
@@ -353,15 +547,18 @@ fn explain<'a>(commits: &'a [Commit], f: &Fetch) -> Result<Option<&'a Commit>, S
         };
     }
     let overwritten_before = newest_acked.map_or(0, |c| c.sent);
+    // The metadata is stored with the offset: the answer's writer is the
+    // commit its metadata names (a zombie's), or a live member's.
     let candidates: Vec<&Commit> = commits
         .iter()
-        .filter(|c| c.offset == f.value && c.sent < f.answered)
+        .filter(|c| c.offset == f.value && c.sent < f.answered && c.zombie == f.zombie)
         .filter(|c| c.outcome != CommitOutcome::Refused)
         .collect();
     if candidates.is_empty() {
-        return Err(
-            "an offset no commit sent before the answer carried (or only refused ones)".into(),
-        );
+        return Err(match f.zombie {
+            Some(n) => format!("its metadata names zombie commit {n}, which did not commit this offset before the answer"),
+            None => "an offset no commit sent before the answer carried (or only refused ones)".into(),
+        });
     }
     candidates
         .into_iter()
@@ -392,7 +589,34 @@ mod tests {
 
     fn fetch(h: &mut GroupHistory, partition: i32, incarnation: u64, value: i64) {
         let sent = h.tick();
-        h.offset_fetched("m", partition, sent, incarnation, value);
+        h.offset_fetched("m", partition, sent, incarnation, value, Some(""));
+    }
+
+    /// A zombie of `generation` commits `offset` to partition 0.
+    fn zombie_commit(
+        h: &mut GroupHistory,
+        offset: i64,
+        generation: i32,
+        answer: ZombieAnswer,
+    ) -> String {
+        let (n, tag) = h.zombie_commit_sent(0, offset, "z", generation);
+        h.zombie_commit_answered(n, answer);
+        tag
+    }
+
+    fn fetch_tagged(h: &mut GroupHistory, value: i64, tag: &str) {
+        let sent = h.tick();
+        h.offset_fetched("m", 0, sent, 0, value, Some(tag));
+    }
+
+    /// Generation 2 handed out (its SyncGroup answered): stored.
+    fn store_generation(h: &mut GroupHistory, generation: i32) {
+        h.planned(
+            generation,
+            "a",
+            BTreeMap::from([("a".to_string(), vec![0])]),
+        );
+        h.assigned(generation, "a", "a", &[0]);
     }
 
     fn ends() -> BTreeMap<i32, i64> {
@@ -528,5 +752,93 @@ mod tests {
             .any(|m| m.contains("the leader assigned it [1]")));
         h.assigned(4, "z", "z", &[0]);
         assert!(h.violations().iter().any(|m| m.contains("never handed in")));
+    }
+
+    #[test]
+    fn a_refused_zombie_commit_never_becomes_visible() {
+        let mut h = GroupHistory::new();
+        ack(&mut h, 0, 10, 0);
+        let refused = zombie_commit(&mut h, 5, 1, ZombieAnswer::Refused(22));
+        fetch(&mut h, 0, 0, 10);
+        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.stats.zombie_refusals_checked, 1);
+        fetch_tagged(&mut h, 5, &refused);
+        let v = h.check_final(&ends());
+        assert!(
+            v.iter()
+                .any(|m| m.contains("refused with error 22: a refused commit became visible")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn an_answer_is_explained_only_by_the_commit_its_metadata_names() {
+        let mut h = GroupHistory::new();
+        // A zombie's legitimately accepted 5 does not explain a live
+        // member's (untagged) 5, nor a live 7 a zombie-tagged 7.
+        let accepted = zombie_commit(&mut h, 5, 0, ZombieAnswer::Accepted { incarnation: 0 });
+        fetch_tagged(&mut h, 5, &accepted);
+        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        fetch(&mut h, 0, 0, 5);
+        ack(&mut h, 0, 7, 0);
+        fetch_tagged(&mut h, 7, &accepted);
+        fetch_tagged(&mut h, 7, "zombie-commit-x");
+        let v = h.check_final(&ends());
+        assert!(v.iter().any(|m| m.contains("no commit sent")), "{v:?}");
+        assert!(
+            v.iter()
+                .any(|m| m.contains("names zombie commit 0, which did not commit this offset")),
+            "{v:?}"
+        );
+        assert!(
+            v.iter().any(|m| m.contains("names no zombie commit")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_zombie_commit_accepted_after_a_newer_generation_was_stored_fails() {
+        let mut h = GroupHistory::new();
+        store_generation(&mut h, 1);
+        // Generation 1 may still be current: accepted legitimately.
+        zombie_commit(&mut h, 5, 1, ZombieAnswer::Accepted { incarnation: 0 });
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        assert_eq!(h.stats.zombie_commits_accepted, 1);
+        // Sent before generation 2 was stored: still legitimate.
+        let (n, _) = h.zombie_commit_sent(0, 5, "z", 1);
+        store_generation(&mut h, 2);
+        h.zombie_commit_answered(n, ZombieAnswer::Accepted { incarnation: 0 });
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        zombie_commit(&mut h, 5, 1, ZombieAnswer::Accepted { incarnation: 0 });
+        assert!(
+            h.violations()
+                .iter()
+                .any(|m| m.contains("generation 1 was accepted, but generation 2 had been stored")),
+            "{:?}",
+            h.violations()
+        );
+        assert_eq!(h.stats.zombie_commits_accepted, 2);
+    }
+
+    #[test]
+    fn a_zombie_refusal_counts_as_checked_only_once_a_later_fetch_read_its_partition() {
+        let mut h = GroupHistory::new();
+        fetch(&mut h, 0, 0, -1);
+        zombie_commit(&mut h, 5, 1, ZombieAnswer::Refused(25));
+        zombie_commit(&mut h, 6, 1, ZombieAnswer::Unknown);
+        fetch(&mut h, 1, 0, -1);
+        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.stats.zombie_refusals_checked, 0);
+        fetch(&mut h, 0, 0, -1);
+        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.stats.zombie_refusals_checked, 1);
+        assert_eq!(
+            (
+                h.stats.zombie_commits_sent,
+                h.stats.zombie_commits_refused,
+                h.stats.zombie_commits_unknown
+            ),
+            (2, 1, 1)
+        );
     }
 }

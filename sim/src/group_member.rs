@@ -19,8 +19,16 @@
 //! broker is killed and restarted under all of it. Everything observable
 //! goes to [`crate::group_history::GroupHistory`], whose rules the run is
 //! checked against.
+//!
+//! Zombies (`SimParams::group_zombie_percent`): when an incarnation's
+//! generation moves on (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
+//! UNKNOWN_MEMBER_ID) or the incarnation crashes or leaves, it may leave a
+//! [`Zombie`] behind: paused (a GC pause, a partition) until a later
+//! generation is stored, it then goes on fetching and committing as its
+//! old generation's member for a while. Its commits must be refused, and a
+//! refused one must never be read back.
 
-use crate::group_history::{CommitId, CommitOutcome};
+use crate::group_history::{CommitId, CommitOutcome, ZombieAnswer};
 use crate::params::SimParams;
 use crate::routes::{self, Routes};
 use crate::workload::{Backoff, RequestError, Shared, TOPIC};
@@ -29,11 +37,12 @@ use kaas_core::protocol::messages::{
     consumer_protocol_assignment, find_coordinator_request, heartbeat_request, join_group_request,
     leave_group_request, offset_commit_request, offset_fetch_request, sync_group_request,
     ConsumerProtocolAssignment, ConsumerProtocolSubscription, FindCoordinatorRequest,
-    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest,
-    SyncGroupRequest,
+    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, SyncGroupRequest,
 };
 use kaas_core::protocol::{ErrorCode, Reader, RequestBody, ResponseBody, Writer};
 use madsim::rand::{thread_rng, Rng};
+use madsim::task::JoinHandle;
 use madsim::time::{sleep, Instant};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -74,11 +83,24 @@ pub async fn group_member(
     shared: Arc<Shared>,
 ) {
     let session = Duration::from_millis(params.session_timeout_ms as u64);
+    let mut zombies = Vec::new();
     for incarnation in 0.. {
         let mut member = Member::new(slot, incarnation, params, &brokers, shared.clone());
         let ending = member.run().await;
+        zombies.append(&mut member.zombies);
         let pause = match ending {
-            Ending::Stopped => return,
+            Ending::Stopped => {
+                // They stop when the group does; waiting for them keeps
+                // their last commits before the final read.
+                for z in zombies {
+                    if z.await.is_err() {
+                        shared
+                            .groups()
+                            .violation(format!("a zombie of slot {slot} died"));
+                    }
+                }
+                return;
+            }
             Ending::Crashed => {
                 shared.groups().stats.member_crashes += 1;
                 // Sometimes back before its old session expires.
@@ -176,6 +198,8 @@ struct Member {
     /// member would read an offset committed before a crash.
     check_committed: bool,
     backoff: Backoff,
+    /// The zombies this incarnation left behind.
+    zombies: Vec<JoinHandle<()>>,
 }
 
 impl Member {
@@ -205,6 +229,7 @@ impl Member {
             lost_coordinator: true,
             check_committed: false,
             backoff: Backoff::new(),
+            zombies: Vec::new(),
         }
     }
 
@@ -243,6 +268,7 @@ impl Member {
     /// Leaves the generation: the next loop rejoins (with the member id
     /// unless `forget_id`).
     fn rejoin(&mut self, forget_id: bool) {
+        self.maybe_leave_a_zombie();
         self.generation = -1;
         self.owned.clear();
         self.positions.clear();
@@ -289,9 +315,13 @@ impl Member {
                 if thread_rng().gen_bool(0.5) {
                     // Gone without a word: the coordinator only notices
                     // when the session expires.
+                    self.maybe_leave_a_zombie();
                     return Ending::Crashed;
                 }
                 self.leave().await;
+                // After the leave: its commit, if refused, already had the
+                // chance to leave one (`rejoin`).
+                self.maybe_leave_a_zombie();
                 return Ending::Left;
             }
             if std::mem::take(&mut self.lost_coordinator) {
@@ -558,6 +588,7 @@ impl Member {
                 sent,
                 incarnation,
                 p.committed_offset,
+                p.metadata.as_deref(),
             );
             positions.insert(p.partition_index, p.committed_offset.max(0));
         }
@@ -629,31 +660,12 @@ impl Member {
                 .map(|(&p, &o)| (p, groups.commit_sent(p, o)))
                 .collect()
         };
-        let body = RequestBody::OffsetCommit(OffsetCommitRequest {
-            group_id: GROUP.into(),
-            generation_id_or_member_epoch: self.generation,
-            member_id: self.member_id.clone(),
-            group_instance_id: None,
-            retention_time_ms: -1,
-            topics: vec![offset_commit_request::OffsetCommitRequestTopic {
-                name: TOPIC.into(),
-                partitions: self
-                    .positions
-                    .iter()
-                    .map(
-                        |(&p, &o)| offset_commit_request::OffsetCommitRequestPartition {
-                            partition_index: p,
-                            committed_offset: o,
-                            committed_leader_epoch: -1,
-                            committed_metadata: Some(String::new()),
-                            ..Default::default()
-                        },
-                    )
-                    .collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
+        let offsets: Vec<(i32, i64, String)> = self
+            .positions
+            .iter()
+            .map(|(&p, &o)| (p, o, String::new()))
+            .collect();
+        let body = offset_commit_body(self.generation, &self.member_id, offsets);
         let answer = match self
             .request(
                 offset_commit_request::API_KEY,
@@ -680,15 +692,7 @@ impl Member {
             }
         };
         let incarnation = self.shared.incarnation();
-        let mut answered: BTreeMap<i32, i16> = BTreeMap::new();
-        for p in answer
-            .topics
-            .iter()
-            .filter(|t| t.name == TOPIC)
-            .flat_map(|t| &t.partitions)
-        {
-            answered.insert(p.partition_index, p.error_code);
-        }
+        let answered = partition_codes(&answer);
         let mut rejoin = None;
         tracing::debug!(member = %self.name, generation = self.generation, ?answered, positions = ?self.positions, "commit answered");
         for (p, id) in ids {
@@ -735,65 +739,58 @@ impl Member {
             let until = self.next_heartbeat.min(self.next_commit);
             return madsim::time::sleep_until(until).await;
         }
-        let floors: BTreeMap<i32, i64> = {
-            let history = self.shared.history();
-            self.positions
-                .keys()
-                .map(|&p| (p, history.fetch_floor(p)))
-                .collect()
-        };
         let wait_ms = (self.heartbeat_interval().as_millis() as i32 / 2).clamp(1, 100);
-        let fetched = match self
-            .routes
-            .fetch(&self.positions, wait_ms, &self.shared)
-            .await
-        {
-            Ok(f) => f,
-            Err(e) => {
-                if let RequestError::Malformed(m) = e {
-                    self.shared.history().violation(m);
-                }
-                // With one broker a lost fetch is a lost coordinator too;
-                // with several the partition's leader is another broker.
-                self.lost_coordinator |= !self.routes.multi();
-                return self.backoff.wait().await;
-            }
+        let round = fetch_round(
+            &mut self.routes,
+            &mut self.positions,
+            wait_ms,
+            &self.shared,
+            &self.name,
+        )
+        .await;
+        let Some(round) = round else {
+            // With one broker a lost fetch is a lost coordinator too;
+            // with several the partition's leader is another broker.
+            self.lost_coordinator |= !self.routes.multi();
+            return self.backoff.wait().await;
         };
-        let mut failed = false;
-        for part in fetched {
-            let Some(position) = self.positions.get_mut(&part.partition) else {
-                continue;
-            };
-            if part.error_code == ErrorCode::OffsetOutOfRange.code() {
-                // The position is a committed offset or past fetched data,
-                // both within the durable log.
-                self.shared.groups().violation(format!(
-                    "{}: partition {} OFFSET_OUT_OF_RANGE at {position}",
-                    self.name, part.partition
-                ));
-            }
-            if part.error_code != 0 {
-                failed = true;
-                continue;
-            }
-            let floor = floors.get(&part.partition).copied().unwrap_or(0);
-            self.shared.history().fetched(
-                part.partition,
-                floor,
-                part.high_watermark,
-                &part.records,
-            );
-            self.shared.groups().stats.records_consumed += part.records.len() as u64;
-            if part.next_offset > *position && self.params.commit_interval_ms == 0 {
-                self.next_commit = Instant::now();
-            }
-            *position = (*position).max(part.next_offset);
+        self.shared.groups().stats.records_consumed += round.records;
+        if round.advanced && self.params.commit_interval_ms == 0 {
+            self.next_commit = Instant::now();
         }
-        if failed {
+        if round.failed {
             self.backoff.wait().await;
         } else {
             self.backoff.reset();
         }
+    }
+
+    /// With the seed's chance, leaves a zombie of this incarnation's
+    /// generation behind (it must be in one, with positions to commit).
+    fn maybe_leave_a_zombie(&mut self) {
+        let percent = self.params.group_zombie_percent;
+        // No draw at 0 %, so such seeds run as before zombies existed.
+        if percent == 0 || self.generation < 0 || self.positions.is_empty() {
+            return;
+        }
+        if self.shared.faults_over.load(Ordering::Relaxed)
+            || thread_rng().gen_range(0..100) >= percent
+        {
+            return;
+        }
+        let zombie = Zombie {
+            name: format!("zombie of {} (generation {})", self.name, self.generation),
+            routes: Routes::new(format!("zombie-{}", self.name), self.routes.brokers()),
+            member_id: self.member_id.clone(),
+            generation: self.generation,
+            positions: self.positions.clone(),
+            lifetime: self.session().mul_f64(thread_rng().gen_range(0.5..2.0)),
+            commit_interval: self.commit_interval(),
+            shared: self.shared.clone(),
+            backoff: Backoff::new(),
+        };
+        tracing::debug!(zombie = %zombie.name, member = %self.member_id, "a zombie carries on");
+        self.zombies.push(madsim::task::spawn(zombie.run()));
     }
 
     /// Commits, then leaves the group (best effort: a dead broker makes it
@@ -822,6 +819,252 @@ impl Member {
                 REQUEST_TIMEOUT,
             )
             .await;
+    }
+}
+
+/// What one fetch round did.
+struct FetchRound {
+    /// Records returned.
+    records: u64,
+    /// Some position moved on.
+    advanced: bool,
+    /// Some partition answered an error.
+    failed: bool,
+}
+
+/// One fetch of `positions`' partitions, each position moved past what came
+/// back; the records go to the history's checks. `None` if the request
+/// failed.
+async fn fetch_round(
+    routes: &mut Routes,
+    positions: &mut BTreeMap<i32, i64>,
+    wait_ms: i32,
+    shared: &Shared,
+    name: &str,
+) -> Option<FetchRound> {
+    let floors: BTreeMap<i32, i64> = {
+        let history = shared.history();
+        positions
+            .keys()
+            .map(|&p| (p, history.fetch_floor(p)))
+            .collect()
+    };
+    let fetched = match routes.fetch(positions, wait_ms, shared).await {
+        Ok(f) => f,
+        Err(e) => {
+            if let RequestError::Malformed(m) = e {
+                shared.history().violation(m);
+            }
+            return None;
+        }
+    };
+    let mut round = FetchRound {
+        records: 0,
+        advanced: false,
+        failed: false,
+    };
+    for part in fetched {
+        let Some(position) = positions.get_mut(&part.partition) else {
+            continue;
+        };
+        if part.error_code == ErrorCode::OffsetOutOfRange.code() {
+            // The position is a committed offset or past fetched data,
+            // both within the durable log.
+            shared.groups().violation(format!(
+                "{name}: partition {} OFFSET_OUT_OF_RANGE at {position}",
+                part.partition
+            ));
+        }
+        if part.error_code != 0 {
+            round.failed = true;
+            continue;
+        }
+        let floor = floors.get(&part.partition).copied().unwrap_or(0);
+        shared
+            .history()
+            .fetched(part.partition, floor, part.high_watermark, &part.records);
+        round.records += part.records.len() as u64;
+        round.advanced |= part.next_offset > *position;
+        *position = (*position).max(part.next_offset);
+    }
+    Some(round)
+}
+
+/// An OffsetCommit of `offsets` (partition, offset, metadata) as member
+/// `member_id` of `generation`.
+fn offset_commit_body(
+    generation: i32,
+    member_id: &str,
+    offsets: Vec<(i32, i64, String)>,
+) -> RequestBody {
+    RequestBody::OffsetCommit(OffsetCommitRequest {
+        group_id: GROUP.into(),
+        generation_id_or_member_epoch: generation,
+        member_id: member_id.to_string(),
+        group_instance_id: None,
+        retention_time_ms: -1,
+        topics: vec![offset_commit_request::OffsetCommitRequestTopic {
+            name: TOPIC.into(),
+            partitions: offsets
+                .into_iter()
+                .map(
+                    |(p, o, metadata)| offset_commit_request::OffsetCommitRequestPartition {
+                        partition_index: p,
+                        committed_offset: o,
+                        committed_leader_epoch: -1,
+                        committed_metadata: Some(metadata),
+                        ..Default::default()
+                    },
+                )
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+/// An OffsetCommit answer's error code per partition of the topic.
+fn partition_codes(answer: &OffsetCommitResponse) -> BTreeMap<i32, i16> {
+    answer
+        .topics
+        .iter()
+        .filter(|t| t.name == TOPIC)
+        .flat_map(|t| &t.partitions)
+        .map(|p| (p.partition_index, p.error_code))
+        .collect()
+}
+
+/// What a zombie carries on as: the member `member_id` of `generation`,
+/// owner of `positions`' partitions. It sleeps until a later generation
+/// was stored (a SyncGroup answered it): before that it may still be a
+/// member, its commits accepted and its session kept alive by them, a
+/// slow member rather than a zombie. Then, for `lifetime` (or until the
+/// faults end), it fetches them as before and commits every
+/// `commit_interval`, but
+/// half its positions (far behind what the live members commit: a new
+/// owner that reads a legitimately accepted one only reads again), each
+/// tagged in its metadata so that an OffsetFetch answer names the commit
+/// that wrote it.
+struct Zombie {
+    name: String,
+    routes: Routes,
+    member_id: String,
+    generation: i32,
+    positions: BTreeMap<i32, i64>,
+    lifetime: Duration,
+    commit_interval: Duration,
+    shared: Arc<Shared>,
+    backoff: Backoff,
+}
+
+impl Zombie {
+    async fn run(mut self) {
+        if !self.sleep_until_superseded().await {
+            return;
+        }
+        tracing::debug!(zombie = %self.name, "the zombie wakes");
+        self.shared.groups().stats.zombies += 1;
+        let until = Instant::now() + self.lifetime;
+        let mut next_commit = Instant::now();
+        while Instant::now() < until && !self.group_stopping() {
+            if Instant::now() >= next_commit {
+                next_commit = Instant::now() + self.commit_interval;
+                self.commit().await;
+                continue;
+            }
+            let round = fetch_round(
+                &mut self.routes,
+                &mut self.positions,
+                100,
+                &self.shared,
+                &self.name,
+            )
+            .await;
+            match round {
+                Some(r) if !r.failed => self.backoff.reset(),
+                _ => self.backoff.wait().await,
+            }
+        }
+    }
+
+    fn group_stopping(&self) -> bool {
+        self.shared.faults_over.load(Ordering::Relaxed)
+            || self.shared.stop_group.load(Ordering::Relaxed)
+    }
+
+    /// Waits until a generation past its own was stored; `false` if the
+    /// group stops first.
+    async fn sleep_until_superseded(&mut self) -> bool {
+        loop {
+            if self.group_stopping() {
+                return false;
+            }
+            if self.shared.groups().newest_stored_generation() > self.generation {
+                return true;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn commit(&mut self) {
+        let sent: Vec<(i32, i64, usize, String)> = {
+            let mut groups = self.shared.groups();
+            self.positions
+                .iter()
+                .map(|(&p, &position)| {
+                    let offset = position / 2;
+                    let (n, tag) =
+                        groups.zombie_commit_sent(p, offset, &self.member_id, self.generation);
+                    (p, offset, n, tag)
+                })
+                .collect()
+        };
+        let offsets = sent.iter().map(|(p, o, _, tag)| (*p, *o, tag.clone()));
+        let body = offset_commit_body(self.generation, &self.member_id, offsets.collect());
+        let key = (routes::KEY_GROUP, GROUP.to_string());
+        let answer = self
+            .routes
+            .ask_coordinator_within(
+                &key,
+                REQUEST_TIMEOUT,
+                offset_commit_request::API_KEY,
+                OFFSET_COMMIT_VERSION,
+                &body,
+                &self.shared,
+            )
+            .await;
+        let incarnation = self.shared.incarnation();
+        let codes = match answer {
+            Ok(ResponseBody::OffsetCommit(r)) => partition_codes(&r),
+            Ok(other) => {
+                self.violation(format!("OffsetCommit answered {other:?}"));
+                BTreeMap::new()
+            }
+            Err(e) => {
+                if let RequestError::Malformed(m) = e {
+                    self.violation(m);
+                }
+                self.backoff.wait().await;
+                BTreeMap::new()
+            }
+        };
+        let mut groups = self.shared.groups();
+        for (p, _, n, _) in sent {
+            let answer = match codes.get(&p).copied() {
+                Some(0) => ZombieAnswer::Accepted { incarnation },
+                Some(c) if coordinator_busy(c) => ZombieAnswer::Unknown,
+                Some(c) => ZombieAnswer::Refused(c),
+                None => ZombieAnswer::Unknown,
+            };
+            tracing::debug!(zombie = %self.name, partition = p, ?answer, "zombie commit answered");
+            groups.zombie_commit_answered(n, answer);
+        }
+    }
+
+    fn violation(&self, what: String) {
+        self.shared
+            .groups()
+            .violation(format!("{} ({}): {what}", self.name, self.member_id));
     }
 }
 
@@ -912,6 +1155,7 @@ pub async fn read_final_offsets(
                 sent,
                 incarnation,
                 p.committed_offset,
+                p.metadata.as_deref(),
             );
         }
         return Ok(());

@@ -59,6 +59,10 @@ pub const MIN_COMMITS: u64 = 3;
 pub const MIN_GENERATIONS: usize = 2;
 /// ... and this many committed offsets read back after a broker restart.
 pub const MIN_OFFSETS_READ_AFTER_RESTART: u64 = 1;
+/// ... and, when zombie members woke (a later generation was stored after
+/// their own), this many of their commits refused and then checked
+/// invisible by a later OffsetFetch.
+pub const MIN_ZOMBIE_REFUSALS_CHECKED: u64 = 1;
 /// ... and crash the broker at least this often.
 pub const MIN_CRASHES: u64 = 1;
 /// With transactional producers: this many transactions committed,
@@ -251,6 +255,15 @@ impl SeedReport {
             ),
             ("group generations", count(self.generations)),
             ("group member crashes", g.member_crashes),
+            ("zombie members", g.zombies),
+            (
+                "zombie commits refused, checked invisible",
+                g.zombie_refusals_checked,
+            ),
+            (
+                "zombie commits accepted in their generation",
+                g.zombie_commits_accepted,
+            ),
             ("seeds that buggify", u64::from(self.buggifying)),
             ("fsyncs", self.syncs),
         ]
@@ -327,6 +340,19 @@ impl fmt::Display for SeedReport {
                 g.member_leaves,
                 g.records_consumed,
             )?;
+            if p.group_zombie_percent > 0 {
+                write!(
+                    f,
+                    "zombie members: {} ({} %), {} commits, {} refused ({} checked invisible), {} accepted in their generation, {} unknown | ",
+                    g.zombies,
+                    p.group_zombie_percent,
+                    g.zombie_commits_sent,
+                    g.zombie_commits_refused,
+                    g.zombie_refusals_checked,
+                    g.zombie_commits_accepted,
+                    g.zombie_commits_unknown,
+                )?;
+            }
         }
         if p.txn_producers > 0 {
             let t = &self.txns;
@@ -625,6 +651,12 @@ fn crash_gates_met(params: &SimParams, shared: &Shared) -> bool {
         let g = shared.groups();
         g.stats.member_crashes + g.stats.member_leaves == 0 || g.generations() >= MIN_GENERATIONS
     };
+    // A seed whose zombies woke goes on until one was fenced; the final
+    // read then checks that refusal (`MIN_ZOMBIE_REFUSALS_CHECKED`).
+    let zombies = params.group_members == 0 || {
+        let g = shared.groups();
+        g.stats.zombies == 0 || g.stats.zombie_commits_refused > 0
+    };
     let idempotent =
         params.idempotent_producers == 0 || shared.history().pid_blocks() >= MIN_PID_BLOCKS;
     let txns = params.txn_producers == 0 || {
@@ -639,7 +671,7 @@ fn crash_gates_met(params: &SimParams, shared: &Shared) -> bool {
             && e.resumes >= MIN_EOS_RESUMES
             && e.observations >= MIN_EOS_OBSERVATIONS
     };
-    group && generations && idempotent && txns && eos
+    group && generations && zombies && idempotent && txns && eos
 }
 
 /// How stale a broker's listings may be: the seed's draw, or
@@ -1248,7 +1280,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .with_roll(seed)
         .with_compaction(seed)
         .with_process_kills(seed)
-        .with_acks(seed);
+        .with_acks(seed)
+        .with_zombie_members(seed);
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
     let buggifier = Buggifier::new(seed, params.brokers);
@@ -1772,6 +1805,15 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             vacuous.push(format!(
                 "{} committed offsets read back after a restart (need {MIN_OFFSETS_READ_AFTER_RESTART})",
                 g.offsets_read_after_restart
+            ));
+        }
+        // Zombies wake only once their group moved on, which a seed
+        // without member churn or rebalances never does (as with
+        // `min_generations`); the batch's tally counts the seeds they woke in.
+        if g.zombies > 0 && g.zombie_refusals_checked < MIN_ZOMBIE_REFUSALS_CHECKED {
+            vacuous.push(format!(
+                "{} zombie commits refused and checked invisible (need {MIN_ZOMBIE_REFUSALS_CHECKED})",
+                g.zombie_refusals_checked
             ));
         }
     }

@@ -85,6 +85,12 @@ pub struct SimParams {
     /// Mean lifetime of a member incarnation before it crashes or leaves
     /// (`None`: members live until the end).
     pub member_lifetime_ms: Option<u64>,
+    /// Chance (percent) that a group member whose generation moved on
+    /// (fenced, replaced, gone) leaves a zombie behind: a task that keeps
+    /// fetching its old partitions and committing with its old generation
+    /// and member id (`group_member::Zombie`). Drawn by
+    /// [`with_zombie_members`](Self::with_zombie_members).
+    pub group_zombie_percent: u32,
     /// Transactional producer slots (0: no transactions this seed). Each
     /// writes the transactional topic under its own transactional id.
     pub txn_producers: usize,
@@ -241,6 +247,7 @@ impl SimParams {
             commit_interval_ms: [0, uptime_ms / 20, uptime_ms / 8][rng.gen_range(0..3)],
             member_lifetime_ms: [None, Some(uptime_ms * 4), Some(uptime_ms * 12)]
                 [rng.gen_range(0..3)],
+            group_zombie_percent: 0,
             // Drawn last, so the draws above are those of seeds before
             // transactions existed.
             txn_producers: [0, 1, 2][rng.gen_range(0..3)],
@@ -389,6 +396,17 @@ impl SimParams {
         (0..plain).any(|id| self.acks_of(id) == acks)
     }
 
+    /// Draws the seed's share of zombie group members (0, 30 or 70 % of
+    /// the incarnations whose generation moved on), from an rng of its
+    /// own seeded by the seed, as [`with_roll`](Self::with_roll) does, so
+    /// that every other draw stays as it was; a seed that draws 0 runs its
+    /// group exactly as before zombies existed.
+    pub fn with_zombie_members(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_7a6f_6d62);
+        self.group_zombie_percent = [0, 30, 70][rng.gen_range(0..3)];
+        self
+    }
+
     /// Whether several brokers share the volume this seed.
     pub fn multi_broker(&self) -> bool {
         self.brokers > 1
@@ -398,6 +416,20 @@ impl SimParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How many of seeds 0-299 draw parameters that `drew` holds for
+    /// (every per-seed draw applied).
+    fn seeds_of_300(drew: impl Fn(&SimParams) -> bool) -> usize {
+        (0..300)
+            .filter(|&s| {
+                drew(
+                    &SimParams::draw(&mut SmallRng::seed_from_u64(s))
+                        .with_process_kills(s)
+                        .with_zombie_members(s),
+                )
+            })
+            .count()
+    }
 
     #[test]
     fn draws_are_reproducible_and_within_bounds() {
@@ -432,14 +464,7 @@ mod tests {
                 assert!(!a.eos || single.eos);
             }
         }
-        let killing = (0..300)
-            .map(|s| {
-                SimParams::draw(&mut SmallRng::seed_from_u64(s))
-                    .with_process_kills(s)
-                    .process_kill_percent
-            })
-            .filter(|&p| p > 0)
-            .count();
+        let killing = seeds_of_300(|p| p.process_kill_percent > 0);
         assert!(
             (150..=250).contains(&killing),
             "{killing} of 300 seeds kill processes"
@@ -457,6 +482,11 @@ mod tests {
         assert!(
             (60..=250).contains(&leader) && (60..=250).contains(&none),
             "of 1,000 seeds {leader} run acks=1 and {none} acks=0"
+        );
+        let zombies = seeds_of_300(|p| p.group_zombie_percent > 0);
+        assert!(
+            (150..=250).contains(&zombies),
+            "{zombies} of 300 seeds leave zombie members"
         );
         let compacted = (0..300)
             .filter(|&s| {

@@ -76,6 +76,11 @@ impl Routes {
         self.brokers.len() > 1
     }
 
+    /// Every broker, broker `i` at index `i`.
+    pub(crate) fn brokers(&self) -> &[SocketAddr] {
+        &self.brokers
+    }
+
     /// The first broker: the only one of a single-broker seed.
     pub(crate) fn first(&self) -> SocketAddr {
         self.brokers[0]

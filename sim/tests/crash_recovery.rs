@@ -45,6 +45,7 @@ const REQUIRED_MARKS: &[Mark] = &[
     Mark::TornJournalTailCut,
     Mark::PartitionStoppedByAFailedWrite,
     Mark::UnstableOffsetsHeldBack,
+    Mark::ZombieMemberCommitRefused,
     Mark::CleanedCopySwappedIn,
     Mark::ProcessKillKeptUnsyncedData,
     Mark::LowAcksRecordLostByACrash,

@@ -14,6 +14,8 @@ use super::member::{Member, Protocol, StableGeneration, StoredMember};
 use super::state::GroupState;
 use super::subscription::subscribed_topics;
 use super::{GroupConfig, CONSUMER_PROTOCOL_TYPE};
+use crate::coverage::{self, Mark};
+use crate::deliberate_bugs::{planted, Bug};
 use crate::protocol::ErrorCode;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
@@ -453,8 +455,12 @@ impl Group {
             return Ok(());
         }
         if generation >= 0 || !member_id.is_empty() || instance_id.is_some() {
-            self.validate_member(member_id, instance_id)?;
-            if generation != self.generation {
+            if let Err(e) = self.validate_member(member_id, instance_id) {
+                coverage::hit(Mark::ZombieMemberCommitRefused);
+                return Err(e);
+            }
+            if generation != self.generation && !planted(Bug::StaleGenerationCommitAccepted) {
+                coverage::hit(Mark::ZombieMemberCommitRefused);
                 return Err(ErrorCode::IllegalGeneration);
             }
         } else if !transactional && self.state != GroupState::Empty {
