@@ -165,16 +165,8 @@ pub struct VolumeStats {
     pub bytes_appended: u64,
     pub syncs: u64,
     pub truncates: u64,
-    /// New files written whole (`write_new`: the temporaries of
-    /// `write_atomic` and `create_exclusive`).
-    pub whole_writes: u64,
-    /// Directory syncs, including those of a created segment's first sync.
-    pub dir_syncs: u64,
     pub renames: u64,
     pub crashes: u64,
-    /// Directory entries a power loss undid (unsynced creates, renames
-    /// and removals).
-    pub entries_undone: u64,
     /// Crashes of one broker's host ([`SimVolume::crash_host`]).
     pub host_crashes: u64,
     /// Kills of a broker process that kept the page cache
@@ -525,7 +517,6 @@ impl State {
             .cloned()
             .collect();
         durable.dirs.extend(dirs);
-        self.stats.dir_syncs += 1;
     }
 
     /// A power loss: each directory goes back to its synced entries, and
@@ -608,20 +599,11 @@ impl State {
         }
     }
 
-    fn new_inode(&mut self, data: Vec<u8>) -> u64 {
+    /// Adds `inode` under a fresh number.
+    fn new_inode(&mut self, inode: Inode) -> u64 {
         let id = self.next_inode;
         self.next_inode += 1;
-        let synced = data.len();
-        self.inodes.insert(
-            id,
-            Inode {
-                data,
-                synced,
-                poisoned: Vec::new(),
-                dirty_by: None,
-                last_append: 0,
-            },
-        );
+        self.inodes.insert(id, inode);
         id
     }
 }
@@ -822,7 +804,6 @@ impl SimVolume {
             entries_undone: state.revert_entries(),
             ..CrashReport::default()
         };
-        state.stats.entries_undone += report.entries_undone;
         let reachable: BTreeSet<u64> = state.files.values().copied().collect();
         state.inodes.retain(|id, _| reachable.contains(id));
         for inode in state.inodes.values_mut() {
@@ -1055,15 +1036,14 @@ impl Volume for SimVolume {
         self.mutation(&mut state, FaultPoint::WriteNew, &path)?;
         state.require_dir(parent(&path), &path)?;
         state.require_free(&path)?;
-        let id = state.new_inode(Vec::new());
-        let caller = state.caller();
-        if let Some(inode) = state.inodes.get_mut(&id) {
-            inode.data = data.to_vec();
-            inode.dirty_by = caller.filter(|_| !data.is_empty());
-        }
+        let inode = Inode {
+            data: data.to_vec(),
+            dirty_by: state.caller().filter(|_| !data.is_empty()),
+            ..Inode::default()
+        };
+        let id = state.new_inode(inode);
         state.files.insert(path.clone(), id);
         state.wrote(&path, FaultPoint::WriteNew);
-        state.stats.whole_writes += 1;
         Ok(())
     }
 
@@ -1285,7 +1265,7 @@ impl Volume for SimVolume {
                         format!("{path:?} is a directory"),
                     ));
                 }
-                let id = state.new_inode(Vec::new());
+                let id = state.new_inode(Inode::default());
                 state.files.insert(path.clone(), id);
                 state.wrote(&path, FaultPoint::OpenSegment);
                 id
