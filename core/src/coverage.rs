@@ -24,6 +24,23 @@ crate::named_enum! {
         /// prepared (between EndTxn's two phases, or left prepared by a crash)
         /// and left it to be completed in the direction already decided.
         ReaperPassedOverAPreparedTransaction,
+        /// The reaper's abort and an InitProducerId of the same transactional
+        /// id were decided at once: whichever came second was turned away
+        /// with CONCURRENT_TRANSACTIONS while the first was being written.
+        ReaperRacedAnInitProducerId,
+        /// The reaper's abort and an EndTxn of the same transaction were
+        /// decided at once: whichever came second was turned away with
+        /// CONCURRENT_TRANSACTIONS (an EndTxn then retries into the abort).
+        ReaperRacedAnEndTxn,
+        /// The reaper, deciding on a transaction its pass had found timed
+        /// out, found the producer's epoch bumped since (an InitProducerId,
+        /// or an EndTxn of transaction version 2): it left the entry alone.
+        ReaperFoundTheEpochBumpedSinceItsPass,
+        /// An EndTxn (first try or retry) arrived after its transaction had
+        /// been aborted under a bumped epoch (by the reaper or by an
+        /// InitProducerId) and was refused: it cannot commit what was
+        /// aborted (KAFKA-6119).
+        EndTxnOfATransactionAbortedUnderItRefused,
         /// The marker reconcile completed a prepared transaction that no EndTxn
         /// was completing (a crash or a failure between the two phases).
         ReconcileCompletedAPreparedTransaction,

@@ -42,6 +42,10 @@ kaas_core::named_enum! {
         LeaseRenewal,
         /// An aborted-index (`.txnindex`) entry was appended, not yet durable.
         TxnIndexAppended,
+        /// The reaper's pass found a transaction past its timeout; its
+        /// decision on the durable entry follows (a descheduled reaper: the
+        /// producer may end the transaction or bump its epoch in between).
+        ReaperDecision,
     }
 }
 

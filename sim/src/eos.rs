@@ -139,7 +139,7 @@ pub async fn eos_loop(params: SimParams, brokers: Vec<SocketAddr>, shared: Arc<S
                 // Back some time later: often after the reaper aborted what
                 // the old instance left open, sometimes before (the new
                 // InitProducerId aborts it).
-                let pause = thread_rng().gen_range(0..=2 * params.txn_timeout_ms as u64);
+                let pause = thread_rng().gen_range(0..=2 * params.eos_txn_timeout_ms as u64);
                 sleep(Duration::from_millis(pause)).await;
             }
             Some(Report::Ended) | None => break,
@@ -346,7 +346,7 @@ impl Instance {
             let (producer_id, producer_epoch) = self.claim.unwrap_or((-1, -1));
             let body = RequestBody::InitProducerId(InitProducerIdRequest {
                 transactional_id: Some(EOS_TRANSACTIONAL_ID.into()),
-                transaction_timeout_ms: self.params.txn_timeout_ms,
+                transaction_timeout_ms: self.params.eos_txn_timeout_ms,
                 producer_id,
                 producer_epoch,
                 ..Default::default()
@@ -652,7 +652,7 @@ impl Instance {
         if !zombie {
             return Some(Step::Stalled);
         }
-        let pause = thread_rng().gen_range(0..=2 * self.params.txn_timeout_ms as u64);
+        let pause = thread_rng().gen_range(0..=2 * self.params.eos_txn_timeout_ms as u64);
         sleep(Duration::from_millis(pause)).await;
         None
     }

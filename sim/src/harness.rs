@@ -576,10 +576,10 @@ fn broker_config(params: &SimParams, id: usize) -> BrokerConfig {
     // the simulated minute.
     config.group.min_session_timeout_ms = 100;
     config.group.initial_rebalance_delay_ms = params.initial_rebalance_delay_ms;
-    // The reaper and the marker reconcile run every second, so that
-    // transactions past their (few seconds') timeout are aborted, and
-    // prepared ones completed, within the run.
-    config.txn.abort_timed_out_interval_ms = 1_000;
+    // The reaper and the marker reconcile run every 100 ms to 1 s, so that
+    // transactions past their timeout are aborted, and prepared ones
+    // completed, within the run, and the reaper races the producers.
+    config.txn.abort_timed_out_interval_ms = params.txn_timer_ms;
     config
 }
 
@@ -1281,7 +1281,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .with_compaction(seed)
         .with_process_kills(seed)
         .with_acks(seed)
-        .with_zombie_members(seed);
+        .with_zombie_members(seed)
+        .with_txn_timers(seed);
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
     let buggifier = Buggifier::new(seed, params.brokers);

@@ -104,9 +104,18 @@ pub struct SimParams {
     /// back later as a new instance: the reaper (or the new instance's
     /// InitProducerId) must abort what it left open.
     pub txn_stall_percent: u32,
-    /// The transaction timeout producers ask for (the exactly-once loop
-    /// too).
+    /// The transaction timeout the transactional producers ask for.
     pub txn_timeout_ms: i32,
+    /// The one the exactly-once loop asks for: never shortened, as a loop
+    /// whose transactions outlast their timeout is reaped every time and
+    /// never commits (in Kafka as here).
+    pub eos_txn_timeout_ms: i32,
+    /// How often the coordinator's reaper and marker reconcile run
+    /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    /// Drawn with short timeouts by [`with_txn_timers`](Self::with_txn_timers),
+    /// so the reaper meets EndTxn, InitProducerId and the completion of a
+    /// prepared transaction in flight.
+    pub txn_timer_ms: i64,
     /// Whether an exactly-once consume-transform-produce loop runs
     /// (`crate::eos`): it reads its input topic, writes its output topic
     /// and commits its input offsets in the same transactions.
@@ -206,7 +215,7 @@ impl SimParams {
         let idempotent_producers = (0..producers)
             .filter(|_| rng.gen_range(0..100) < idempotent_percent)
             .count();
-        SimParams {
+        let drawn = SimParams {
             partitions: rng.gen_range(1..=3),
             producers,
             max_records_per_batch: rng.gen_range(1..=8),
@@ -255,6 +264,8 @@ impl SimParams {
             txn_zombie_percent: [0, 3, 10][rng.gen_range(0..3)],
             txn_stall_percent: [0, 2, 8][rng.gen_range(0..3)],
             txn_timeout_ms: [2_000, 4_000][rng.gen_range(0..2)],
+            eos_txn_timeout_ms: 0,
+            txn_timer_ms: 1_000,
             // Drawn after the transactional ones, for the same reason.
             eos: rng.gen_range(0..3) > 0,
             eos_abort_percent: [5, 20][rng.gen_range(0..2)],
@@ -265,6 +276,10 @@ impl SimParams {
             volume_partition_percent: 0,
             listing_cache_ms: 0,
             compaction: None,
+        };
+        SimParams {
+            eos_txn_timeout_ms: drawn.txn_timeout_ms,
+            ..drawn
         }
     }
 
@@ -407,6 +422,24 @@ impl SimParams {
         self
     }
 
+    /// Draws the reaper's pace and, in half the seeds, a transaction
+    /// timeout shorter than many transactions take, from an rng of its own
+    /// seeded by the seed, as [`with_roll`](Self::with_roll) does, so that
+    /// every other draw stays as it was. With a timeout of a few hundred
+    /// milliseconds and a reaper pass every 100 ms, transactions are reaped
+    /// while their EndTxn is in flight or being retried, while an
+    /// InitProducerId of the same id is being written, right after an
+    /// epoch bump, and between a prepare and its completion: the races of
+    /// docs/transactions.md, counted by their coverage marks.
+    pub fn with_txn_timers(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_7265_6170);
+        self.txn_timer_ms = [100, 300, 1_000][rng.gen_range(0..3)];
+        if rng.gen_range(0..2) == 0 {
+            self.txn_timeout_ms = [250, 500, 1_000][rng.gen_range(0..3)];
+        }
+        self
+    }
+
     /// Whether several brokers share the volume this seed.
     pub fn multi_broker(&self) -> bool {
         self.brokers > 1
@@ -448,6 +481,11 @@ mod tests {
             assert!(a.idempotent_producers <= a.producers);
             assert!(a.txn_producers <= 2 && a.txn_abort_percent > 0);
             assert!(a.txn_timeout_ms >= 2_000);
+            assert_eq!(a.eos_txn_timeout_ms, a.txn_timeout_ms);
+            let timers = a.with_txn_timers(seed);
+            assert!((250..=4_000).contains(&timers.txn_timeout_ms));
+            assert!((100..=1_000).contains(&timers.txn_timer_ms));
+            assert_eq!(timers.eos_txn_timeout_ms, a.eos_txn_timeout_ms);
             assert!(a.eos_stall_percent > 0 && a.eos_zombie_percent <= 100);
             assert!((1..=3).contains(&a.brokers));
             if a.multi_broker() {

@@ -1057,8 +1057,9 @@ pub async fn final_read(
     // mid-way: the reaper aborts it once its timeout has passed (counted
     // from its start, on a broker clock that may be 10 s off the one that
     // started it, as each incarnation has its own), within an interval.
-    let open_bound = Duration::from_millis(params.txn_timeout_ms as u64 + 2 * 1_000 + 10_000)
-        + Duration::from_secs(5);
+    let open_bound = Duration::from_millis(
+        params.txn_timeout_ms as u64 + 2 * params.txn_timer_ms as u64 + 10_000,
+    ) + Duration::from_secs(5);
     let mut last = String::new();
     let mut routes = Routes::new("txn-final", &brokers);
     let mut backoff = Backoff::new();

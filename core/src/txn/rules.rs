@@ -392,6 +392,21 @@ pub fn fence_and_abort(entry: &TxnEntry, now_ms: i64) -> TxnEntry {
     next
 }
 
+/// Whether `entry` is a transaction aborted under a bumped epoch while the
+/// producer at (`producer_id`, `producer_epoch`) was still in it: what
+/// [`fence_and_abort`] leaves (the reaper's abort, or an InitProducerId's of
+/// a transaction in flight), the epoch one past the producer's and no last
+/// epoch to claim. That producer's EndTxn is refused, never a commit of what
+/// was aborted (KAFKA-6119).
+pub fn was_aborted_under(entry: &TxnEntry, producer_id: i64, producer_epoch: i16) -> bool {
+    matches!(
+        entry.state,
+        TxnState::PrepareAbort | TxnState::CompleteAbort
+    ) && entry.producer_id == producer_id
+        && entry.producer_epoch == producer_epoch.saturating_add(1)
+        && entry.last_producer_epoch == NO_PRODUCER_EPOCH
+}
+
 /// `transactional.id.expiration.ms`: an idle id untouched for that long is
 /// forgotten (a transaction in flight or being completed never expires).
 pub fn has_expired(entry: &TxnEntry, now_ms: i64, expiration_ms: i64) -> bool {

@@ -377,6 +377,29 @@ fn reaper_aborts_an_ongoing_transaction_past_its_timeout_under_a_bumped_epoch() 
 }
 
 #[test]
+fn a_transaction_aborted_under_a_bumped_epoch_is_told_from_the_producers_own_ends() {
+    let e = ongoing();
+    let reaped = fence_and_abort(&e, e.start_ms + 60_001);
+    assert!(was_aborted_under(&reaped, 7000, 0));
+    assert!(!was_aborted_under(&reaped, 7000, 1), "the new epoch's own");
+    assert!(!was_aborted_under(&reaped, 7001, 0), "another producer id");
+    let mut completed = reaped.clone();
+    completed.state = TxnState::CompleteAbort;
+    assert!(was_aborted_under(&completed, 7000, 0));
+    // The producer's own abort keeps its epoch.
+    let Ok(End::Prepare(own)) = end_txn(&e, 7000, 0, false, NOW) else {
+        panic!("an Ongoing transaction prepares its abort");
+    };
+    assert!(!was_aborted_under(&own, 7000, 0));
+    // A re-initialization leaves no transaction to have been aborted.
+    let Ok(Init::Ready(reinit)) = init_producer_id(Some(&completed), "t", 60_000, None, || -1, NOW)
+    else {
+        panic!("a completed abort re-initializes");
+    };
+    assert!(!was_aborted_under(&reinit, 7000, 1));
+}
+
+#[test]
 fn idle_ids_expire_after_the_expiration_time_and_busy_ones_never() {
     let e = initialized();
     let exp = DEFAULT_ID_EXPIRATION_MS;

@@ -44,6 +44,7 @@ use crate::volume::Volume;
 use kaas_core::cluster::{
     check_slot_access, coordinator_slot, Claim, ClusterView, COORDINATOR_SLOTS,
 };
+use kaas_core::coverage::{self, Mark};
 use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::layout::{txn_slot_epoch_file, TXN_STATE_DIR};
 use kaas_core::protocol::ErrorCode;
@@ -51,7 +52,7 @@ use kaas_core::txn::rules::{self, epoch_is_exhausted};
 use kaas_core::txn::{
     Claim as ProducerClaim, End, Init, TxnConfig, TxnEntry, TxnSlotOp, TxnSlotState,
 };
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
@@ -61,8 +62,8 @@ struct Inner {
     /// not served here).
     slots: Vec<TxnSlotState>,
     queues: SlotQueues<TxnSlotOp>,
-    /// Ids whose next entry is being written.
-    writing: HashSet<String>,
+    /// Ids whose next entry is being written, and what decided it.
+    writing: HashMap<String, Decider>,
     /// Ids whose prepared transaction a task is completing.
     completing: HashSet<String>,
 }
@@ -75,6 +76,31 @@ pub struct TxnCoordinator {
     /// This broker's lease: background work acts only while it holds.
     membership: Arc<Membership>,
     view: ClusterView,
+}
+
+/// What made a decision on a transactional id. While one is written, a
+/// second on the same id is turned away; which two met is what the
+/// simulator's coverage marks count ([`mark_race`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decider {
+    InitProducerId,
+    AddToTransaction,
+    EndTxn,
+    Reaper,
+    Completion,
+}
+
+/// Counts the races docs/transactions.md lists between the reaper and a
+/// producer's request: `turned_away` found `busy` being written.
+fn mark_race(turned_away: Decider, busy: Decider) {
+    use Decider::{EndTxn, InitProducerId, Reaper};
+    match (turned_away, busy) {
+        (Reaper, InitProducerId) | (InitProducerId, Reaper) => {
+            coverage::hit(Mark::ReaperRacedAnInitProducerId)
+        }
+        (Reaper, EndTxn) | (EndTxn, Reaper) => coverage::hit(Mark::ReaperRacedAnEndTxn),
+        _ => {}
+    }
 }
 
 /// An InitProducerId's answer: the identity to hand out, or a transaction
@@ -103,7 +129,7 @@ impl TxnCoordinator {
                     .map(|slot| TxnSlotState::new(slot, -1))
                     .collect(),
                 queues: SlotQueues::new(),
-                writing: HashSet::new(),
+                writing: HashMap::new(),
                 completing: HashSet::new(),
             }),
             volume,
@@ -182,9 +208,10 @@ impl TxnCoordinator {
     async fn decide<T>(
         self: &Arc<Self>,
         id: &str,
+        by: Decider,
         decide: impl FnOnce(Option<&TxnEntry>) -> Result<(Option<TxnEntry>, T), ErrorCode>,
     ) -> Result<T, ErrorCode> {
-        self.decide_with(id, Durability::Synced, decide).await
+        self.decide_with(id, by, Durability::Synced, decide).await
     }
 
     /// [`Self::decide`], answering once the entry is written as `durability`
@@ -192,6 +219,7 @@ impl TxnCoordinator {
     async fn decide_with<T>(
         self: &Arc<Self>,
         id: &str,
+        by: Decider,
         durability: Durability,
         decide: impl FnOnce(Option<&TxnEntry>) -> Result<(Option<TxnEntry>, T), ErrorCode>,
     ) -> Result<T, ErrorCode> {
@@ -203,7 +231,8 @@ impl TxnCoordinator {
             if inner.queues.serving(slot).is_none() {
                 return Err(ErrorCode::NotCoordinator);
             }
-            if inner.writing.contains(id) {
+            if let Some(&busy) = inner.writing.get(id) {
+                mark_race(by, busy);
                 return Err(ErrorCode::ConcurrentTransactions);
             }
             let (next, answer) = decide(entry_in(&inner, id))?;
@@ -220,7 +249,7 @@ impl TxnCoordinator {
                     inner.queues.push_deferred(slot, TxnSlotOp::Put(next), tx);
                 }
             }
-            inner.writing.insert(id.to_string());
+            inner.writing.insert(id.to_string(), by);
             if inner.queues.claim_writer(slot) {
                 tokio::spawn(slot_store::run_writer(self.clone(), slot));
             }
@@ -257,7 +286,7 @@ impl TxnCoordinator {
     ) -> Result<InitOutcome, ErrorCode> {
         rules::validate_transaction_timeout(timeout_ms, self.config.max_timeout_ms)?;
         let now = self.env.now_ms();
-        self.decide(id, |entry| {
+        self.decide(id, Decider::InitProducerId, |entry| {
             let mut fresh = fresh;
             let init = rules::init_producer_id(
                 entry,
@@ -297,7 +326,7 @@ impl TxnCoordinator {
         groups: &[String],
     ) -> Result<(), ErrorCode> {
         let now = self.env.now_ms();
-        self.decide(id, |entry| {
+        self.decide(id, Decider::AddToTransaction, |entry| {
             let entry = entry.ok_or(ErrorCode::InvalidProducerIdMapping)?;
             let next = rules::add_to_transaction(
                 entry,
@@ -333,7 +362,7 @@ impl TxnCoordinator {
             // be the one that adds it: the producer retries. (One in the
             // durable entry is safe to accept whatever is being written:
             // the transaction's marker can only follow this batch.)
-            Err(_) if inner.writing.contains(id) => Err(ErrorCode::ConcurrentTransactions),
+            Err(_) if inner.writing.contains_key(id) => Err(ErrorCode::ConcurrentTransactions),
             other => other,
         }
     }
@@ -351,7 +380,7 @@ impl TxnCoordinator {
         if inner.queues.serving(coordinator_slot(id)).is_none() {
             return Err(ErrorCode::NotCoordinator);
         }
-        if inner.writing.contains(id) {
+        if inner.writing.contains_key(id) {
             return Err(ErrorCode::ConcurrentTransactions);
         }
         rules::verify_group(entry_in(&inner, id), producer_id, producer_epoch, group)
@@ -374,15 +403,20 @@ impl TxnCoordinator {
         fresh: Option<i64>,
     ) -> Result<(Option<TxnEntry>, (i64, i16)), ErrorCode> {
         let now = self.env.now_ms();
-        self.decide(id, |entry| {
+        self.decide(id, Decider::EndTxn, |entry| {
             let entry = entry.ok_or(ErrorCode::InvalidProducerIdMapping)?;
             let end = if v2 {
                 let mut fresh = fresh;
                 let fresh = || fresh.take().unwrap_or(-1);
-                rules::end_txn_v2(entry, producer_id, producer_epoch, commit, fresh, now)?
+                rules::end_txn_v2(entry, producer_id, producer_epoch, commit, fresh, now)
             } else {
-                rules::end_txn(entry, producer_id, producer_epoch, commit, now)?
+                rules::end_txn(entry, producer_id, producer_epoch, commit, now)
             };
+            let end = end.inspect_err(|_| {
+                if rules::was_aborted_under(entry, producer_id, producer_epoch) {
+                    coverage::hit(Mark::EndTxnOfATransactionAbortedUnderItRefused);
+                }
+            })?;
             match end {
                 End::Prepare(next)
                     if v2
@@ -414,7 +448,8 @@ impl TxnCoordinator {
         found: &TxnEntry,
     ) -> Result<Option<TxnEntry>, ErrorCode> {
         let now = self.env.now_ms();
-        self.decide(&found.transactional_id, |entry| match entry {
+        let id = &found.transactional_id;
+        self.decide(id, Decider::Reaper, |entry| match entry {
             Some(e)
                 if rules::has_timed_out(e, now)
                     && e.producer_id == found.producer_id
@@ -426,7 +461,13 @@ impl TxnCoordinator {
                 }
                 Ok((Some(next.clone()), Some(next)))
             }
-            _ => Ok((None, None)),
+            Some(e) => {
+                if (e.producer_id, e.producer_epoch) != (found.producer_id, found.producer_epoch) {
+                    coverage::hit(Mark::ReaperFoundTheEpochBumpedSinceItsPass);
+                }
+                Ok((None, None))
+            }
+            None => Ok((None, None)),
         })
         .await
     }
@@ -437,16 +478,21 @@ impl TxnCoordinator {
     pub async fn finish_prepared(self: &Arc<Self>, prepared: &TxnEntry) -> Result<(), ErrorCode> {
         let now = self.env.now_ms();
         let id = &prepared.transactional_id;
-        self.decide_with(id, Durability::Deferred, |entry| match entry {
-            Some(e)
-                if e.state == prepared.state
-                    && e.producer_id == prepared.producer_id
-                    && e.producer_epoch == prepared.producer_epoch =>
-            {
-                Ok((rules::complete(e, now), ()))
-            }
-            _ => Ok((None, ())),
-        })
+        self.decide_with(
+            id,
+            Decider::Completion,
+            Durability::Deferred,
+            |entry| match entry {
+                Some(e)
+                    if e.state == prepared.state
+                        && e.producer_id == prepared.producer_id
+                        && e.producer_epoch == prepared.producer_epoch =>
+                {
+                    Ok((rules::complete(e, now), ()))
+                }
+                _ => Ok((None, ())),
+            },
+        )
         .await
     }
 
@@ -470,7 +516,7 @@ impl TxnCoordinator {
             }
             for e in s.entries.values() {
                 if rules::has_expired(e, now_ms, self.config.id_expiration_ms)
-                    && !inner.writing.contains(&e.transactional_id)
+                    && !inner.writing.contains_key(&e.transactional_id)
                 {
                     expired.push((s.slot, e.transactional_id.clone(), e.last_update_ms));
                 }

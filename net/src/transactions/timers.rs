@@ -12,6 +12,7 @@
 
 use super::complete;
 use crate::broker::Broker;
+use crate::buggify::Site;
 use kaas_core::coverage::{self, Mark};
 use kaas_core::txn::rules;
 use std::sync::{Arc, Weak};
@@ -55,6 +56,9 @@ fn reap_and_reconcile(broker: &Arc<Broker>, now_ms: i64) {
         if rules::has_timed_out(&entry, now_ms) {
             let b = broker.clone();
             tokio::spawn(async move {
+                if b.env.buggify.at(Site::ReaperDecision).await.is_err() {
+                    return; // as a failed write would: the next pass retries
+                }
                 match b.transactions.abort_timed_out(&entry).await {
                     Ok(Some(prepared)) => {
                         coverage::hit(Mark::ReaperAbortedATimedOutTransaction);
