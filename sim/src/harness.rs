@@ -243,6 +243,7 @@ impl SeedReport {
             ("transactions fenced", t.fenced),
             ("zombie producers", t.zombies),
             ("EndTxn retries", t.end_retries),
+            ("transactions ended at version 2", t.v2_ends),
             ("EOS transactions committed", e.commits_acked),
             ("EOS transactions aborted", e.aborts_acked),
             (
@@ -358,7 +359,7 @@ impl fmt::Display for SeedReport {
             let t = &self.txns;
             write!(
                 f,
-                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, settled {} ms after the stop | ",
+                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} ended at version 2, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, settled {} ms after the stop | ",
                 t.begun,
                 t.commits_acked,
                 t.commits_unknown,
@@ -373,6 +374,7 @@ impl fmt::Display for SeedReport {
                 t.produce_retries,
                 t.produce_refusals,
                 t.end_retries,
+                t.v2_ends,
                 t.records_read_during_run,
                 t.final_records,
                 t.aborted_batches_dropped,

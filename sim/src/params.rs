@@ -110,6 +110,12 @@ pub struct SimParams {
     /// whose transactions outlast their timeout is reaped every time and
     /// never commits (in Kafka as here).
     pub eos_txn_timeout_ms: i32,
+    /// Chance (percent) that a transactional producer instance speaks
+    /// transaction version 2 (KIP-890 part 2: Produce v12 adds partitions
+    /// implicitly, EndTxn v5 bumps the epoch at every end), as the Java
+    /// client 4.x does; the others speak version 1 (AddPartitionsToTxn,
+    /// EndTxn v3). Drawn by [`with_txn_timers`](Self::with_txn_timers).
+    pub txn_v2_percent: u32,
     /// How often the coordinator's reaper and marker reconcile run
     /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
     /// Drawn with short timeouts by [`with_txn_timers`](Self::with_txn_timers),
@@ -265,6 +271,7 @@ impl SimParams {
             txn_stall_percent: [0, 2, 8][rng.gen_range(0..3)],
             txn_timeout_ms: [2_000, 4_000][rng.gen_range(0..2)],
             eos_txn_timeout_ms: 0,
+            txn_v2_percent: 0,
             txn_timer_ms: 1_000,
             // Drawn after the transactional ones, for the same reason.
             eos: rng.gen_range(0..3) > 0,
@@ -422,8 +429,9 @@ impl SimParams {
         self
     }
 
-    /// Draws the reaper's pace and, in half the seeds, a transaction
-    /// timeout shorter than many transactions take, from an rng of its own
+    /// Draws the reaper's pace, in half the seeds a transaction timeout
+    /// shorter than many transactions take, and the share of producers
+    /// speaking transaction version 2, from an rng of its own
     /// seeded by the seed, as [`with_roll`](Self::with_roll) does, so that
     /// every other draw stays as it was. With a timeout of a few hundred
     /// milliseconds and a reaper pass every 100 ms, transactions are reaped
@@ -437,6 +445,9 @@ impl SimParams {
         if rng.gen_range(0..2) == 0 {
             self.txn_timeout_ms = [250, 500, 1_000][rng.gen_range(0..3)];
         }
+        // Version 2 bumps the epoch at every end: the reaper then always
+        // decides right after an epoch bump.
+        self.txn_v2_percent = [0, 50, 100][rng.gen_range(0..3)];
         self
     }
 

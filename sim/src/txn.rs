@@ -52,6 +52,11 @@ const FIND_COORDINATOR_VERSION: i16 = 3;
 const INIT_PRODUCER_ID_VERSION: i16 = 4;
 const ADD_PARTITIONS_VERSION: i16 = 3;
 const END_TXN_VERSION: i16 = 3;
+/// Transaction version 2 (KIP-890 part 2), as the Java client 4.x speaks
+/// it: Produce v12 adds its partition to the transaction itself, and
+/// EndTxn v5 bumps the epoch at every end and answers the new one.
+const PRODUCE_VERSION_V2: i16 = 12;
+const END_TXN_VERSION_V2: i16 = 5;
 const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
 const METADATA_VERSION: i16 = 9;
 const FETCH_VERSION: i16 = 12;
@@ -126,6 +131,9 @@ struct Instance {
     txn_no: u32,
     backoff: Backoff,
     zombie: bool,
+    /// Speaks transaction version 2: no AddPartitionsToTxn, and a new
+    /// epoch after every EndTxn.
+    v2: bool,
     drain_deadline: Option<Instant>,
 }
 
@@ -167,6 +175,9 @@ impl Instance {
         zombie: bool,
     ) -> Instance {
         let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
+        // Drawn only in seeds that speak it, so that the others draw from
+        // the simulation's rng exactly as before it existed.
+        let v2 = params.txn_v2_percent > 0 && percent(params.txn_v2_percent);
         Instance {
             slot,
             instance,
@@ -181,6 +192,7 @@ impl Instance {
             txn_no: 0,
             backoff: Backoff::new(),
             zombie,
+            v2,
             drain_deadline: None,
         }
     }
@@ -438,8 +450,11 @@ impl Instance {
             end: TxnEnd::Open,
         });
         tracing::debug!(txn_id = %self.txn_id, instance = self.instance, index, ?partitions, commit, ?stall_after, "transaction begins");
-        if let Some(step) = self.add_partitions(index, pid, epoch, &partitions).await {
-            return step;
+        // Transaction version 2 adds each partition with its first batch.
+        if !self.v2 {
+            if let Some(step) = self.add_partitions(index, pid, epoch, &partitions).await {
+                return step;
+            }
         }
         let mut batches_sent = 0;
         for &p in &partitions {
@@ -584,6 +599,23 @@ impl Instance {
         }
     }
 
+    /// Transaction version 2: EndTxn at (`pid`, `epoch`) answered the
+    /// identity the producer continues with, a bumped epoch (or a new
+    /// producer id at epoch 0 once the epoch is exhausted); sequences start
+    /// again at 0 under it.
+    fn continue_as(&mut self, pid: i64, epoch: i16, next_pid: i64, next_epoch: i16) {
+        let bumped =
+            (next_pid == pid && next_epoch > epoch) || (next_pid != pid && next_epoch == 0);
+        if !bumped {
+            self.violation(format!(
+                "EndTxn v5 of {pid}/{epoch} answered {next_pid}/{next_epoch}, not a bumped epoch"
+            ));
+        }
+        self.session = Some((next_pid, next_epoch));
+        self.seqs.clear();
+        self.shared.txns().stats.v2_ends += 1;
+    }
+
     /// One transactional batch, retried with the same bytes until
     /// acknowledged. `Some` ends the transaction.
     async fn produce(
@@ -624,9 +656,14 @@ impl Instance {
             ..Default::default()
         });
         let correlation_id = (self.instance as i32).wrapping_mul(7919) ^ (index as i32);
+        let version = if self.v2 {
+            PRODUCE_VERSION_V2
+        } else {
+            PRODUCE_VERSION
+        };
         let frame = match encode_request(
             produce_request::API_KEY,
-            PRODUCE_VERSION,
+            version,
             correlation_id,
             Some(CLIENT_ID),
             &body,
@@ -647,14 +684,11 @@ impl Instance {
                 .produce(TXN_TOPIC, partition, &frame, &self.shared)
                 .await;
             let outcome = match sent {
-                Ok(response) => decode_response(
-                    produce_request::API_KEY,
-                    PRODUCE_VERSION,
-                    correlation_id,
-                    response,
-                )
-                .map_err(RequestError::of)
-                .and_then(|b| produce_outcome(b, partition)),
+                Ok(response) => {
+                    decode_response(produce_request::API_KEY, version, correlation_id, response)
+                        .map_err(RequestError::of)
+                        .and_then(|b| produce_outcome(b, partition))
+                }
                 Err(e) => Err(e),
             };
             let code = match outcome {
@@ -720,11 +754,19 @@ impl Instance {
                 self.shared.txns().end(index, unknown);
                 return Step::GaveUp;
             }
-            let answer = self
-                .request(end_txn_request::API_KEY, END_TXN_VERSION, &body)
-                .await;
+            let version = if self.v2 {
+                END_TXN_VERSION_V2
+            } else {
+                END_TXN_VERSION
+            };
+            let answer = self.request(end_txn_request::API_KEY, version, &body).await;
             let code = match answer {
-                Ok(ResponseBody::EndTxn(r)) => r.error_code,
+                Ok(ResponseBody::EndTxn(r)) => {
+                    if r.error_code == 0 && self.v2 {
+                        self.continue_as(pid, epoch, r.producer_id, r.producer_epoch);
+                    }
+                    r.error_code
+                }
                 Ok(other) => {
                     self.violation(format!("EndTxn answered {other:?}"));
                     -1
@@ -753,6 +795,17 @@ impl Instance {
                         TxnEnd::Fenced
                     },
                 );
+                return Step::Fenced;
+            }
+            if self.v2 && commit && code == ErrorCode::InvalidTxnState.code() {
+                // Transaction version 2's answer to a commit whose
+                // transaction was aborted under it (the reaper, or an
+                // InitProducerId, bumped the epoch and aborted): a commit
+                // applied earlier would have been answered as a retry. As
+                // the Java client, give up this producer.
+                let mut t = self.shared.txns();
+                t.stats.fences_seen += 1;
+                t.end(index, TxnEnd::Fenced);
                 return Step::Fenced;
             }
             if code == -1 || coordinator_retriable(code) {

@@ -120,6 +120,9 @@ pub struct TxnStats {
     /// nor a fence).
     pub produce_refusals: u64,
     pub end_retries: u64,
+    /// Transactions ended under transaction version 2 (EndTxn v5), each
+    /// with an epoch bump.
+    pub v2_ends: u64,
     pub records_read_during_run: u64,
     /// Records of committed transactions in the final read.
     pub final_records: u64,
