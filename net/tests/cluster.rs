@@ -594,6 +594,8 @@ async fn a_stale_queued_marker_is_acknowledged_not_applied_forever() {
         commit: false,
         partitions: [("f".to_string(), partition)].into(),
         groups: Default::default(),
+        leader_epochs: Default::default(),
+        group_epochs: Default::default(),
     };
     let queued = dir.path().join(marker_file(leader, pid, 0));
     std::fs::create_dir_all(queued.parent().unwrap()).unwrap();
@@ -614,6 +616,68 @@ async fn a_stale_queued_marker_is_acknowledged_not_applied_forever() {
     let attempts = p.markers_written();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(p.markers_written(), attempts, "nor is it tried again");
+}
+
+/// A queued marker names the leadership it was queued for, and a later
+/// leadership of the same broker neither applies nor acknowledges it: a
+/// coordinator that stopped waiting for it completed the transaction
+/// through the partition's next leader and left it behind, and under
+/// transaction version 1 it would close the producer's next transaction
+/// (simulator seed 909: a committed transaction's output aborted by its
+/// predecessor's marker). Queued for the current leadership, the same
+/// request is applied.
+#[tokio::test]
+async fn a_marker_queued_for_an_earlier_leadership_is_left_alone() {
+    use kaas_core::layout::{marker_ack_file, marker_file};
+    use kaas_core::txn::marker_queue::{MarkerRequest, MARKER_QUEUE_VERSION};
+    let dir = tempfile::tempdir().unwrap();
+    let (brokers, _, led) = three_brokers_with_topic(dir.path(), "f").await;
+    let (partition, (leader, _)) = led.iter().enumerate().next().unwrap();
+    let (partition, leader) = (partition as i32, *leader);
+    let from = (leader + 1) % 3;
+    let pid = (1 << 40) + 78;
+    assert_eq!(
+        produce_as(brokers[&leader].addr, partition, pid, 1, 0).await,
+        0
+    );
+    let p = brokers[&leader]
+        .broker
+        .partition("f", partition, -1)
+        .unwrap();
+    let epoch = p.leader().epoch;
+    let mut request = MarkerRequest {
+        version: MARKER_QUEUE_VERSION,
+        from,
+        nonce: 8,
+        producer_id: pid,
+        producer_epoch: 1,
+        coordinator_epoch: 0,
+        commit: false,
+        partitions: Default::default(),
+        groups: Default::default(),
+        leader_epochs: Default::default(),
+        group_epochs: Default::default(),
+    };
+    request.add_partition("f", partition, epoch - 1);
+    let queued = dir.path().join(marker_file(leader, pid, 1));
+    std::fs::create_dir_all(queued.parent().unwrap()).unwrap();
+    std::fs::write(&queued, request.encode().unwrap()).unwrap();
+    let ack = dir.path().join(marker_ack_file(from, pid, 1, leader));
+    // Ten rounds of the leader's queue watcher.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!ack.exists(), "not acknowledged");
+    assert_eq!(p.high_watermark(), 1, "nor written");
+    // The same request for the leadership that holds the partition now.
+    request.add_partition("f", partition, epoch);
+    std::fs::write(&queued, request.encode().unwrap()).unwrap();
+    for _ in 0..100 {
+        if ack.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ack.exists(), "applied and acknowledged");
+    assert_eq!(p.high_watermark(), 2, "its marker written");
 }
 
 /// Sends a transactional batch of `pid`/`epoch` for `transactional_id` to

@@ -13,10 +13,18 @@
 //! requests, and each target removes its ack once the request is gone.
 //! Applying a marker twice closes nothing the second time, so a request
 //! read again after a crash is harmless.
+//!
+//! A request names the holding it was queued for (each item's claim epoch
+//! then), and only that holding applies it ([`queued_for_this_holding`]):
+//! a coordinator that gave up waiting completes the transaction through
+//! the item's next holder and leaves its request behind, and under
+//! transaction version 1 (every transaction of a producer at one epoch) that
+//! request, applied when its target holds the item again, would close the
+//! producer's next transaction there.
 
 use crate::protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// The format of queue files; a reader refuses any other.
@@ -39,6 +47,30 @@ pub struct MarkerRequest {
     pub commit: bool,
     pub partitions: BTreeSet<(String, i32)>,
     pub groups: BTreeSet<String>,
+    /// Topic -> partition -> the leader epoch the coordinator saw when it
+    /// queued the request ([`queued_for_this_holding`]). Absent from files
+    /// written before it existed: any holder applies those.
+    #[serde(default)]
+    pub leader_epochs: BTreeMap<String, BTreeMap<i32, i32>>,
+    /// Group -> the claim epoch of its coordinator slot's holder then.
+    #[serde(default)]
+    pub group_epochs: BTreeMap<String, i32>,
+}
+
+/// Whether the holder of an item (a partition's leader, a group slot's
+/// coordinator) at claim epoch `holder_epoch` applies a queued request for
+/// it that was queued for `queued_epoch`: only the same holding does. A
+/// request queued for an earlier holding was left behind by a coordinator
+/// that stopped waiting for it and completed the transaction through a
+/// later holder; under transaction version 1 the producer's next
+/// transaction has the same producer id and epoch, so that request, applied
+/// now, would abort or commit the next one (simulator seed 909: a committed
+/// transaction's output aborted by its predecessor's marker). It is not
+/// acknowledged either: the coordinator of the live transaction, if it
+/// queued this one, retries for the current holding once its wait times
+/// out. `None`: a request from before epochs were recorded.
+pub fn queued_for_this_holding(queued_epoch: Option<i32>, holder_epoch: i32) -> bool {
+    queued_epoch.is_none_or(|e| e == holder_epoch)
 }
 
 /// What the target made durable of a request.
@@ -142,6 +174,31 @@ impl MarkerRequest {
     pub fn is_empty(&self) -> bool {
         self.partitions.is_empty() && self.groups.is_empty()
     }
+
+    /// Adds a partition whose leader was at `leader_epoch` when queued.
+    pub fn add_partition(&mut self, topic: &str, index: i32, leader_epoch: i32) {
+        self.partitions.insert((topic.to_owned(), index));
+        self.leader_epochs
+            .entry(topic.to_owned())
+            .or_default()
+            .insert(index, leader_epoch);
+    }
+
+    /// Adds a group whose coordinator slot was held at `slot_epoch`.
+    pub fn add_group(&mut self, group: &str, slot_epoch: i32) {
+        self.groups.insert(group.to_owned());
+        self.group_epochs.insert(group.to_owned(), slot_epoch);
+    }
+
+    /// The leader epoch a partition was queued for.
+    pub fn leader_epoch_of(&self, topic: &str, index: i32) -> Option<i32> {
+        self.leader_epochs.get(topic)?.get(&index).copied()
+    }
+
+    /// The slot epoch a group was queued for.
+    pub fn group_epoch_of(&self, group: &str) -> Option<i32> {
+        self.group_epochs.get(group).copied()
+    }
 }
 
 #[cfg(test)]
@@ -160,7 +217,35 @@ mod tests {
             commit: true,
             partitions: [("t".to_string(), 0), ("t".to_string(), 3)].into(),
             groups: ["g".to_string()].into(),
+            leader_epochs: BTreeMap::new(),
+            group_epochs: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn a_queued_marker_is_applied_only_by_the_holding_it_was_queued_for() {
+        let mut r = MarkerRequest {
+            partitions: BTreeSet::new(),
+            groups: BTreeSet::new(),
+            ..request()
+        };
+        r.add_partition("t", 3, 7);
+        r.add_group("g", 4);
+        assert!(queued_for_this_holding(r.leader_epoch_of("t", 3), 7));
+        assert!(
+            !queued_for_this_holding(r.leader_epoch_of("t", 3), 9),
+            "a later leadership of the partition"
+        );
+        assert!(queued_for_this_holding(r.group_epoch_of("g"), 4));
+        assert!(!queued_for_this_holding(r.group_epoch_of("g"), 5));
+        // The epochs survive the file, and a file written before they
+        // existed is applied by any holder.
+        let read = MarkerRequest::decode(&r.encode().unwrap()).unwrap();
+        assert_eq!(read.leader_epoch_of("t", 3), Some(7));
+        assert_eq!(read.group_epoch_of("g"), Some(4));
+        let old = br#"{"version":1,"from":0,"nonce":1,"producer_id":7,"producer_epoch":2,"coordinator_epoch":4,"commit":true,"partitions":[["t",3]],"groups":[]}"#;
+        let old = MarkerRequest::decode(old).unwrap();
+        assert!(queued_for_this_holding(old.leader_epoch_of("t", 3), 9));
     }
 
     fn ack(partitions: &[i32], groups: &[&str], epoch: i16) -> MarkerAck {

@@ -320,7 +320,13 @@ impl Partition {
         let mut lane = self.log.clone().lock_owned().await;
         // The marker's timestamp is the broker's clock, as Kafka stamps it.
         let timestamp_ms = self.env.now_ms();
-        let written = self.state().append_marker(&marker, timestamp_ms)?;
+        let written = self
+            .state()
+            .append_marker(&marker, timestamp_ms)
+            .inspect_err(|code| {
+                tracing::debug!(topic = %self.topic, partition = self.index, ?marker, error = ?code, "marker refused");
+            })?;
+        tracing::debug!(topic = %self.topic, partition = self.index, ?marker, offset = written.offset, closes = ?written.aborted, "writing a marker");
         let control_type = if marker.commit {
             ControlType::Commit
         } else {

@@ -14,7 +14,8 @@ use kaas_core::layout::{
 use kaas_core::partition::IncomingMarker;
 use kaas_core::protocol::ErrorCode;
 use kaas_core::txn::marker_queue::{
-    outstanding, refusal_settles_marker, MarkerAck, MarkerRequest, MARKER_QUEUE_VERSION,
+    outstanding, queued_for_this_holding, refusal_settles_marker, MarkerAck, MarkerRequest,
+    MARKER_QUEUE_VERSION,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -277,6 +278,7 @@ async fn apply(
         groups: BTreeSet::new(),
     });
     let before = (done.partitions.len(), done.groups.len());
+    tracing::debug!(from = left.from, nonce = left.nonce, ?marker, partitions = ?left.partitions, "applying queued markers");
     for (topic, index) in &left.partitions {
         let partition = match broker.partition(topic, *index, -1) {
             Ok(p) => p,
@@ -288,6 +290,16 @@ async fn apply(
             // Led elsewhere now: the coordinator queues it to the new leader.
             Err(_) => continue,
         };
+        // Queued for an earlier leadership of ours: left behind by a
+        // coordinator that completed the transaction through another
+        // leader since; not ours to apply, nor to acknowledge.
+        if !queued_for_this_holding(
+            left.leader_epoch_of(topic, *index),
+            partition.leader().epoch,
+        ) {
+            tracing::debug!(topic = %topic, partition = index, queued_for = ?left.leader_epoch_of(topic, *index), leader_epoch = partition.leader().epoch, "a queued marker for an earlier leadership left alone");
+            continue;
+        }
         let written = match partition.write_marker(marker).await {
             Ok(offset) => partition.wait_durable(offset + 1).await,
             Err(code) => Err(code),
@@ -307,6 +319,12 @@ async fn apply(
         }
     }
     for group in &left.groups {
+        // As for partitions: only the slot holding it was queued for.
+        let slot = kaas_core::cluster::coordinator_slot(group);
+        let held_at = broker.groups.slot_claim(slot).map(|c| c.epoch);
+        if !held_at.is_some_and(|e| queued_for_this_holding(left.group_epoch_of(group), e)) {
+            continue;
+        }
         if let Ok(groups) = broker.group_coordinator(group) {
             if groups
                 .complete_txn(group, left.producer_id, left.commit)

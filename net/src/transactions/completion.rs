@@ -24,6 +24,7 @@
 
 use crate::broker::Broker;
 use crate::buggify::Site;
+use kaas_core::cluster::Claim;
 use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::partition::IncomingMarker;
 use kaas_core::protocol::ErrorCode;
@@ -80,6 +81,7 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
     // queue), and only then the staged offsets: offsets become visible
     // only once every marker backing them is durable.
     let (local, remote) = split_partitions(broker, &prepared.partitions)?;
+    tracing::debug!(transactional_id = %prepared.transactional_id, ?marker, ?local, ?remote, "completing a prepared transaction");
     if planted(Bug::OffsetsVisibleBeforeMarkers) {
         for group in &prepared.groups {
             if let Ok(groups) = broker.group_coordinator(group) {
@@ -97,7 +99,9 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
         .buggify
         .at_or(Site::PrepareToComplete, ErrorCode::KafkaStorageError)
         .await?;
-    let mut remote_groups: BTreeMap<i32, BTreeSet<String>> = BTreeMap::new();
+    // Each remote group with its slot's claim epoch: only that holding
+    // applies the request (`queued_for_this_holding`).
+    let mut remote_groups: BTreeMap<i32, BTreeMap<String, i32>> = BTreeMap::new();
     for group in &prepared.groups {
         match broker.group_coordinator(group) {
             Ok(groups) => {
@@ -108,9 +112,9 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
             Err(_) => {
                 let owner = group_owner(broker, group).ok_or(ErrorCode::CoordinatorNotAvailable)?;
                 remote_groups
-                    .entry(owner)
+                    .entry(owner.broker_id)
                     .or_default()
-                    .insert(group.clone());
+                    .insert(group.clone(), owner.epoch);
             }
         }
     }
@@ -118,7 +122,9 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
         .into_iter()
         .map(|(target, groups)| {
             let mut r = request(broker, prepared, marker);
-            r.groups = groups;
+            for (group, epoch) in groups {
+                r.add_group(&group, epoch);
+            }
             (target, r)
         })
         .collect();
@@ -126,24 +132,20 @@ async fn run(broker: &Arc<Broker>, prepared: &TxnEntry) -> Result<(), ErrorCode>
     broker.transactions.finish_prepared(prepared).await
 }
 
+/// Partitions other brokers lead, by leader, each with its leader's epoch.
+type RemotePartitions = BTreeMap<i32, BTreeMap<(String, i32), i32>>;
+
 /// The partitions this broker leads (or whose topic is gone), and those
 /// other live brokers lead, by leader. A partition with no live leader
 /// now fails the completion, which is retried.
-#[allow(clippy::type_complexity)]
 fn split_partitions(
     broker: &Broker,
     partitions: &BTreeSet<(String, i32)>,
-) -> Result<
-    (
-        BTreeSet<(String, i32)>,
-        BTreeMap<i32, BTreeSet<(String, i32)>>,
-    ),
-    ErrorCode,
-> {
+) -> Result<(BTreeSet<(String, i32)>, RemotePartitions), ErrorCode> {
     let me = broker.config.broker_id;
     let live = broker.membership.live_ids(broker.env.clock.monotonic_ms());
     let mut local = BTreeSet::new();
-    let mut remote: BTreeMap<i32, BTreeSet<(String, i32)>> = BTreeMap::new();
+    let mut remote = RemotePartitions::new();
     for (topic, index) in partitions {
         let leader = broker
             .topic(topic)
@@ -157,7 +159,7 @@ fn split_partitions(
                 remote
                     .entry(c.broker_id)
                     .or_default()
-                    .insert((topic.clone(), *index));
+                    .insert((topic.clone(), *index), c.epoch);
             }
             Some(Some(c)) if c.broker_id == me => {
                 local.insert((topic.clone(), *index));
@@ -168,13 +170,13 @@ fn split_partitions(
     Ok((local, remote))
 }
 
-/// The live broker holding a group's coordinator slot, if another one does.
-fn group_owner(broker: &Broker, group: &str) -> Option<i32> {
+/// The claim of the live broker holding a group's coordinator slot, if
+/// another one does.
+fn group_owner(broker: &Broker, group: &str) -> Option<Claim> {
     let slot = kaas_core::cluster::coordinator_slot(group);
     let claim = broker.groups.slot_claim(slot)?;
     let live = broker.membership.live_ids(broker.env.clock.monotonic_ms());
-    (claim.broker_id != broker.config.broker_id && live.contains(&claim.broker_id))
-        .then_some(claim.broker_id)
+    (claim.broker_id != broker.config.broker_id && live.contains(&claim.broker_id)).then_some(claim)
 }
 
 /// An empty queue request for `prepared`'s markers.
@@ -190,6 +192,8 @@ fn request(broker: &Broker, prepared: &TxnEntry, marker: IncomingMarker) -> Mark
         commit: marker.commit,
         partitions: BTreeSet::new(),
         groups: BTreeSet::new(),
+        leader_epochs: BTreeMap::new(),
+        group_epochs: BTreeMap::new(),
     }
 }
 
@@ -198,13 +202,15 @@ fn requests(
     broker: &Broker,
     prepared: &TxnEntry,
     marker: IncomingMarker,
-    remote: BTreeMap<i32, BTreeSet<(String, i32)>>,
+    remote: RemotePartitions,
 ) -> BTreeMap<i32, MarkerRequest> {
     remote
         .into_iter()
         .map(|(target, partitions)| {
             let mut r = request(broker, prepared, marker);
-            r.partitions = partitions;
+            for ((topic, index), leader_epoch) in partitions {
+                r.add_partition(&topic, index, leader_epoch);
+            }
             (target, r)
         })
         .collect()
