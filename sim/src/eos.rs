@@ -35,7 +35,10 @@ use crate::eos_history::{
 use crate::eos_observer::{committed_offsets, coordinator_busy, offset_fetch_body};
 use crate::params::SimParams;
 use crate::routes::{self, Routes};
-use crate::txn::{coordinator_retriable, is_fence, percent};
+use crate::txn::{
+    coordinator_retriable, is_bumped_identity, is_fence, percent, END_TXN_VERSION_V2,
+    PRODUCE_VERSION_V2,
+};
 use crate::txn_history::TxnEnd;
 use crate::workload::{retriable, Backoff, RequestError, Shared, PRODUCE_VERSION};
 use bytes::Bytes;
@@ -64,6 +67,8 @@ const ADD_PARTITIONS_VERSION: i16 = 3;
 const ADD_OFFSETS_VERSION: i16 = 3;
 const TXN_OFFSET_COMMIT_VERSION: i16 = 3;
 const END_TXN_VERSION: i16 = 3;
+/// Transaction version 2 adds the group with TxnOffsetCommit v5.
+const TXN_OFFSET_COMMIT_VERSION_V2: i16 = 5;
 const OFFSET_FETCH_VERSION: i16 = 7;
 const METADATA_VERSION: i16 = 9;
 const CLIENT_ID: &str = "sim-eos";
@@ -169,6 +174,11 @@ struct Instance {
     backoff: Backoff,
     /// Paused mid-transaction and back: finishes that one and goes away.
     zombie: bool,
+    /// Speaks transaction version 2 (KIP-890 part 2): Produce v12 and
+    /// TxnOffsetCommit v5 add the partition and the group themselves (no
+    /// AddPartitionsToTxn, no AddOffsetsToTxn), and EndTxn v5 bumps the
+    /// epoch at every end.
+    v2: bool,
     reports: mpsc::UnboundedSender<Report>,
     zombies: Arc<AtomicUsize>,
     drain_deadline: Option<Instant>,
@@ -184,6 +194,9 @@ impl Instance {
         zombies: Arc<AtomicUsize>,
     ) -> Instance {
         let instance = NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed);
+        // Drawn only in seeds that speak it, so that the others draw from
+        // the simulation's rng exactly as before it existed.
+        let v2 = params.txn_v2_percent > 0 && percent(params.txn_v2_percent);
         Instance {
             instance,
             params,
@@ -195,6 +208,7 @@ impl Instance {
             positions: None,
             backoff: Backoff::new(),
             zombie: false,
+            v2,
             reports,
             zombies,
             drain_deadline: None,
@@ -517,8 +531,10 @@ impl Instance {
             "EOS transaction begins"
         );
         let partitions: Vec<i32> = batch.keys().copied().collect();
-        if let Some(step) = self.add_partitions(index, pid, epoch, &partitions).await {
-            return step;
+        if !self.v2 {
+            if let Some(step) = self.add_partitions(index, pid, epoch, &partitions).await {
+                return step;
+            }
         }
         if let Some(step) = self.maybe_stall(stall_at, 0, index).await {
             return step;
@@ -535,8 +551,10 @@ impl Instance {
         if let Some(step) = self.maybe_stall(stall_at, 1, index).await {
             return step;
         }
-        if let Some(step) = self.add_offsets(index, pid, epoch).await {
-            return step;
+        if !self.v2 {
+            if let Some(step) = self.add_offsets(index, pid, epoch).await {
+                return step;
+            }
         }
         if let Some(step) = self.commit_offsets(index, pid, epoch, &offsets).await {
             return step;
@@ -833,7 +851,11 @@ impl Instance {
             index,
             "TxnOffsetCommit",
             txn_offset_commit_request::API_KEY,
-            TXN_OFFSET_COMMIT_VERSION,
+            if self.v2 {
+                TXN_OFFSET_COMMIT_VERSION_V2
+            } else {
+                TXN_OFFSET_COMMIT_VERSION
+            },
             &body,
             |r| match r {
                 ResponseBody::TxnOffsetCommit(r) => Some(
@@ -883,9 +905,14 @@ impl Instance {
         });
         self.correlation = self.correlation.wrapping_add(1);
         let correlation_id = self.correlation;
+        let version = if self.v2 {
+            PRODUCE_VERSION_V2
+        } else {
+            PRODUCE_VERSION
+        };
         let frame = match encode_request(
             produce_request::API_KEY,
-            PRODUCE_VERSION,
+            version,
             correlation_id,
             Some(CLIENT_ID),
             &body,
@@ -906,14 +933,11 @@ impl Instance {
                 .produce(EOS_OUTPUT_TOPIC, partition, &frame, &self.shared)
                 .await;
             let outcome = match sent {
-                Ok(response) => decode_response(
-                    produce_request::API_KEY,
-                    PRODUCE_VERSION,
-                    correlation_id,
-                    response,
-                )
-                .map_err(RequestError::of)
-                .and_then(|b| produce_outcome(b, partition)),
+                Ok(response) => {
+                    decode_response(produce_request::API_KEY, version, correlation_id, response)
+                        .map_err(RequestError::of)
+                        .and_then(|b| produce_outcome(b, partition))
+                }
                 Err(e) => Err(e),
             };
             let code = match outcome {
@@ -991,11 +1015,28 @@ impl Instance {
                 self.shared.eos_committing.store(true, Ordering::Relaxed);
                 self.shared.eos_commit_started.notify_one();
             }
-            let answer = self
-                .request(end_txn_request::API_KEY, END_TXN_VERSION, &body)
-                .await;
+            let version = if self.v2 {
+                END_TXN_VERSION_V2
+            } else {
+                END_TXN_VERSION
+            };
+            let answer = self.request(end_txn_request::API_KEY, version, &body).await;
             let code = match answer {
-                Ok(ResponseBody::EndTxn(r)) => r.error_code,
+                Ok(ResponseBody::EndTxn(r)) => {
+                    if r.error_code == 0 && self.v2 {
+                        // Transaction version 2: continue with the identity
+                        // answered, sequences from 0.
+                        if !is_bumped_identity(pid, epoch, r.producer_id, r.producer_epoch) {
+                            self.violation(format!(
+                                "EndTxn v5 of {pid}/{epoch} answered {}/{}, not a bumped epoch",
+                                r.producer_id, r.producer_epoch
+                            ));
+                        }
+                        self.session = Some((r.producer_id, r.producer_epoch));
+                        self.seqs.clear();
+                    }
+                    r.error_code
+                }
                 Ok(other) => {
                     self.violation(format!("EndTxn answered {other:?}"));
                     -1
@@ -1027,6 +1068,13 @@ impl Instance {
                         TxnEnd::Fenced
                     },
                 );
+                break Step::Fenced;
+            }
+            if self.v2 && commit && code == ErrorCode::InvalidTxnState.code() {
+                // Version 2's answer to a commit whose transaction was
+                // aborted under it (see `crate::txn`): as the Java client,
+                // give up this instance.
+                self.shared.eos().end(index, TxnEnd::Fenced);
                 break Step::Fenced;
             }
             if code == -1 || coordinator_retriable(code) {

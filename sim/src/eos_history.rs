@@ -119,6 +119,9 @@ pub struct EosStats {
     pub input_acked: u64,
     /// Records in the final read of the output.
     pub final_records: u64,
+    /// Input records past the drained loop's committed offset that repeat
+    /// an earlier input batch (a late copy of a given-up attempt).
+    pub late_input_copies: u64,
 }
 
 #[derive(Debug, Default)]
@@ -349,9 +352,24 @@ impl EosHistory {
         for (&p, log) in input {
             let c = committed.get(&p).copied().unwrap_or(-1).max(0);
             let end = log.last().map_or(0, |(o, _)| o + 1);
-            if c != end {
+            // The input producer is not idempotent: an attempt it gave up
+            // on (held in a clogged link, or queued behind a slow request on
+            // a connection it dropped) may be appended after it stopped,
+            // and after the loop drained. Such a late copy repeats a batch
+            // already in the input; anything else past the committed offset
+            // is input the loop left unprocessed.
+            let earlier: BTreeSet<&Bytes> =
+                log.iter().filter(|(o, _)| *o < c).map(|(_, b)| b).collect();
+            let unprocessed: Vec<i64> = log
+                .iter()
+                .filter(|(o, b)| *o >= c && !earlier.contains(b))
+                .map(|(o, _)| *o)
+                .collect();
+            self.stats.late_input_copies += (end - c).max(0) as u64 - unprocessed.len() as u64;
+            if c > end || !unprocessed.is_empty() {
                 v.push(format!(
-                    "liveness: the loop drained, yet the committed offset of input partition {p} is {c}, the input ends at {end}"
+                    "liveness: the loop drained, yet the committed offset of input partition {p} is {c}, the input ends at {end} (unprocessed: {:?})",
+                    &unprocessed[..unprocessed.len().min(5)]
                 ));
             }
             let missing: Vec<i64> = log
@@ -583,6 +601,28 @@ mod tests {
         assert!(v.iter().any(|m| m.contains("did not commit")), "{v:?}");
         assert!(v.iter().any(|m| m.contains("without its offsets")), "{v:?}");
         assert!(v.iter().any(|m| m.contains("input ends at 2")), "{v:?}");
+    }
+
+    #[test]
+    fn input_past_the_drained_loop_is_allowed_only_as_a_late_copy() {
+        let mut h = EosHistory::default();
+        let out = txn(&mut h, 0, 3, TxnEnd::CommitAcked);
+        let output = BTreeMap::from([(0, log(&out))]);
+        let committed = BTreeMap::from([(0, 3)]);
+        // Offset 3 repeats offset 2's record: a given-up attempt appended
+        // after the loop drained.
+        let mut late = input(3);
+        late.get_mut(&0).unwrap().push((3, b("v2")));
+        assert_eq!(
+            h.check_final(&late, &output, &committed),
+            Vec::<String>::new()
+        );
+        assert_eq!(h.stats.late_input_copies, 1);
+        // A record never seen before is input the loop left behind.
+        let mut h = EosHistory::default();
+        let out = txn(&mut h, 0, 3, TxnEnd::CommitAcked);
+        let v = h.check_final(&input(4), &BTreeMap::from([(0, log(&out))]), &committed);
+        assert!(v.iter().any(|m| m.contains("unprocessed: [3]")), "{v:?}");
     }
 
     #[test]

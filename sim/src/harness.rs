@@ -247,6 +247,10 @@ impl SeedReport {
             ("EOS transactions committed", e.commits_acked),
             ("EOS transactions aborted", e.aborts_acked),
             (
+                "EOS input copies appended after the drain",
+                e.late_input_copies,
+            ),
+            (
                 "compacted topics",
                 u64::from(self.params.compaction.is_some()),
             ),

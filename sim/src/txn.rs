@@ -55,8 +55,15 @@ const END_TXN_VERSION: i16 = 3;
 /// Transaction version 2 (KIP-890 part 2), as the Java client 4.x speaks
 /// it: Produce v12 adds its partition to the transaction itself, and
 /// EndTxn v5 bumps the epoch at every end and answers the new one.
-const PRODUCE_VERSION_V2: i16 = 12;
-const END_TXN_VERSION_V2: i16 = 5;
+pub(crate) const PRODUCE_VERSION_V2: i16 = 12;
+pub(crate) const END_TXN_VERSION_V2: i16 = 5;
+
+/// Whether the identity EndTxn v5 answered for a transaction of (`pid`,
+/// `epoch`) is one transaction version 2 may hand out: the epoch bumped, or
+/// a fresh producer id at epoch 0 once the epoch is exhausted.
+pub(crate) fn is_bumped_identity(pid: i64, epoch: i16, next_pid: i64, next_epoch: i16) -> bool {
+    (next_pid == pid && next_epoch > epoch) || (next_pid != pid && next_epoch == 0)
+}
 const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
 const METADATA_VERSION: i16 = 9;
 const FETCH_VERSION: i16 = 12;
@@ -604,9 +611,7 @@ impl Instance {
     /// producer id at epoch 0 once the epoch is exhausted); sequences start
     /// again at 0 under it.
     fn continue_as(&mut self, pid: i64, epoch: i16, next_pid: i64, next_epoch: i16) {
-        let bumped =
-            (next_pid == pid && next_epoch > epoch) || (next_pid != pid && next_epoch == 0);
-        if !bumped {
+        if !is_bumped_identity(pid, epoch, next_pid, next_epoch) {
             self.violation(format!(
                 "EndTxn v5 of {pid}/{epoch} answered {next_pid}/{next_epoch}, not a bumped epoch"
             ));
