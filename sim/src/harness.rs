@@ -720,7 +720,14 @@ fn crash_gates_met(params: &SimParams, shared: &Shared) -> bool {
             && e.resumes >= MIN_EOS_RESUMES
             && e.observations >= MIN_EOS_OBSERVATIONS
     };
-    group && generations && zombies && idempotent && txns && eos
+    // A seed that deletes goes on until deletions were acknowledged and an
+    // answer showed a log start above 0.
+    let deletes = params.retention.is_none_or(|r| {
+        let d = shared.history().retention.stats;
+        (r.delete_every_ms == 0 || d.deletes_acked >= MIN_DELETES_ACKED)
+            && d.starts_above_zero >= MIN_LOG_STARTS_CHECKED
+    });
+    group && generations && zombies && idempotent && txns && eos && deletes
 }
 
 /// How stale a broker's listings may be: the seed's draw, or

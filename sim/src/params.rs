@@ -148,7 +148,8 @@ pub struct SimParams {
 /// seeds; [`SimParams::with_retention`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionParams {
-    /// Pause between DeleteRecords requests (0: no DeleteRecords actor).
+    /// Pause between DeleteRecords requests (0: no DeleteRecords actor,
+    /// the seed retains by time instead).
     pub delete_every_ms: u64,
     /// The topic's `retention.ms` (-1: no time retention). Short, so that
     /// sealed segments age out within the fault phase.
@@ -387,16 +388,20 @@ impl SimParams {
     /// seeds, from an rng of its own seeded by the seed, as
     /// [`with_compaction`](Self::with_compaction) does, so that the other
     /// seeds, and every other draw, stay as they were before it existed.
-    /// Each such seed runs DeleteRecords, time retention, or both.
+    /// Each such seed runs DeleteRecords or time retention.
     pub fn with_retention(mut self, seed: u64) -> SimParams {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_7265_746e);
         if rng.gen_range(0..3) != 0 {
             return self;
         }
-        let (deletes, retains) = [(true, false), (false, true), (true, true)][rng.gen_range(0..3)];
+        // One or the other: with both, DeleteRecords (a visit behind the
+        // durable end) always runs ahead of a retention.ms of seconds, and
+        // retention would never be the one to delete.
+        let deletes = rng.gen_range(0..2) == 0;
+        let retains = !deletes;
         self.retention = Some(RetentionParams {
             delete_every_ms: if deletes {
-                [300, 1_000, 3_000][rng.gen_range(0..3)]
+                [300, 1_000, 2_000][rng.gen_range(0..3)]
             } else {
                 0
             },
@@ -569,7 +574,7 @@ mod tests {
         );
         assert!(retaining
             .iter()
-            .all(|r| r.delete_every_ms > 0 || r.retention_ms > 0));
+            .all(|r| (r.delete_every_ms > 0) != (r.retention_ms > 0)));
         assert!(retaining.iter().any(|r| r.delete_every_ms == 0));
         assert!(retaining.iter().any(|r| r.retention_ms < 0));
         // Multi-broker seeds run every workload somewhere in the CI range.
