@@ -95,6 +95,10 @@ crate::named_enum! {
         /// the log at its first segment's base: records DeleteRecords
         /// deleted inside that segment come back after a restart.
         LogStartForgottenOnRecovery,
+        /// Time retention deletes every sealed, settled segment without
+        /// looking at its newest timestamp: records still within
+        /// `retention.ms` are lost.
+        RetentionIgnoresSegmentAge,
     }
 }
 
