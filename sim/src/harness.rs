@@ -339,10 +339,11 @@ impl fmt::Display for SeedReport {
             let l = &self.low_acks;
             write!(
                 f,
-                "low acks: acks=1 {} acked ({} kept, {} lost by a power loss, {} records read), acks=0 {} of {} in the final log ({} read), {} records within their send counts | ",
+                "low acks: acks=1 {} acked ({} kept, {} lost by a power loss, {} deleted, {} records read), acks=0 {} of {} in the final log ({} read), {} records within their send counts | ",
                 l.leader_acked,
                 l.leader_kept,
                 l.leader_lost,
+                l.leader_deleted,
                 l.leader_read,
                 l.unacknowledged_found,
                 l.unacknowledged_sent,
