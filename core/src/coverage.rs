@@ -106,6 +106,12 @@ crate::named_enum! {
         /// A buggify point held the broker until the simulator killed it
         /// there.
         BuggifyCrashedAtAPoint,
+        /// DeleteRecords moved a partition's log start forward (persisted
+        /// first, then applied).
+        LogStartMovedByDeleteRecords,
+        /// Retention (by time or size, or below a start DeleteRecords
+        /// moved) took a partition's oldest segments out.
+        SegmentDeletedByRetention,
     }
 }
 

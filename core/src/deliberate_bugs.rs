@@ -91,6 +91,14 @@ crate::named_enum! {
         /// member whose generation does not match the group's: a zombie's
         /// commit of a generation that moved on becomes visible.
         StaleGenerationCommitAccepted,
+        /// A partition's recovery ignores the persisted log start and starts
+        /// the log at its first segment's base: records DeleteRecords
+        /// deleted inside that segment come back after a restart.
+        LogStartForgottenOnRecovery,
+        /// Time retention deletes every sealed, settled segment without
+        /// looking at its newest timestamp: records still within
+        /// `retention.ms` are lost.
+        RetentionIgnoresSegmentAge,
     }
 }
 

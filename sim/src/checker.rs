@@ -8,7 +8,9 @@
 //! Rules (a plain, non-idempotent producer with acks=all):
 //! - an acknowledged record is in the final log at exactly the offset its
 //!   produce response reported;
-//! - the final log's offsets are dense from 0: no holes, no offset twice;
+//! - the final log's offsets are dense from its log start (0 unless
+//!   records were deleted, `crate::retention_history`): no holes, no offset
+//!   twice;
 //! - an offset never maps to two different records, whoever reported them
 //!   (two acks, an ack and a fetch, two fetches, a fetch and the final log):
 //!   fetches only return durable data, so what a consumer saw is never taken
@@ -16,6 +18,12 @@
 //! - the high watermark never goes below what was already known durable
 //!   (an acknowledged offset, or an earlier high watermark);
 //! - every record in the log is one a producer sent.
+//!
+//! A record acknowledged or read may be missing from the final log only
+//! below its log start, and only if its deletion was allowed (a
+//! DeleteRecords asked for it, or `retention.ms` let it age out); no
+//! answer may show a log start below one acknowledged or shown before
+//! (`crate::retention_history`).
 //!
 //! Records that were never acknowledged may be present or absent, and a
 //! retried produce may be present more than once (as often as it was sent):
@@ -38,6 +46,7 @@
 //!   this broker's slice of the id space.
 
 use crate::low_acks::{LowAcksHistory, LowAcksStats};
+use crate::retention_history::{Deletion, RetentionHistory, RetentionStats};
 use bytes::Bytes;
 use kaas_core::producer::{local_pid_range, pid_for, PID_BLOCK_SIZE};
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,6 +145,8 @@ pub struct History {
     brokers: i32,
     /// What plain producers sent at acks=1 and acks=0, and acks=1's answers.
     pub low_acks: LowAcksHistory,
+    /// What DeleteRecords and retention.ms allow to go from the topic.
+    pub retention: RetentionHistory,
 }
 
 /// Why a value does not map to a record we sent.
@@ -155,6 +166,21 @@ impl History {
 
     pub fn violations(&self) -> &[String] {
         &self.violations
+    }
+
+    /// A fetch sent when the log start floor was `start_floor` answered
+    /// the log start `log_start` and `records`: see
+    /// [`RetentionHistory::fetched`].
+    pub fn fetched_start(
+        &mut self,
+        partition: i32,
+        start_floor: i64,
+        log_start: i64,
+        records: &[(i64, Bytes)],
+    ) {
+        let first = records.first().map(|(o, _)| *o);
+        self.retention
+            .fetched(partition, start_floor, log_start, first);
     }
 
     /// A batch is about to be produced (first attempt).
@@ -355,14 +381,41 @@ impl History {
     /// Returns every violation, those found during the run included.
     pub fn check_final(&self, partitions: i32, logs: &BTreeMap<i32, PartitionLog>) -> Vec<String> {
         let mut violations = self.violations.clone();
+        violations.extend(self.retention.violations().iter().cloned());
+        violations.extend(self.check_logs(partitions, logs).0);
+        violations.extend(self.check_idempotent(logs));
+        violations.extend(self.low_acks_check(logs).0);
+        // Keep failure output readable; the first few say what happened.
+        if violations.len() > 20 {
+            let more = violations.len() - 20;
+            violations.truncate(20);
+            violations.push(format!("... and {more} more"));
+        }
+        violations
+    }
+
+    /// The final logs against the acknowledgements and reads (module
+    /// docs); returns the violations and what the deletion rules compared.
+    fn check_logs(
+        &self,
+        partitions: i32,
+        logs: &BTreeMap<i32, PartitionLog>,
+    ) -> (Vec<String>, RetentionStats) {
+        let mut violations = Vec::new();
+        let mut stats = self.retention.stats;
         let empty = PartitionLog::new();
         for partition in 0..partitions {
             let log = logs.get(&partition).unwrap_or(&empty);
+            let start = self.retention.start_of(partition);
+            stats.final_start_total += u64::try_from(start).unwrap_or(0);
+            // Each of the final read's fetches was checked against the
+            // log start known when it was sent (`fetched_start`).
             let mut by_offset = BTreeMap::new();
-            for (expected, (offset, value)) in log.iter().enumerate() {
-                if *offset != expected as i64 {
+            for (i, (offset, value)) in log.iter().enumerate() {
+                let expected = start + i as i64;
+                if *offset != expected {
                     violations.push(format!(
-                        "partition {partition}: record {expected} of the final log has offset {offset} (offsets must be dense from 0)"
+                        "partition {partition}: record {i} of the final log has offset {offset} (offsets must be dense from the log start {start})"
                     ));
                     break;
                 }
@@ -376,13 +429,15 @@ impl History {
                     ));
                 }
             }
-            let end = self.durable_end.get(&partition).copied().unwrap_or(0);
-            if (log.len() as i64) < end {
+            let durable = self.durable_end.get(&partition).copied().unwrap_or(0);
+            let end = start + log.len() as i64;
+            if end < durable {
                 violations.push(format!(
-                    "partition {partition}: final log ends at {} but offsets up to {end} were durable",
-                    log.len()
+                    "partition {partition}: final log ends at {end} but offsets up to {durable} were durable"
                 ));
             }
+            // A record read and acknowledged is counted once.
+            let mut counted = BTreeSet::new();
             for (what, map) in [("acknowledged", &self.acked), ("fetched", &self.observed)] {
                 for ((_, offset), value) in map.range((partition, i64::MIN)..=(partition, i64::MAX))
                 {
@@ -393,6 +448,23 @@ impl History {
                             show(value),
                             show(found)
                         )),
+                        None if *offset < start => {
+                            match self.retention.deletable(partition, *offset, value) {
+                                Some(why) => {
+                                    if counted.insert(*offset) {
+                                        match why {
+                                            Deletion::Requested => stats.deleted_by_request += 1,
+                                            Deletion::Aged => stats.deleted_by_age += 1,
+                                        }
+                                    }
+                                }
+                                None => violations.push(format!(
+                                    "partition {partition} offset {offset}: {what} {} is missing from the final log, which starts at {start}, but no DeleteRecords asked to delete it (the highest asked for {}) and retention.ms did not allow it: a lost write",
+                                    show(value),
+                                    self.retention.requested(partition)
+                                )),
+                            }
+                        }
                         None => violations.push(format!(
                             "partition {partition} offset {offset}: {what} {} is missing from the final log",
                             show(value)
@@ -401,15 +473,26 @@ impl History {
                 }
             }
         }
-        violations.extend(self.check_idempotent(logs));
-        violations.extend(self.low_acks.check(logs, &self.observed).0);
-        // Keep failure output readable; the first few say what happened.
-        if violations.len() > 20 {
-            let more = violations.len() - 20;
-            violations.truncate(20);
-            violations.push(format!("... and {more} more"));
-        }
-        violations
+        (violations, stats)
+    }
+
+    /// What the deletion rules compared against the final logs.
+    pub fn retention_stats(
+        &self,
+        partitions: i32,
+        logs: &BTreeMap<i32, PartitionLog>,
+    ) -> RetentionStats {
+        self.check_logs(partitions, logs).1
+    }
+
+    /// The low-acks rules, with the deletions this history allows.
+    fn low_acks_check(&self, logs: &BTreeMap<i32, PartitionLog>) -> (Vec<String>, LowAcksStats) {
+        let retention = &self.retention;
+        let deleted = |partition: i32, offset: i64, value: &Bytes| {
+            offset < retention.start_of(partition)
+                && retention.deletable(partition, offset, value).is_some()
+        };
+        self.low_acks.check_with(logs, &self.observed, &deleted)
     }
 
     /// The idempotence rules (module docs) against the final logs.
@@ -431,9 +514,15 @@ impl History {
                 }
             }
         }
-        // Per (pid, epoch, partition): (sequence, where the batch is).
-        let mut sessions: BTreeMap<Session, Vec<(i32, Option<i64>)>> = BTreeMap::new();
-        for IdempotentEntry { batch, .. } in &self.idempotent {
+        // Per (pid, epoch, partition): (sequence, where the batch is, where
+        // an answer said it was).
+        type Placed = (i32, Option<i64>, Option<i64>);
+        let mut sessions: BTreeMap<Session, Vec<Placed>> = BTreeMap::new();
+        for IdempotentEntry {
+            batch, answered, ..
+        } in &self.idempotent
+        {
+            let start = self.retention.start_of(batch.partition);
             let name = || {
                 format!(
                     "producer {} (pid {} epoch {}) batch of sequence {} on partition {}",
@@ -458,8 +547,20 @@ impl History {
                 continue;
             }
             let present = places.iter().filter(|p| p.is_some()).count();
+            let missing = batch.values.len() - present;
+            // A batch the log start cuts (DeleteRecords to an offset inside
+            // it): its first records gone, the rest from the start on.
+            let cut = missing > 0
+                && places[..missing].iter().all(Option::is_none)
+                && places[missing..]
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .all(|(i, p)| p[0] == (batch.partition, start + i as i64));
             let position = if present == 0 {
                 None
+            } else if cut {
+                Some(start - missing as i64)
             } else if present < batch.values.len() {
                 violations.push(format!(
                     "{}: only {present} of its {} records are in the final log",
@@ -488,15 +589,21 @@ impl History {
             sessions
                 .entry((batch.pid, batch.epoch, batch.partition))
                 .or_default()
-                .push((batch.base_sequence, position));
+                .push((batch.base_sequence, position, *answered));
         }
         for ((pid, epoch, partition), mut batches) in sessions {
             batches.sort_unstable();
-            // Present batches must be a prefix of the sent ones, in order.
+            // Present batches must be a prefix of the sent ones, in order;
+            // with records deleted, a suffix of such a prefix: the batches
+            // before the first present one may be below the log start
+            // (unless an answer put them above it).
+            let start = self.retention.start_of(partition);
             let mut gap_at = None;
             let mut last_offset = -1;
-            for (seq, position) in batches {
+            for (seq, position, answered) in batches {
+                let deleted = start > 0 && last_offset < 0 && answered.is_none_or(|o| o < start);
                 match (position, gap_at) {
+                    (None, None) if deleted => {}
                     (None, None) => gap_at = Some(seq),
                     (None, Some(_)) => {}
                     (Some(offset), Some(missing)) => {
@@ -522,7 +629,7 @@ impl History {
 
     /// What the low-acks rules compared against the final logs.
     pub fn low_acks_stats(&self, logs: &BTreeMap<i32, PartitionLog>) -> LowAcksStats {
-        self.low_acks.check(logs, &self.observed).1
+        self.low_acks_check(logs).1
     }
 
     /// A summary of the final logs: number of records, and how many were
@@ -554,6 +661,10 @@ impl History {
         self.idempotent.hash(&mut h);
         self.pids.hash(&mut h);
         self.low_acks.describe().hash(&mut h);
+        if self.retention.active() {
+            // Only then: other seeds' fingerprints stay as they were.
+            self.retention.describe().hash(&mut h);
+        }
         format!("{:?} {:?}", self.stats, self.idem).hash(&mut h);
         extra.hash(&mut h);
         h.finish()
@@ -563,6 +674,7 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::retention_history::DeleteOutcome;
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
@@ -785,6 +897,155 @@ mod tests {
         assert!(h.violations().iter().any(|m| m.contains("outside")));
         h.pid_granted(2, pid_for(0, 7), 3);
         assert!(h.violations().iter().any(|m| m.contains("epoch 3")));
+    }
+
+    fn log_from(start: i64, values: &[&str]) -> PartitionLog {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (start + i as i64, b(v)))
+            .collect()
+    }
+
+    #[test]
+    fn records_below_a_requested_deletion_may_go_and_the_log_is_dense_from_its_start() {
+        let mut h = history_with(&["a", "b", "c", "d"]);
+        h.acked(0, 0, &[b("a"), b("b"), b("c"), b("d")]);
+        h.fetched(0, 0, 4, &[(0, b("a")), (1, b("b"))]);
+        h.retention.delete_sent(0, 2);
+        let floor = h.retention.start_floor(0);
+        h.retention
+            .delete_answered(0, 2, floor, DeleteOutcome::Acked(2));
+        h.retention.final_start(0, 2);
+        let logs = BTreeMap::from([(0, log_from(2, &["c", "d"]))]);
+        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        let stats = h.retention_stats(1, &logs);
+        assert_eq!((stats.deleted_by_request, stats.final_start_total), (2, 2));
+        // Dense from the start, not from 0.
+        let holed = BTreeMap::from([(0, vec![(2, b("c")), (4, b("d"))])]);
+        assert!(h
+            .check_final(1, &holed)
+            .iter()
+            .any(|m| m.contains("dense from the log start 2")));
+    }
+
+    #[test]
+    fn a_record_gone_above_every_requested_deletion_and_within_retention_is_a_lost_write() {
+        let mut h = history_with(&["a", "b", "c"]);
+        h.acked(0, 0, &[b("a"), b("b"), b("c")]);
+        h.retention.set_deleting(20_000);
+        h.retention.stamp(&[b("a")], 0);
+        h.retention.stamp(&[b("b"), b("c")], 100_000);
+        // An unknown outcome counts as asked for: it may have applied.
+        h.retention.delete_sent(0, 1);
+        h.retention.delete_answered(0, 1, 0, DeleteOutcome::Unknown);
+        h.retention.final_read_at(100_500);
+        h.retention.final_start(0, 2);
+        let logs = BTreeMap::from([(0, log_from(2, &["c"]))]);
+        let v = h.check_final(1, &logs);
+        assert!(
+            v.iter()
+                .any(|m| m.contains("offset 1: acknowledged b is missing")
+                    && m.contains("a lost write")),
+            "{v:?}"
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        // Had it been old enough, time retention could have taken it.
+        h.retention.final_read_at(200_000);
+        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        let stats = h.retention_stats(1, &logs);
+        assert_eq!((stats.deleted_by_request, stats.deleted_by_age), (1, 1));
+    }
+
+    #[test]
+    fn a_log_start_going_backwards_fails() {
+        let mut h = history_with(&["a", "b", "c"]);
+        h.acked(0, 0, &[b("a"), b("b"), b("c")]);
+        h.retention.delete_sent(0, 2);
+        h.retention
+            .delete_answered(0, 2, 0, DeleteOutcome::Acked(2));
+        // After a restart, ListOffsets EARLIEST shows the old start.
+        let floor = h.retention.start_floor(0);
+        h.retention.start_seen(0, floor, 0, "ListOffsets EARLIEST");
+        assert!(
+            h.retention.violations().iter().any(|m| m.contains(
+                "ListOffsets EARLIEST showed the log start 0, but before it was asked a DeleteRecords before 2 was acknowledged"
+            )),
+            "{:?}",
+            h.retention.violations()
+        );
+        // A fetch returning deleted records fails, as does one whose log
+        // start went back from what an answer showed.
+        let mut h = history_with(&["a", "b", "c"]);
+        h.fetched_start(0, 0, 3, &[]);
+        h.fetched_start(0, h.retention.start_floor(0), 1, &[(1, b("b"))]);
+        let v = h.check_final(1, &BTreeMap::new());
+        assert!(
+            v.iter()
+                .any(|m| m.contains("a fetch showed the log start 1")
+                    && m.contains("showed the log start 3")),
+            "{v:?}"
+        );
+        assert!(
+            v.iter()
+                .any(|m| m.contains("returned offset 1, below the log start 3")),
+            "{v:?}"
+        );
+        // Nothing asked to delete and no retention.ms: the start moved
+        // on its own.
+        assert!(
+            v.iter()
+                .any(|m| m.contains("above every DeleteRecords offset asked for (0)")),
+            "{v:?}"
+        );
+        // A DeleteRecords acknowledged below what it asked for fails.
+        let mut h = History::new();
+        h.retention
+            .delete_answered(0, 5, 0, DeleteOutcome::Acked(4));
+        assert!(h.retention.violations()[0].contains("low watermark 4"));
+    }
+
+    #[test]
+    fn idempotent_batches_cut_or_deleted_by_the_log_start_pass_but_gaps_after_it_fail() {
+        let mut h = History::new();
+        let a = h.idempotent_batch(idem(0, &["a0", "a1"]));
+        let c = h.idempotent_batch(idem(2, &["c0", "c1"]));
+        h.idempotent_batch(idem(4, &["d0"]));
+        h.idempotent_batch(idem(5, &["e0"]));
+        h.idempotent_answered(a, 0, false);
+        h.idempotent_answered(c, 2, false);
+        h.retention.delete_sent(0, 3);
+        h.retention.final_start(0, 3);
+        // a0 a1 deleted, c0 deleted (c cut), c1 d0 e0 kept.
+        let logs = BTreeMap::from([(0, log_from(3, &["c1", "d0", "e0"]))]);
+        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        // d missing between c and e is a gap whatever was deleted.
+        let logs = BTreeMap::from([(0, log_from(3, &["c1", "e0"]))]);
+        let v = h.check_final(1, &logs);
+        assert!(
+            v.iter().any(|m| m.contains("sequence 5 is in the log")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn an_acks_one_record_deleted_as_asked_passes() {
+        let mut h = history_with(&["a", "b"]);
+        h.low_acks
+            .sent(crate::low_acks::Acks::Leader, &[b("a"), b("b")]);
+        h.low_acks.leader_acked(0, 0, &[b("a"), b("b")], 0);
+        h.retention.delete_sent(0, 1);
+        h.retention.final_start(0, 1);
+        let logs = BTreeMap::from([(0, log_from(1, &["b"]))]);
+        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        let l = h.low_acks_stats(&logs);
+        assert_eq!((l.leader_kept, l.leader_deleted), (1, 1));
+        // Not asked for: a loss with no power loss to explain it.
+        let mut h = history_with(&["a", "b"]);
+        h.low_acks.leader_acked(0, 0, &[b("a"), b("b")], 0);
+        h.retention.final_start(0, 1);
+        let v = h.check_final(1, &logs);
+        assert!(v.iter().any(|m| m.contains("starts after it")), "{v:?}");
     }
 
     #[test]

@@ -30,8 +30,9 @@
 
 use crate::group_history::{CommitId, CommitOutcome, ZombieAnswer};
 use crate::params::SimParams;
+use crate::retention::{reset_to_earliest, Reset};
 use crate::routes::{self, Routes};
-use crate::workload::{Backoff, RequestError, Shared, TOPIC};
+use crate::workload::{Backoff, Floors, RequestError, Shared, TOPIC};
 use bytes::{Bytes, BytesMut};
 use kaas_core::protocol::messages::{
     consumer_protocol_assignment, find_coordinator_request, heartbeat_request, join_group_request,
@@ -842,13 +843,7 @@ async fn fetch_round(
     shared: &Shared,
     name: &str,
 ) -> Option<FetchRound> {
-    let floors: BTreeMap<i32, i64> = {
-        let history = shared.history();
-        positions
-            .keys()
-            .map(|&p| (p, history.fetch_floor(p)))
-            .collect()
-    };
+    let floors = Floors::now(positions, shared);
     let fetched = match routes.fetch(positions, wait_ms, shared).await {
         Ok(f) => f,
         Err(e) => {
@@ -869,20 +864,42 @@ async fn fetch_round(
         };
         if part.error_code == ErrorCode::OffsetOutOfRange.code() {
             // The position is a committed offset or past fetched data,
-            // both within the durable log.
-            shared.groups().violation(format!(
-                "{name}: partition {} OFFSET_OUT_OF_RANGE at {position}",
-                part.partition
-            ));
+            // both within the durable log: only deletions (this seed's
+            // DeleteRecords or retention.ms) may leave it below the log
+            // start, and then the member resets to the earliest offset.
+            // `active`: set before any workload started, in seeds that
+            // delete.
+            let deleting = shared.history().retention.active();
+            let start = match deleting {
+                true => match routes.leader(TOPIC, part.partition, shared).await {
+                    Some(l) => {
+                        let conn = routes.conn(l.addr);
+                        reset_to_earliest(conn, l.addr, part.partition, l.epoch, *position, shared)
+                            .await
+                    }
+                    None => Reset::Failed,
+                },
+                false => Reset::NotBelow(-1),
+            };
+            match start {
+                Reset::MovedTo(start) => {
+                    *position = start;
+                    round.advanced = true;
+                }
+                Reset::Failed => {}
+                Reset::NotBelow(start) => shared.groups().violation(format!(
+                    "{name}: partition {} OFFSET_OUT_OF_RANGE at {position} (the log starts at {start})",
+                    part.partition
+                )),
+            }
+            round.failed = true;
+            continue;
         }
         if part.error_code != 0 {
             round.failed = true;
             continue;
         }
-        let floor = floors.get(&part.partition).copied().unwrap_or(0);
-        shared
-            .history()
-            .fetched(part.partition, floor, part.high_watermark, &part.records);
+        floors.fetched(&part, shared);
         round.records += part.records.len() as u64;
         round.advanced |= part.next_offset > *position;
         *position = (*position).max(part.next_offset);

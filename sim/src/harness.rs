@@ -14,12 +14,15 @@ use crate::env::{SimClock, SimIo};
 use crate::eos_history::EosStats;
 use crate::group_history::GroupStats;
 use crate::low_acks::{Acks, LowAcksStats};
-use crate::params::{SimParams, CLOCK_SKEW_BOUND_MS, MAX_DRIFT_PPM, VOLUME_STALENESS_BOUND_MS};
+use crate::params::{
+    SimParams, CLOCK_SKEW_BOUND_MS, MAX_CLOCK_OFFSET_MS, MAX_DRIFT_PPM, VOLUME_STALENESS_BOUND_MS,
+};
+use crate::retention_history::RetentionStats;
 use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
 use crate::workload::{self, Shared};
 use crate::writers::{self, WriterStats};
-use crate::{compact, eos, eos_input, eos_observer, group_member, idempotent, txn};
+use crate::{compact, eos, eos_input, eos_observer, group_member, idempotent, retention, txn};
 use kaas_core::cluster::membership::LeaseBounds;
 use kaas_core::layout;
 use kaas_core::record::{split_batches, Tail};
@@ -86,6 +89,13 @@ pub const MIN_COMPACT_READS: u64 = 3;
 pub const MIN_LEADER_ACKS: u64 = 20;
 /// ... with an acks=0 producer: this many of its records in the final log.
 pub const MIN_UNACKNOWLEDGED_FOUND: u64 = 20;
+/// With DeleteRecords: this many acknowledged,
+pub const MIN_DELETES_ACKED: u64 = 3;
+/// ... and, with any deletion, this many log starts above 0 in answers
+/// checked against what was acknowledged and shown before,
+pub const MIN_LOG_STARTS_CHECKED: u64 = 1;
+/// ... and, with retention.ms, this many records aged out of the final log.
+pub const MIN_RECORDS_AGED_OUT: u64 = 1;
 /// How long the final read-back may take once faults have stopped.
 const LIVENESS_DEADLINE: Duration = Duration::from_secs(120);
 /// How long to wait for an armed power cut or fsync failure before
@@ -169,6 +179,8 @@ pub struct SeedReport {
     pub compact: CompactStats,
     /// What the acks=1 and acks=0 rules compared.
     pub low_acks: LowAcksStats,
+    /// What the deletion rules compared.
+    pub retention: RetentionStats,
     /// Multi-broker seeds: what clients saw of leadership, and the claims
     /// on the volume.
     pub cluster: ClusterStats,
@@ -231,6 +243,19 @@ impl SeedReport {
             (
                 "acks=0 records in the final log",
                 self.low_acks.unacknowledged_found,
+            ),
+            (
+                "seeds that delete records",
+                u64::from(self.params.retention.is_some()),
+            ),
+            ("DeleteRecords acknowledged", self.retention.deletes_acked),
+            (
+                "records deleted as asked",
+                self.retention.deleted_by_request,
+            ),
+            (
+                "records aged out by retention.ms",
+                self.retention.deleted_by_age,
             ),
             ("idempotent resends", self.idem.resends),
             ("duplicates confirmed", self.idem.duplicates_confirmed),
@@ -319,15 +344,35 @@ impl fmt::Display for SeedReport {
             let l = &self.low_acks;
             write!(
                 f,
-                "low acks: acks=1 {} acked ({} kept, {} lost by a power loss, {} records read), acks=0 {} of {} in the final log ({} read), {} records within their send counts | ",
+                "low acks: acks=1 {} acked ({} kept, {} lost by a power loss, {} deleted, {} records read), acks=0 {} of {} in the final log ({} read), {} records within their send counts | ",
                 l.leader_acked,
                 l.leader_kept,
                 l.leader_lost,
+                l.leader_deleted,
                 l.leader_read,
                 l.unacknowledged_found,
                 l.unacknowledged_sent,
                 l.unacknowledged_read,
                 l.sends_compared,
+            )?;
+        }
+        if let Some(r) = &p.retention {
+            let d = &self.retention;
+            write!(
+                f,
+                "retention: {} DeleteRecords ({} acked, {} refused, {} unknown; every {} ms), {} log starts checked ({} above 0), {} resets to the earliest offset, {} records deleted as asked, {} aged out (retention.ms {}), final logs start at {} in all | ",
+                d.deletes_sent,
+                d.deletes_acked,
+                d.deletes_refused,
+                d.deletes_unknown,
+                r.delete_every_ms,
+                d.starts_checked,
+                d.starts_above_zero,
+                d.resets,
+                d.deleted_by_request,
+                d.deleted_by_age,
+                r.retention_ms,
+                d.final_start_total,
             )?;
         }
         if p.group_members > 0 {
@@ -578,6 +623,11 @@ fn broker_config(params: &SimParams, id: usize) -> BrokerConfig {
     if let Some(c) = params.compaction {
         config.log.cleaner_backoff_ms = c.cleaner_backoff_ms;
     }
+    // The main topic's own retention.ms (CreateTopics, `retention`) must
+    // act within the run; every other topic keeps the -1 above.
+    if let Some(r) = params.retention {
+        config.log.retention_check_interval_ms = r.check_interval_ms;
+    }
     // Short sessions and rebalance delays, so that rebalances happen within
     // the simulated minute.
     config.group.min_session_timeout_ms = 100;
@@ -677,7 +727,14 @@ fn crash_gates_met(params: &SimParams, shared: &Shared) -> bool {
             && e.resumes >= MIN_EOS_RESUMES
             && e.observations >= MIN_EOS_OBSERVATIONS
     };
-    group && generations && zombies && idempotent && txns && eos
+    // A seed that deletes goes on until deletions were acknowledged and an
+    // answer showed a log start above 0.
+    let deletes = params.retention.is_none_or(|r| {
+        let d = shared.history().retention.stats;
+        (r.delete_every_ms == 0 || d.deletes_acked >= MIN_DELETES_ACKED)
+            && d.starts_above_zero >= MIN_LOG_STARTS_CHECKED
+    });
+    group && generations && zombies && idempotent && txns && eos && deletes
 }
 
 /// How stale a broker's listings may be: the seed's draw, or
@@ -1208,11 +1265,14 @@ impl fmt::Display for SeedFailure {
 /// The first (partition, offset) where a final log is not dense.
 fn first_hole(logs: &BTreeMap<i32, PartitionLog>) -> Option<(i32, i64)> {
     logs.iter().find_map(|(&p, log)| {
+        // Dense from the log's first offset (its start, 0 unless records
+        // were deleted).
+        let first = log.first()?.0;
         let i = log
             .iter()
             .enumerate()
-            .position(|(i, (offset, _))| *offset != i as i64)?;
-        Some((p, i as i64))
+            .position(|(i, (offset, _))| *offset != first + i as i64)?;
+        Some((p, first + i as i64))
     })
 }
 
@@ -1276,6 +1336,33 @@ fn low_acks_shortfalls(params: &SimParams, stats: &LowAcksStats) -> Vec<String> 
     short
 }
 
+/// The deletion gates the seed fell short of.
+fn retention_shortfalls(params: &SimParams, stats: &RetentionStats) -> Vec<String> {
+    let mut short = Vec::new();
+    let Some(r) = params.retention else {
+        return short;
+    };
+    if r.delete_every_ms > 0 && stats.deletes_acked < MIN_DELETES_ACKED {
+        short.push(format!(
+            "{} DeleteRecords acknowledged (need {MIN_DELETES_ACKED})",
+            stats.deletes_acked
+        ));
+    }
+    if stats.starts_above_zero < MIN_LOG_STARTS_CHECKED {
+        short.push(format!(
+            "{} log starts above 0 checked (need {MIN_LOG_STARTS_CHECKED})",
+            stats.starts_above_zero
+        ));
+    }
+    if r.retention_ms >= 0 && stats.deleted_by_age < MIN_RECORDS_AGED_OUT {
+        short.push(format!(
+            "{} records aged out by retention.ms (need {MIN_RECORDS_AGED_OUT})",
+            stats.deleted_by_age
+        ));
+    }
+    short
+}
+
 /// Runs one seed to completion in the current madsim runtime.
 pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let handle = Handle::current();
@@ -1285,6 +1372,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .with_cluster(seed)
         .with_roll(seed)
         .with_compaction(seed)
+        .with_retention(seed)
         .with_process_kills(seed)
         .with_acks(seed)
         .with_zombie_members(seed)
@@ -1297,7 +1385,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     // Up to 5 s off true wall time, up to 200 ppm drift: a broker's
     // timestamps and deadlines must not depend on its clock being right.
     // (With several brokers the lease's clock-skew bound covers the drift.)
-    let params_clock = (5_000i64, MAX_DRIFT_PPM);
+    let params_clock = (MAX_CLOCK_OFFSET_MS, MAX_DRIFT_PPM);
     let broker_nodes: Vec<_> = (0..params.brokers)
         .map(|id| {
             let config = broker_config(&params, id);
@@ -1376,6 +1464,20 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             problems.push("the compacted topics' creator died".to_string());
         }
     }
+    if params.retention.is_some() {
+        // Before any producer's first request would auto-create the topic
+        // with the defaults.
+        let created = client
+            .spawn(retention::create_topic(
+                params,
+                brokers.clone(),
+                shared.clone(),
+            ))
+            .await;
+        if created.is_err() {
+            problems.push("the main topic's creator died".to_string());
+        }
+    }
     let plain = params.producers - params.idempotent_producers;
     let producers: Vec<_> = (0..params.producers)
         .map(|id| {
@@ -1397,6 +1499,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         })
         .collect();
     shared.history().set_brokers(params.brokers as i32);
+    let deleter = client.spawn(retention::deleter(params, brokers.clone(), shared.clone()));
     let consumer = client.spawn(workload::consumer(params, brokers.clone(), shared.clone()));
     let txn_producers: Vec<_> = (0..params.txn_producers)
         .map(|slot| {
@@ -1476,6 +1579,9 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         if p.await.is_err() {
             problems.push("a producer task died".to_string());
         }
+    }
+    if deleter.await.is_err() {
+        problems.push("the DeleteRecords actor died".to_string());
     }
     for p in txn_producers {
         if p.await.is_err() {
@@ -1562,6 +1668,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             .spawn(workload::read_everything(
                 params,
                 BROKER_ADDR,
+                shared.clone(),
                 LIVENESS_DEADLINE,
             ))
             .await
@@ -1616,9 +1723,17 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             Err(_) => problems.push("the compacted topic's final reader died".to_string()),
         }
     }
-    let log_ends: BTreeMap<i32, i64> = (0..params.partitions)
-        .map(|p| (p, logs.get(&p).map_or(0, |l| l.len() as i64)))
-        .collect();
+    // Each final log runs from its log start (0 unless records were
+    // deleted) to its end.
+    let log_ends: BTreeMap<i32, i64> = {
+        let history = shared.history();
+        (0..params.partitions)
+            .map(|p| {
+                let len = logs.get(&p).map_or(0, |l| l.len() as i64);
+                (p, history.retention.start_of(p) + len)
+            })
+            .collect()
+    };
     if params.group_members > 0 {
         let give_up = Instant::now() + LIVENESS_DEADLINE;
         loop {
@@ -1826,6 +1941,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     }
     let low_acks = history.low_acks_stats(&logs);
     vacuous.extend(low_acks_shortfalls(&params, &low_acks));
+    let retention_stats = history.retention_stats(params.partitions, &logs);
+    vacuous.extend(retention_shortfalls(&params, &retention_stats));
     for _ in 0..low_acks.leader_lost {
         kaas_core::coverage::hit(kaas_core::coverage::Mark::LowAcksRecordLostByACrash);
     }
@@ -1836,7 +1953,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             seed,
             problems,
             context: format!(
-                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nlow acks: {low_acks:?}\nidempotence: {:?}\ntransactions: {:?}\neos: {:?}\ncompacted topic: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
+                "params: {params:?}\nfaults: {faults:?}\nhistory: {:?}\nlow acks: {low_acks:?}\nretention: {retention_stats:?}\nidempotence: {:?}\ntransactions: {:?}\neos: {:?}\ncompacted topic: {:?}\ngroup: {:?}\nfinal logs: {} records\nvolume:\n{}{}",
                 history.stats,
                 history.idem,
                 txns.stats,
@@ -1867,6 +1984,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         eos: eos_history.stats,
         compact: compact_stats,
         low_acks,
+        retention: retention_stats,
         cluster: cluster.stats,
         claims,
         writers: writer_stats,

@@ -564,7 +564,12 @@ impl Producer {
                     return;
                 }
             };
-            let index = self.shared.history().idempotent_batch(IdempotentBatch {
+            let mut history = self.shared.history();
+            if self.params.retention.is_some() {
+                // The timestamp `encode_produce` just gave them.
+                history.retention.stamp(&values, crate::env::wall_ms());
+            }
+            let index = history.idempotent_batch(IdempotentBatch {
                 producer: self.id,
                 pid,
                 epoch,
@@ -572,6 +577,7 @@ impl Producer {
                 base_sequence: seq,
                 values,
             });
+            drop(history);
             let Some(lane) = self.lanes.get_mut(partition as usize) else {
                 return;
             };

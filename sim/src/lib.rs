@@ -16,6 +16,8 @@
 //! - [`compact_history`]: the same for the compacted topic (which records
 //!   the cleaner may remove).
 //! - [`low_acks`]: what plain producers at acks=1 and acks=0 may lose.
+//! - [`retention_history`]: what DeleteRecords and `retention.ms` may take
+//!   from the main topic (the checker learns the log start).
 //! - [`cluster_history`] and [`writers`]: the multi-broker rules
 //!   (leader epochs, one writer per file and epoch).
 //! - [`params`]: per-seed workload and fault parameters.
@@ -25,15 +27,15 @@
 //!   drift) and an IO runner on which an fsync takes simulated time.
 //! - `harness`, `workload`, `idempotent`, `group_member`, `txn`, `eos`,
 //!   `eos_input`, `eos_observer`, `compact`, `pipeline`, `router`,
-//!   `routes`, `runner` (madsim builds only): the simulated cluster, the
+//!   `retention`, `routes`, `runner` (madsim builds only): the simulated cluster, the
 //!   client actors (plain and idempotent producers, a tailing consumer,
 //!   consumer group members, transactional producers with zombies, a
 //!   read_committed consumer, an exactly-once loop with its input producer
 //!   and the observer of its offsets, a keyed producer and a reader on a
-//!   compacted topic), where each request goes with several brokers, and
+//!   compacted topic, a DeleteRecords actor), where each request goes with several brokers, and
 //!   running many seeds.
 //!
-//! Without `--cfg madsim` only the first eleven exist, and their unit tests
+//! Without `--cfg madsim` only the first twelve exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
@@ -48,6 +50,7 @@ pub mod eos_history;
 pub mod group_history;
 pub mod low_acks;
 pub mod params;
+pub mod retention_history;
 pub mod txn_history;
 pub mod volume;
 pub mod writers;
@@ -68,6 +71,8 @@ pub mod harness;
 pub mod idempotent;
 #[cfg(madsim)]
 pub mod pipeline;
+#[cfg(madsim)]
+pub mod retention;
 #[cfg(madsim)]
 pub mod router;
 #[cfg(madsim)]

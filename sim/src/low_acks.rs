@@ -66,6 +66,8 @@ pub struct LowAcksStats {
     pub leader_kept: u64,
     /// Of those, lost after a power loss (allowed).
     pub leader_lost: u64,
+    /// Of those, deleted (DeleteRecords or retention, allowed).
+    pub leader_deleted: u64,
     /// acks=1 records a consumer read during the run (never to vanish).
     pub leader_read: u64,
     /// acks=0 records sent.
@@ -153,12 +155,24 @@ impl LowAcksHistory {
         logs: &BTreeMap<i32, PartitionLog>,
         observed: &BTreeMap<(i32, i64), Bytes>,
     ) -> (Vec<String>, LowAcksStats) {
+        self.check_with(logs, observed, &|_, _, _| false)
+    }
+
+    /// [`check`](Self::check) where `deleted(partition, offset, value)`
+    /// says an acknowledged record may be gone because its deletion was
+    /// allowed (`crate::retention_history`).
+    pub fn check_with(
+        &self,
+        logs: &BTreeMap<i32, PartitionLog>,
+        observed: &BTreeMap<(i32, i64), Bytes>,
+        deleted: &dyn Fn(i32, i64, &Bytes) -> bool,
+    ) -> (Vec<String>, LowAcksStats) {
         let mut stats = LowAcksStats {
             unacknowledged_sent: self.unacknowledged.len() as u64,
             ..Default::default()
         };
         let mut violations = self.check_sends_bound(logs, &mut stats);
-        violations.extend(self.check_leader_acks(logs, &mut stats));
+        violations.extend(self.check_leader_acks(logs, deleted, &mut stats));
         let in_final: BTreeSet<&Bytes> = logs.values().flatten().map(|(_, v)| v).collect();
         stats.unacknowledged_found = self
             .unacknowledged
@@ -207,16 +221,24 @@ impl LowAcksHistory {
     fn check_leader_acks(
         &self,
         logs: &BTreeMap<i32, PartitionLog>,
+        deleted: &dyn Fn(i32, i64, &Bytes) -> bool,
         stats: &mut LowAcksStats,
     ) -> Vec<String> {
         let mut violations = Vec::new();
         for ack in &self.leader_acks {
             stats.leader_acked += 1;
-            let at = logs
-                .get(&ack.partition)
-                .and_then(|log| usize::try_from(ack.offset).ok().and_then(|i| log.get(i)));
-            if at.is_some_and(|(o, v)| *o == ack.offset && *v == ack.value) {
+            // By offset: a final log starts at its log start, not always 0.
+            let at = logs.get(&ack.partition).and_then(|log| {
+                log.binary_search_by_key(&ack.offset, |(o, _)| *o)
+                    .ok()
+                    .and_then(|i| log.get(i))
+            });
+            if at.is_some_and(|(_, v)| *v == ack.value) {
                 stats.leader_kept += 1;
+                continue;
+            }
+            if at.is_none() && deleted(ack.partition, ack.offset, &ack.value) {
+                stats.leader_deleted += 1;
                 continue;
             }
             if self.losses_unattributed || self.power_losses > ack.losses_at_send {
@@ -225,6 +247,13 @@ impl LowAcksHistory {
             }
             let found = match at {
                 Some((_, v)) => format!("holds {}", String::from_utf8_lossy(v)),
+                None if logs
+                    .get(&ack.partition)
+                    .and_then(|l| l.first())
+                    .is_some_and(|(first, _)| ack.offset < *first) =>
+                {
+                    "starts after it, and its deletion was not allowed".to_string()
+                }
                 None => "is past the end".to_string(),
             };
             violations.push(format!(

@@ -154,6 +154,23 @@ pub struct SimParams {
     /// The compacted-topic workload this seed (`crate::compact`), if any:
     /// a keyed producer and a reader on a topic the cleaner cleans.
     pub compaction: Option<CompactionParams>,
+    /// Deletion from the main topic this seed (`crate::retention`), if
+    /// any: a DeleteRecords actor, and a short `retention.ms` on the topic.
+    pub retention: Option<RetentionParams>,
+}
+
+/// How records leave the main topic while the faults run (a third of the
+/// seeds; [`SimParams::with_retention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionParams {
+    /// Pause between DeleteRecords requests (0: no DeleteRecords actor,
+    /// the seed retains by time instead).
+    pub delete_every_ms: u64,
+    /// The topic's `retention.ms` (-1: no time retention). Short, so that
+    /// sealed segments age out within the fault phase.
+    pub retention_ms: i64,
+    /// The broker's `log.retention.check.interval.ms`.
+    pub check_interval_ms: u64,
 }
 
 /// The compacted topic's shape and its cleaner's pace (a third of the
@@ -197,6 +214,10 @@ pub const CLOCK_SKEW_BOUND_MS: i64 = 50;
 /// cached for up to `listing_cache_ms`, under this bound; file contents
 /// and single-name lookups are exact.
 pub const VOLUME_STALENESS_BOUND_MS: i64 = 300;
+/// How far a broker's wall clock may be from true time: each incarnation
+/// reads it off by up to this much (the harness's `SimClock` offset), plus
+/// its drift. Time retention judges record timestamps by that clock.
+pub const MAX_CLOCK_OFFSET_MS: i64 = 5_000;
 /// Most producers a seed draws (plain and idempotent together).
 pub const MAX_PRODUCERS: usize = 3;
 /// Largest clock drift of a simulated broker, parts per million.
@@ -283,6 +304,7 @@ impl SimParams {
             volume_partition_percent: 0,
             listing_cache_ms: 0,
             compaction: None,
+            retention: None,
         };
         SimParams {
             eos_txn_timeout_ms: drawn.txn_timeout_ms,
@@ -381,6 +403,44 @@ impl SimParams {
             read_every_ms: [200, 1_000][rng.gen_range(0..2)],
             txn_topic: self.txn_producers > 0 && rng.gen_range(0..2) == 0,
         });
+        self
+    }
+
+    /// Draws the seed's deletions from the main topic: in a third of the
+    /// seeds, from an rng of its own seeded by the seed, as
+    /// [`with_compaction`](Self::with_compaction) does, so that the other
+    /// seeds, and every other draw, stay as they were before it existed.
+    /// Each such seed runs DeleteRecords or time retention.
+    pub fn with_retention(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_7265_746e);
+        if rng.gen_range(0..3) != 0 {
+            return self;
+        }
+        // One or the other: with both, DeleteRecords (a visit behind the
+        // durable end) always runs ahead of a retention.ms of seconds, and
+        // retention would never be the one to delete.
+        let deletes = rng.gen_range(0..2) == 0;
+        let retains = !deletes;
+        self.retention = Some(RetentionParams {
+            delete_every_ms: if deletes {
+                [300, 1_000, 2_000][rng.gen_range(0..3)]
+            } else {
+                0
+            },
+            // Several seconds at least: the final read must still find
+            // the newest records of the run to compare.
+            retention_ms: if retains {
+                [3_000, 8_000, 20_000][rng.gen_range(0..3)]
+            } else {
+                -1
+            },
+            check_interval_ms: [200, 1_000][rng.gen_range(0..2)],
+        });
+        if retains {
+            // Retention takes sealed segments only: these must roll within
+            // the run, whatever segment size the seed drew.
+            self.segment_bytes = self.segment_bytes.min(8 * 1024);
+        }
         self
     }
 
@@ -549,6 +609,23 @@ mod tests {
             (60..=140).contains(&compacted),
             "{compacted} of 300 seeds compacted"
         );
+        let retaining: Vec<RetentionParams> = (0..300)
+            .filter_map(|s| {
+                SimParams::draw(&mut SmallRng::seed_from_u64(s))
+                    .with_retention(s)
+                    .retention
+            })
+            .collect();
+        assert!(
+            (60..=140).contains(&retaining.len()),
+            "{} of 300 seeds delete from the main topic",
+            retaining.len()
+        );
+        assert!(retaining
+            .iter()
+            .all(|r| (r.delete_every_ms > 0) != (r.retention_ms > 0)));
+        assert!(retaining.iter().any(|r| r.delete_every_ms == 0));
+        assert!(retaining.iter().any(|r| r.retention_ms < 0));
         // Multi-broker seeds run every workload somewhere in the CI range.
         let multi: Vec<SimParams> = (0..100)
             .map(|s| SimParams::draw(&mut SmallRng::seed_from_u64(s)).with_cluster(s))

@@ -15,6 +15,7 @@ use crate::eos_history::EosHistory;
 use crate::group_history::GroupHistory;
 use crate::low_acks::Acks;
 use crate::params::SimParams;
+use crate::retention::{reset_to_earliest, Reset};
 use crate::router::{redirects, Router};
 use crate::txn_history::TxnHistory;
 use bytes::Bytes;
@@ -295,6 +296,11 @@ impl PlainBatch {
         let mut history = shared.history();
         history.sent(&values);
         history.low_acks.sent(acks, &values);
+        if params.retention.is_some() {
+            // The timestamp the produce request gives them (no await
+            // before it is built): what time retention judges them by.
+            history.retention.stamp(&values, crate::env::wall_ms());
+        }
         PlainBatch {
             partition,
             values,
@@ -547,6 +553,8 @@ pub(crate) struct FetchedPartition {
     pub(crate) partition: i32,
     pub(crate) error_code: i16,
     pub(crate) high_watermark: i64,
+    /// The log start the answer showed (-1 with an error).
+    pub(crate) log_start_offset: i64,
     /// Records at or after the requested offset, in order.
     pub(crate) records: Vec<(i64, Bytes)>,
     /// Offset after the last returned batch (the requested one if none).
@@ -562,6 +570,7 @@ impl FetchedPartition {
             partition,
             error_code: -1,
             high_watermark: -1,
+            log_start_offset: -1,
             records: Vec::new(),
             next_offset: requested,
             batches: Vec::new(),
@@ -579,6 +588,7 @@ fn decode_fetched(
         partition: data.partition_index,
         error_code: data.error_code,
         high_watermark: data.high_watermark,
+        log_start_offset: data.log_start_offset,
         records: Vec::new(),
         next_offset: requested,
         batches: Vec::new(),
@@ -742,6 +752,67 @@ async fn fetch_routed(
     Ok(out)
 }
 
+/// What a fetch sent now must find, per partition: the durable end (its
+/// high watermark may not be lower) and the log start (none of its records
+/// below, nor a lower start in its answer).
+pub(crate) struct Floors(BTreeMap<i32, (i64, i64)>);
+
+impl Floors {
+    pub(crate) fn now(positions: &BTreeMap<i32, i64>, shared: &Shared) -> Floors {
+        let history = shared.history();
+        Floors(
+            positions
+                .keys()
+                .map(|&p| {
+                    (
+                        p,
+                        (history.fetch_floor(p), history.retention.start_floor(p)),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// Reports a successful fetch answer to the history, checked against
+    /// these floors.
+    pub(crate) fn fetched(&self, part: &FetchedPartition, shared: &Shared) {
+        let (durable, start) = self.0.get(&part.partition).copied().unwrap_or((0, 0));
+        let mut history = shared.history();
+        history.fetched(part.partition, durable, part.high_watermark, &part.records);
+        history.fetched_start(part.partition, start, part.log_start_offset, &part.records);
+    }
+}
+
+/// A reader's fetch at `position` was answered OFFSET_OUT_OF_RANGE. With
+/// deletions this seed, the position may have fallen below the log start:
+/// ListOffsets EARLIEST (to `addr`, the leader at `epoch`) says, and the
+/// reader moves there (`Some`). Otherwise, or if the log start is not above
+/// the position, it is a violation: positions only advance over durable
+/// data, never past the end. `None`: the reader stays (and backs off).
+pub(crate) async fn out_of_range(
+    params: &SimParams,
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    epoch: i32,
+    partition: i32,
+    position: i64,
+    shared: &Shared,
+) -> Option<i64> {
+    let start = if params.retention.is_some() {
+        match reset_to_earliest(conn, addr, partition, epoch, position, shared).await {
+            Reset::MovedTo(start) => return Some(start),
+            Reset::Failed => return None,
+            Reset::NotBelow(start) => format!(" (the log starts at {start})"),
+        }
+    } else {
+        String::new()
+    };
+    shared.history().violation(format!(
+        "partition {partition}: OFFSET_OUT_OF_RANGE at {position}, an offset the broker had already served up to{start}"
+    ));
+    None
+}
+
 /// Tails every partition while faults run, recording what it reads so the
 /// checker can hold the broker to it later.
 pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::sync::Arc<Shared>) {
@@ -753,13 +824,7 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     while !shared.stop_fetching.load(Ordering::Relaxed) {
-        let floors: BTreeMap<i32, i64> = {
-            let history = shared.history();
-            positions
-                .keys()
-                .map(|&p| (p, history.fetch_floor(p)))
-                .collect()
-        };
+        let floors = Floors::now(&positions, &shared);
         let fetched = match fetch_once(&mut conn, addr, &positions, FETCH_MAX_WAIT_MS).await {
             Ok(f) => f,
             Err(e) => {
@@ -779,19 +844,21 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
             if part.error_code == ErrorCode::OffsetOutOfRange.code() {
                 // The position only ever advances over data a fetch
                 // returned, which was durable: it cannot be past the end.
-                shared.history().violation(format!(
-                    "partition {}: OFFSET_OUT_OF_RANGE at {}, an offset the broker had already served up to",
-                    part.partition, position
-                ));
+                // Only below the log start (records deleted) may it be out
+                // of range.
+                let at = *position;
+                match out_of_range(&params, &mut conn, addr, -1, part.partition, at, &shared).await
+                {
+                    Some(start) => *position = start,
+                    None => any_error = true,
+                }
+                continue;
             }
             if part.error_code != 0 {
                 any_error = true;
                 continue;
             }
-            let floor = floors.get(&part.partition).copied().unwrap_or(0);
-            shared
-                .history()
-                .fetched(part.partition, floor, part.high_watermark, &part.records);
+            floors.fetched(&part, &shared);
             *position = (*position).max(part.next_offset);
         }
         if any_error {
@@ -815,13 +882,7 @@ async fn consumer_routed(
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     while !shared.stop_fetching.load(Ordering::Relaxed) {
-        let floors: BTreeMap<i32, i64> = {
-            let history = shared.history();
-            positions
-                .keys()
-                .map(|&p| (p, history.fetch_floor(p)))
-                .collect()
-        };
+        let floors = Floors::now(&positions, &shared);
         let mut errors = Vec::new();
         let fetched = match fetch_routed(
             &mut router,
@@ -845,19 +906,26 @@ async fn consumer_routed(
                 continue;
             };
             if part.error_code == ErrorCode::OffsetOutOfRange.code() {
-                shared.history().violation(format!(
-                    "partition {}: OFFSET_OUT_OF_RANGE at {}, an offset the broker had already served up to",
-                    part.partition, position
-                ));
+                let at = *position;
+                let moved = match router.leader(part.partition, &shared).await {
+                    Some(l) => {
+                        let conn = conns.entry(l.broker).or_default();
+                        out_of_range(&params, conn, l.addr, l.epoch, part.partition, at, &shared)
+                            .await
+                    }
+                    None => None,
+                };
+                match moved {
+                    Some(start) => *position = start,
+                    None => any_error = true,
+                }
+                continue;
             }
             if part.error_code != 0 {
                 any_error = true;
                 continue;
             }
-            let floor = floors.get(&part.partition).copied().unwrap_or(0);
-            shared
-                .history()
-                .fetched(part.partition, floor, part.high_watermark, &part.records);
+            floors.fetched(&part, &shared);
             shared
                 .cluster()
                 .fetched("consumer", part.partition, &part.batches);
@@ -877,6 +945,7 @@ async fn consumer_routed(
 pub async fn read_everything(
     params: SimParams,
     addr: SocketAddr,
+    shared: std::sync::Arc<Shared>,
     deadline: Duration,
 ) -> Result<BTreeMap<i32, PartitionLog>, String> {
     let give_up = Instant::now() + deadline;
@@ -891,6 +960,7 @@ pub async fn read_everything(
                 "liveness: could not read every partition back within {deadline:?} (still reading {positions:?}; last error: {last_error})"
             ));
         }
+        let floors = Floors::now(&positions, &shared);
         let fetched = match fetch_once(&mut conn, addr, &positions, 0).await {
             Ok(f) => f,
             Err(RequestError::Malformed(e)) => return Err(format!("final read: {e}")),
@@ -905,12 +975,40 @@ pub async fn read_everything(
             let Some(&position) = positions.get(&part.partition) else {
                 continue;
             };
+            if part.error_code == ErrorCode::OffsetOutOfRange.code() {
+                match out_of_range(
+                    &params,
+                    &mut conn,
+                    addr,
+                    -1,
+                    part.partition,
+                    position,
+                    &shared,
+                )
+                .await
+                {
+                    Some(start) => {
+                        final_start_moved(&mut logs, part.partition, start, &shared);
+                        positions.insert(part.partition, start);
+                        progressed = true;
+                    }
+                    None => last_error = format!("partition {} out of range", part.partition),
+                }
+                continue;
+            }
             if part.error_code != 0 {
                 last_error = format!("partition {} error {}", part.partition, part.error_code);
                 continue;
             }
+            floors.fetched(&part, &shared);
+            let position = position.max(final_start_moved(
+                &mut logs,
+                part.partition,
+                part.log_start_offset,
+                &shared,
+            ));
             let log = logs.entry(part.partition).or_default();
-            log.extend(part.records.iter().cloned());
+            log.extend(part.records.iter().filter(|(o, _)| *o >= position).cloned());
             if part.next_offset > position {
                 progressed = true;
                 positions.insert(part.partition, part.next_offset);
@@ -930,7 +1028,33 @@ pub async fn read_everything(
             backoff.wait().await;
         }
     }
+    shared
+        .history()
+        .retention
+        .final_read_at(crate::env::wall_ms());
     Ok(logs)
+}
+
+/// The final read learned that `partition`'s log starts at `start` (from an
+/// answer's log start, or a reset to the earliest offset): what it read
+/// below is gone (retention goes on while it reads), so the final log is
+/// the log as of its last answer. Returns where the final log now starts.
+fn final_start_moved(
+    logs: &mut BTreeMap<i32, PartitionLog>,
+    partition: i32,
+    start: i64,
+    shared: &Shared,
+) -> i64 {
+    let mut history = shared.history();
+    let known = history.retention.start_of(partition);
+    if start <= known {
+        return known;
+    }
+    history.retention.final_start(partition, start);
+    if let Some(log) = logs.get_mut(&partition) {
+        log.retain(|(o, _)| *o >= start);
+    }
+    start
 }
 
 /// [`read_everything`] with several brokers: each partition read from its
@@ -964,6 +1088,7 @@ pub async fn read_everything_routed(
             ));
         }
         let mut errors = Vec::new();
+        let floors = Floors::now(&positions, &shared);
         let fetched = fetch_routed(&mut router, &mut conns, &positions, 0, &shared, &mut errors)
             .await
             .map_err(|e| format!("final read: {e}"))?;
@@ -975,10 +1100,47 @@ pub async fn read_everything_routed(
             let Some(&position) = positions.get(&part.partition) else {
                 continue;
             };
+            if part.error_code == ErrorCode::OffsetOutOfRange.code() {
+                let moved = match router.leader(part.partition, &shared).await {
+                    Some(l) => {
+                        let conn = conns.entry(l.broker).or_default();
+                        out_of_range(
+                            &params,
+                            conn,
+                            l.addr,
+                            l.epoch,
+                            part.partition,
+                            position,
+                            &shared,
+                        )
+                        .await
+                    }
+                    None => None,
+                };
+                match moved {
+                    Some(start) => {
+                        final_start_moved(&mut logs, part.partition, start, &shared);
+                        if let Some(seen) = batches.get_mut(&part.partition) {
+                            seen.retain(|b| b.last_offset >= start);
+                        }
+                        positions.insert(part.partition, start);
+                        progressed = true;
+                    }
+                    None => last_error = format!("partition {} out of range", part.partition),
+                }
+                continue;
+            }
             if part.error_code != 0 {
                 last_error = format!("partition {} error {}", part.partition, part.error_code);
                 continue;
             }
+            floors.fetched(&part, &shared);
+            let position = position.max(final_start_moved(
+                &mut logs,
+                part.partition,
+                part.log_start_offset,
+                &shared,
+            ));
             shared
                 .cluster()
                 .fetched("final", part.partition, &part.batches);
@@ -992,7 +1154,7 @@ pub async fn read_everything_routed(
                 }
             }
             let log = logs.entry(part.partition).or_default();
-            log.extend(part.records.iter().cloned());
+            log.extend(part.records.iter().filter(|(o, _)| *o >= position).cloned());
             if part.next_offset > position {
                 progressed = true;
                 positions.insert(part.partition, part.next_offset);
@@ -1012,5 +1174,9 @@ pub async fn read_everything_routed(
             backoff.wait().await;
         }
     }
+    shared
+        .history()
+        .retention
+        .final_read_at(crate::env::wall_ms());
     Ok((logs, batches))
 }

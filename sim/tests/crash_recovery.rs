@@ -52,6 +52,8 @@ const REQUIRED_MARKS: &[Mark] = &[
     Mark::BuggifyDelayedAPoint,
     Mark::BuggifyFailedAPoint,
     Mark::BuggifyCrashedAtAPoint,
+    Mark::LogStartMovedByDeleteRecords,
+    Mark::SegmentDeletedByRetention,
 ];
 /// The seed whose determinism is always checked.
 const DETERMINISM_SEED: u64 = 7;

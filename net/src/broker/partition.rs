@@ -516,6 +516,7 @@ impl Partition {
                 ReadError::Io(e) => storage_error(e),
             })?;
         self.state().records_deleted(low);
+        kaas_core::coverage::hit(kaas_core::coverage::Mark::LogStartMovedByDeleteRecords);
         self.remove_detached(detached).await;
         Ok(low)
     }
@@ -549,6 +550,9 @@ impl Partition {
         self.persist_log_start(start).await?;
         let outcome = self.log.lock().await.apply_retention(count);
         self.state().records_deleted(outcome.log_start_offset);
+        if !outcome.deleted_segments.is_empty() {
+            kaas_core::coverage::hit(kaas_core::coverage::Mark::SegmentDeletedByRetention);
+        }
         self.remove_detached(outcome.deleted_segments).await;
         Ok(())
     }

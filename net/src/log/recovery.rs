@@ -172,7 +172,11 @@ pub(crate) fn recover(
             first.epoch..=first.epoch,
         )?;
     }
-    let mut log_start_offset = recorded.offset;
+    let mut log_start_offset = if planted(Bug::LogStartForgottenOnRecovery) {
+        0
+    } else {
+        recorded.offset
+    };
     // Finish deletions DeleteRecords persisted but did not complete: a
     // segment is entirely below the log start when the next one starts at
     // or before it.

@@ -5,6 +5,7 @@ use std::io;
 use super::partition_log::{DetachedSegment, PartitionLog};
 use super::ReadError;
 use crate::volume::Volume;
+use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::layout::{self, LogStart};
 
 /// What a retention pass did.
@@ -134,7 +135,7 @@ impl PartitionLog {
         if retention_ms >= 0 {
             let cutoff = now_ms.saturating_sub(retention_ms);
             for oldest in settled.iter().skip(count) {
-                if oldest.max_timestamp >= cutoff {
+                if oldest.max_timestamp >= cutoff && !planted(Bug::RetentionIgnoresSegmentAge) {
                     break;
                 }
                 count += 1;
