@@ -35,6 +35,9 @@ const DEFAULT_SEEDS: u64 = 1_000;
 const REQUIRED_MARKS: &[Mark] = &[
     Mark::ReaperAbortedATimedOutTransaction,
     Mark::ReaperPassedOverAPreparedTransaction,
+    Mark::ReaperRacedAnInitProducerId,
+    Mark::ReaperRacedAnEndTxn,
+    Mark::EndTxnOfATransactionAbortedUnderItRefused,
     Mark::ReconcileCompletedAPreparedTransaction,
     Mark::EndTxnRetryFoundItsTransactionComplete,
     Mark::InitProducerIdAbortedATransactionInFlight,
