@@ -76,10 +76,7 @@ fn topic_configs(c: &CompactionParams) -> Vec<(&'static str, String)> {
 }
 
 fn codec(c: &CompactionParams) -> Compression {
-    match c.codec {
-        1..=4 => Compression::CODECS[usize::from(c.codec - 1)],
-        _ => Compression::None,
-    }
+    crate::params::codec_of(c.codec)
 }
 
 /// Sends `body` on the connection to `addr` (made first if need be),

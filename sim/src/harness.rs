@@ -1376,7 +1376,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .with_process_kills(seed)
         .with_acks(seed)
         .with_zombie_members(seed)
-        .with_txn_timers(seed);
+        .with_txn_timers(seed)
+        .with_compression(seed);
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
     let buggifier = Buggifier::new(seed, params.brokers);

@@ -557,6 +557,7 @@ impl Producer {
                 &values,
                 correlation_id,
                 self.params.idempotent_ack_timeout_ms,
+                self.params.compression(),
             ) {
                 Ok(f) => f,
                 Err(e) => {
@@ -873,6 +874,7 @@ fn encode_produce(
     values: &[Bytes],
     correlation_id: i32,
     timeout_ms: i32,
+    codec: kaas_core::record::Compression,
 ) -> Result<Bytes, kaas_core::protocol::EncodeError> {
     let mut builder = BatchBuilder::idempotent(pid, epoch, seq);
     let now = crate::env::wall_ms();
@@ -882,7 +884,7 @@ fn encode_produce(
     let body = single_partition_produce(
         TOPIC,
         partition,
-        builder.build().into_bytes(),
+        crate::workload::compressed(builder.build(), codec).into_bytes(),
         -1,
         timeout_ms,
     );

@@ -151,6 +151,10 @@ pub struct SimParams {
     /// always under [`VOLUME_STALENESS_BOUND_MS`], which is what the
     /// brokers' bounds assume of the volume.
     pub listing_cache_ms: u64,
+    /// The codec of the plain and idempotent producers' batches, a
+    /// `Compression` id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd): drawn by
+    /// [`with_compression`](Self::with_compression).
+    pub codec: u8,
     /// The compacted-topic workload this seed (`crate::compact`), if any:
     /// a keyed producer and a reader on a topic the cleaner cleans.
     pub compaction: Option<CompactionParams>,
@@ -203,6 +207,15 @@ pub struct CompactionParams {
     /// remove aborted records and keep markers as long as read_committed
     /// needs them.
     pub txn_topic: bool,
+}
+
+/// The `Compression` of codec id `id` (0 or anything unknown: none).
+pub fn codec_of(id: u8) -> kaas_core::record::Compression {
+    use kaas_core::record::Compression;
+    match id {
+        1..=4 => Compression::CODECS[usize::from(id - 1)],
+        _ => Compression::None,
+    }
 }
 
 /// The clock-skew bound of a multi-broker seed: brokers' clocks drift up to
@@ -305,6 +318,7 @@ impl SimParams {
             listing_cache_ms: 0,
             compaction: None,
             retention: None,
+            codec: 0,
         };
         SimParams {
             eos_txn_timeout_ms: drawn.txn_timeout_ms,
@@ -511,6 +525,23 @@ impl SimParams {
         self
     }
 
+    /// Draws the plain and idempotent producers' codec (none in a third of
+    /// the seeds, else one of Kafka's four), from an rng of its own seeded
+    /// by the seed, as [`with_roll`](Self::with_roll) does, so that every
+    /// other draw stays as it was. A compressed batch is one wrapper record
+    /// on the wire: offsets, sequences, duplicates and recovery must come out
+    /// the same as for plain ones.
+    pub fn with_compression(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_7a69_7021);
+        self.codec = [0, 0, 1, 2, 3, 4][rng.gen_range(0..6)];
+        self
+    }
+
+    /// The producers' codec ([`codec`](Self::codec)).
+    pub fn compression(&self) -> kaas_core::record::Compression {
+        codec_of(self.codec)
+    }
+
     /// Whether several brokers share the volume this seed.
     pub fn multi_broker(&self) -> bool {
         self.brokers > 1
@@ -529,7 +560,8 @@ mod tests {
                 drew(
                     &SimParams::draw(&mut SmallRng::seed_from_u64(s))
                         .with_process_kills(s)
-                        .with_zombie_members(s),
+                        .with_zombie_members(s)
+                        .with_compression(s),
                 )
             })
             .count()
@@ -572,6 +604,13 @@ mod tests {
                 assert!(a.txn_producers == 0 || a.txn_producers == single.txn_producers);
                 assert!(!a.eos || single.eos);
             }
+        }
+        for codec in 1..=4 {
+            let seeds = seeds_of_300(|p| p.codec == codec);
+            assert!(
+                (25..=75).contains(&seeds),
+                "{seeds} of 300 seeds compress with codec {codec}"
+            );
         }
         let killing = seeds_of_300(|p| p.process_kill_percent > 0);
         assert!(

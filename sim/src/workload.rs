@@ -19,9 +19,10 @@ use crate::retention::{reset_to_earliest, Reset};
 use crate::router::{redirects, Router};
 use crate::txn_history::TxnHistory;
 use bytes::Bytes;
+use kaas_core::compression::MAX_DECOMPRESSED_BATCH_BYTES;
 use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest};
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
-use kaas_core::record::{split_batches, BatchBuilder, NewRecord};
+use kaas_core::record::{split_batches, BatchBuilder, Compression, NewRecord, RecordBatch};
 use kaas_net::client::{
     decode_response, encode_request, single_partition_produce, ClientError, Connection,
 };
@@ -210,7 +211,13 @@ pub(crate) async fn round_trip(
     result
 }
 
-fn produce_request(partition: i32, values: &[Bytes], now_ms: i64, acks: Acks) -> RequestBody {
+fn produce_request(
+    partition: i32,
+    values: &[Bytes],
+    now_ms: i64,
+    acks: Acks,
+    codec: Compression,
+) -> RequestBody {
     let mut builder = BatchBuilder::new();
     for value in values {
         builder.push(NewRecord::new(now_ms, None, Some(value)));
@@ -218,10 +225,17 @@ fn produce_request(partition: i32, values: &[Bytes], now_ms: i64, acks: Acks) ->
     single_partition_produce(
         TOPIC,
         partition,
-        builder.build().into_bytes(),
+        compressed(builder.build(), codec).into_bytes(),
         acks.wire(),
         PRODUCE_TIMEOUT_MS,
     )
+}
+
+/// `batch` compressed with the seed's `codec`. Kafka's four codecs always
+/// compress a valid batch; were one to fail, the batch goes uncompressed,
+/// which the broker takes as well.
+pub(crate) fn compressed(batch: RecordBatch, codec: Compression) -> RecordBatch {
+    batch.compressed_with(codec).unwrap_or(batch)
 }
 
 /// True for errors that mean the broker sent something malformed (as
@@ -337,7 +351,13 @@ pub async fn producer(
         } = PlainBatch::next(id, batch_no, &params, acks, &shared);
         let correlation_id = batch_no as i32;
         batch_no += 1;
-        let body = produce_request(partition, &values, crate::env::wall_ms(), acks);
+        let body = produce_request(
+            partition,
+            &values,
+            crate::env::wall_ms(),
+            acks,
+            params.compression(),
+        );
         let frame = match encode_request(
             produce_request::API_KEY,
             PRODUCE_VERSION,
@@ -468,6 +488,7 @@ async fn unacknowledged_producer(
             &batch.values,
             crate::env::wall_ms(),
             Acks::None,
+            params.compression(),
         );
         for _ in 0..MAX_PRODUCE_ATTEMPTS {
             match write_unacknowledged(&mut router, &mut conn, &batch, &body, &shared).await {
@@ -604,6 +625,17 @@ fn decode_fetched(
                 batch.base_offset()
             )
         })?;
+        // Producers may compress (`SimParams::codec`); a consumer reads the
+        // records inside.
+        let batch = batch
+            .decompressed(MAX_DECOMPRESSED_BATCH_BYTES)
+            .map_err(|e| {
+                format!(
+                    "partition {}: fetched batch at {} does not decompress: {e}",
+                    data.partition_index,
+                    batch.base_offset()
+                )
+            })?;
         for record in batch.records() {
             let record = record.map_err(|e| {
                 format!(
