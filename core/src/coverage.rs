@@ -112,6 +112,12 @@ crate::named_enum! {
         /// Retention (by time or size, or below a start DeleteRecords
         /// moved) took a partition's oldest segments out.
         SegmentDeletedByRetention,
+        /// A transactional id idle past `transactional.id.expiration.ms` was
+        /// forgotten: its next InitProducerId gets a fresh producer id.
+        IdleTransactionalIdExpired,
+        /// An expiry decided on an idle transactional id found the id
+        /// updated since (an InitProducerId in between) and kept it.
+        ExpiryOvertakenByANewerDecision,
     }
 }
 

@@ -36,8 +36,8 @@ use crate::eos_observer::{committed_offsets, coordinator_busy, offset_fetch_body
 use crate::params::SimParams;
 use crate::routes::{self, Routes};
 use crate::txn::{
-    coordinator_retriable, is_bumped_identity, is_fence, percent, END_TXN_VERSION_V2,
-    PRODUCE_VERSION_V2,
+    coordinator_retriable, ends_identity, is_bumped_identity, is_fence, percent,
+    END_TXN_VERSION_V2, PRODUCE_VERSION_V2,
 };
 use crate::txn_history::TxnEnd;
 use crate::workload::{retriable, Backoff, RequestError, Shared, PRODUCE_VERSION};
@@ -730,7 +730,7 @@ impl Instance {
                 self.backoff.reset();
                 return None;
             }
-            if codes.iter().any(|&c| is_fence(c)) {
+            if codes.iter().any(|&c| ends_identity(&self.params, c)) {
                 return Some(self.fenced(index));
             }
             if codes
@@ -958,7 +958,7 @@ impl Instance {
                 self.routes
                     .partition_outcome(EOS_OUTPUT_TOPIC, Some(code), &self.shared);
             }
-            if is_fence(code) {
+            if ends_identity(&self.params, code) {
                 return Some(self.fenced(index));
             }
             if code == -1
@@ -1059,7 +1059,7 @@ impl Instance {
                 self.backoff.reset();
                 break Step::Done;
             }
-            if is_fence(code) {
+            if ends_identity(&self.params, code) {
                 self.shared.eos().end(
                     index,
                     if maybe_applied {

@@ -636,6 +636,10 @@ fn broker_config(params: &SimParams, id: usize) -> BrokerConfig {
     // transactions past their timeout are aborted, and prepared ones
     // completed, within the run, and the reaper races the producers.
     config.txn.abort_timed_out_interval_ms = params.txn_timer_ms;
+    if params.txn_id_expiration_ms > 0 {
+        config.txn.id_expiration_ms = params.txn_id_expiration_ms;
+        config.txn.remove_expired_interval_ms = params.txn_timer_ms;
+    }
     config
 }
 
@@ -1500,6 +1504,9 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         })
         .collect();
     shared.history().set_brokers(params.brokers as i32);
+    shared
+        .txns()
+        .set_ids_expire(params.txn_id_expiration_ms > 0);
     let deleter = client.spawn(retention::deleter(params, brokers.clone(), shared.clone()));
     let consumer = client.spawn(workload::consumer(params, brokers.clone(), shared.clone()));
     let txn_producers: Vec<_> = (0..params.txn_producers)

@@ -116,6 +116,12 @@ pub struct SimParams {
     /// client 4.x does; the others speak version 1 (AddPartitionsToTxn,
     /// EndTxn v3). Drawn by [`with_txn_timers`](Self::with_txn_timers).
     pub txn_v2_percent: u32,
+    /// `transactional.id.expiration.ms` (0: Kafka's week): in a third of
+    /// the seeds each, 1 s or 3 s, so ids idle between a producer's
+    /// instances expire and come back with a fresh producer id. Expiry
+    /// runs every `txn_timer_ms`. Drawn by
+    /// [`with_txn_timers`](Self::with_txn_timers).
+    pub txn_id_expiration_ms: i64,
     /// How often the coordinator's reaper and marker reconcile run
     /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`).
     /// Drawn with short timeouts by [`with_txn_timers`](Self::with_txn_timers),
@@ -306,6 +312,7 @@ impl SimParams {
             txn_timeout_ms: [2_000, 4_000][rng.gen_range(0..2)],
             eos_txn_timeout_ms: 0,
             txn_v2_percent: 0,
+            txn_id_expiration_ms: 0,
             txn_timer_ms: 1_000,
             // Drawn after the transactional ones, for the same reason.
             eos: rng.gen_range(0..3) > 0,
@@ -522,6 +529,7 @@ impl SimParams {
         // Version 2 bumps the epoch at every end: the reaper then always
         // decides right after an epoch bump.
         self.txn_v2_percent = [0, 50, 100][rng.gen_range(0..3)];
+        self.txn_id_expiration_ms = [0, 1_000, 3_000][rng.gen_range(0..3)];
         self
     }
 

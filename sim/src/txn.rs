@@ -106,6 +106,16 @@ pub(crate) fn is_fence(code: i16) -> bool {
     code == ErrorCode::ProducerFenced.code() || code == ErrorCode::InvalidProducerEpoch.code()
 }
 
+/// Whether an answer ends the producer's identity: a fence, or, in a seed
+/// whose idle transactional ids expire, INVALID_PRODUCER_ID_MAPPING (the
+/// id expired while the producer idled, with no transaction in flight, as
+/// only idle ids expire). Either way the instance starts over with a fresh
+/// InitProducerId. Where ids never expire, that answer stays a violation.
+pub(crate) fn ends_identity(params: &SimParams, code: i16) -> bool {
+    is_fence(code)
+        || (params.txn_id_expiration_ms > 0 && code == ErrorCode::InvalidProducerIdMapping.code())
+}
+
 /// Coordinator answers that mean "not now": retry (after finding the
 /// coordinator again for NOT_COORDINATOR).
 pub(crate) fn coordinator_retriable(code: i16) -> bool {
@@ -582,7 +592,7 @@ impl Instance {
                 self.backoff.reset();
                 return None;
             }
-            if let Some(&c) = codes.iter().find(|&&c| is_fence(c)) {
+            if let Some(&c) = codes.iter().find(|&&c| ends_identity(&self.params, c)) {
                 let _ = c;
                 return Some(self.fenced(index));
             }
@@ -715,7 +725,7 @@ impl Instance {
                 self.routes
                     .partition_outcome(TXN_TOPIC, Some(code), &self.shared);
             }
-            if is_fence(code) {
+            if ends_identity(&self.params, code) {
                 return Some(self.fenced(index));
             }
             if code == -1
@@ -789,7 +799,7 @@ impl Instance {
                 self.backoff.reset();
                 return Step::Done;
             }
-            if is_fence(code) {
+            if ends_identity(&self.params, code) {
                 let mut t = self.shared.txns();
                 t.stats.fences_seen += 1;
                 t.end(

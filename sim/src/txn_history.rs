@@ -138,6 +138,9 @@ pub struct TxnStats {
 
 #[derive(Debug, Default)]
 pub struct TxnHistory {
+    /// Idle transactional ids expire this seed (`SimParams::txn_id_expiration_ms`):
+    /// an id may move to a fresh producer id.
+    ids_expire: bool,
     txns: Vec<Txn>,
     grants: Vec<Grant>,
     /// (partition, offset) -> record, from read_committed fetches during
@@ -153,6 +156,11 @@ fn show(v: &Bytes) -> String {
 }
 
 impl TxnHistory {
+    /// Idle transactional ids expire in this seed.
+    pub fn set_ids_expire(&mut self, expire: bool) {
+        self.ids_expire = expire;
+    }
+
     pub fn violation(&mut self, message: String) {
         self.violations.push(message);
     }
@@ -295,13 +303,35 @@ impl TxnHistory {
         }
         for (id, grants) in by_id {
             let pids: BTreeSet<i64> = grants.iter().map(|g| g.producer_id).collect();
-            if pids.len() > 1 {
+            if pids.len() > 1 && !self.ids_expire {
                 v.push(format!(
                     "transactional id {id} was granted several producer ids {pids:?} (no epoch was exhausted)"
                 ));
             }
+            // An id that expired comes back with a fresh producer id; the
+            // identity it had is gone for good: once a grant of another id
+            // was answered, a grant asked for after it never names an id
+            // answered before that grant was asked for.
+            let mut first_answer: BTreeMap<i64, u64> = BTreeMap::new();
+            for g in &grants {
+                let e = first_answer.entry(g.producer_id).or_insert(u64::MAX);
+                *e = (*e).min(g.answered_at);
+            }
+            for q in &grants {
+                for c in &grants {
+                    if c.producer_id != q.producer_id
+                        && q.answered_at < c.sent_at
+                        && first_answer[&c.producer_id] < q.sent_at
+                    {
+                        v.push(format!(
+                            "transactional id {id}: producer id {} came back: instance {} was granted it after instance {} had been granted {}",
+                            c.producer_id, c.instance, q.instance, q.producer_id
+                        ));
+                    }
+                }
+            }
             for a in &grants {
-                for b in &grants {
+                for b in grants.iter().filter(|b| b.producer_id == a.producer_id) {
                     if a.answered_at < b.sent_at && b.epoch < a.epoch {
                         v.push(format!(
                             "transactional id {id}: epoch went back: instance {} was granted epoch {} before instance {} asked and was granted {}",
@@ -553,6 +583,42 @@ mod tests {
             "{v:?}"
         );
         assert!(v.iter().any(|m| m.contains("idempotent")), "{v:?}");
+    }
+
+    #[test]
+    fn an_expired_id_moves_to_a_fresh_producer_id_and_never_back() {
+        let mut h = TxnHistory::default();
+        h.set_ids_expire(true);
+        let s = h.tick();
+        h.granted("t", 0, 7, 3, s);
+        // Expired while idle: the next instance gets producer id 8 at 0.
+        let s = h.tick();
+        h.granted("t", 1, 8, 0, s);
+        let s = h.tick();
+        h.granted("t", 2, 8, 1, s);
+        assert_eq!(
+            h.check_final(&BTreeMap::new(), &BTreeSet::new()),
+            Vec::<String>::new()
+        );
+        // The old identity coming back is not an expiry.
+        let s = h.tick();
+        h.granted("t", 3, 7, 4, s);
+        let v = h.check_final(&BTreeMap::new(), &BTreeSet::new());
+        assert!(
+            v.iter().any(|m| m.contains("producer id 7 came back")),
+            "{v:?}"
+        );
+        // Without expiry, a second producer id is a violation at once.
+        let mut h = TxnHistory::default();
+        let s = h.tick();
+        h.granted("t", 0, 7, 3, s);
+        let s = h.tick();
+        h.granted("t", 1, 8, 0, s);
+        let v = h.check_final(&BTreeMap::new(), &BTreeSet::new());
+        assert!(
+            v.iter().any(|m| m.contains("several producer ids")),
+            "{v:?}"
+        );
     }
 
     #[test]

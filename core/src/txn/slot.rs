@@ -103,12 +103,13 @@ impl TxnSlotState {
                 transactional_id,
                 last_update_ms,
             } => {
-                let still_idle_since = self
-                    .entries
-                    .get(transactional_id)
-                    .is_some_and(|e| e.last_update_ms == *last_update_ms);
+                let entry = self.entries.get(transactional_id);
+                let still_idle_since = entry.is_some_and(|e| e.last_update_ms == *last_update_ms);
                 if still_idle_since {
+                    crate::coverage::hit(crate::coverage::Mark::IdleTransactionalIdExpired);
                     self.entries.remove(transactional_id);
+                } else if entry.is_some() {
+                    crate::coverage::hit(crate::coverage::Mark::ExpiryOvertakenByANewerDecision);
                 }
                 still_idle_since
             }

@@ -506,6 +506,7 @@ impl Partition {
             .await
             .log_start_after_deleting_before(target);
         self.persist_log_start(start).await?;
+        self.refuse_if_deposed().await?;
         let (low, detached) = self
             .log
             .lock()
@@ -516,6 +517,7 @@ impl Partition {
                 ReadError::Io(e) => storage_error(e),
             })?;
         self.state().records_deleted(low);
+        tracing::debug!(topic = %self.topic, partition = self.index, epoch = self.leader.epoch, target, low, "records deleted");
         kaas_core::coverage::hit(kaas_core::coverage::Mark::LogStartMovedByDeleteRecords);
         self.remove_detached(detached).await;
         Ok(low)
@@ -548,6 +550,9 @@ impl Partition {
         self.ensure_snapshot_covers(new_start).await?;
         let start = self.log.lock().await.log_start_after_retention(count);
         self.persist_log_start(start).await?;
+        if self.refuse_if_deposed().await.is_err() {
+            return Ok(());
+        }
         let outcome = self.log.lock().await.apply_retention(count);
         self.state().records_deleted(outcome.log_start_offset);
         if !outcome.deleted_segments.is_empty() {
@@ -569,6 +574,38 @@ impl Partition {
             })
             .await
             .map_err(storage_error)
+    }
+
+    /// The last word before a deletion takes effect and is acknowledged, as
+    /// a flush has it: if a successor has claimed the partition, this
+    /// leader was deposed, and the successor loaded the log start before
+    /// this one's write: acknowledging the deletion would answer for a log
+    /// that does not hold it (simulator seed 70: a DeleteRecords before 873
+    /// acknowledged, then fetches from the new leadership starting at 794).
+    /// NOT_LEADER_OR_FOLLOWER sends the client to the new leader; the
+    /// start written here stays on the volume, a deletion asked for and
+    /// not acknowledged, which a later opening may apply.
+    async fn refuse_if_deposed(&self) -> Result<(), ErrorCode> {
+        let volume = self.volume.clone();
+        let successor = layout::partition_epoch_file(
+            &self.topic,
+            self.index,
+            self.leader.epoch.saturating_add(1),
+        );
+        let deposed = self
+            .env
+            .blocking(IoKind::Buffered, move || {
+                Ok(volume.read(&successor)?.is_some())
+            })
+            .await
+            .map_err(storage_error)?;
+        if deposed {
+            kaas_core::coverage::hit(kaas_core::coverage::Mark::DeposedWriterAcknowledgedNothing);
+            tracing::warn!(topic = %self.topic, partition = self.index, epoch = self.leader.epoch, "a newer epoch exists: this leader was deposed; its deletion is not acknowledged");
+            self.close_moved();
+            return Err(ErrorCode::NotLeaderOrFollower);
+        }
+        Ok(())
     }
 
     /// Takes a snapshot unless one at or past `offset` is already written,
@@ -999,6 +1036,38 @@ mod tests {
         assert_eq!(
             p.append(idempotent(42, 1, 1)).await.err(),
             Some(ErrorCode::NotLeaderOrFollower)
+        );
+    }
+
+    /// The same for DeleteRecords: a leader whose successor claimed the
+    /// partition does not acknowledge a deletion, which the successor,
+    /// having loaded the log start before it, does not hold (simulator
+    /// seed 70).
+    #[tokio::test]
+    async fn a_deposed_leaders_deletion_is_not_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
+        let p = open_at(&volume, 1 << 20, 0);
+        let d = append(&p, idempotent(42, 0, 3)).await.unwrap();
+        p.wait_durable(d.end_offset()).await.unwrap();
+        assert_eq!(p.delete_records_before(1).await, Ok(1));
+        volume
+            .create_dir_all(&layout::partition_epochs_dir("t", 0))
+            .unwrap();
+        volume
+            .create_exclusive(
+                &layout::partition_epoch_file("t", 0, 1),
+                br#"{"broker_id":9}"#,
+            )
+            .unwrap();
+        assert_eq!(
+            p.delete_records_before(2).await,
+            Err(ErrorCode::NotLeaderOrFollower)
+        );
+        assert_eq!(
+            p.delete_records_before(3).await,
+            Err(ErrorCode::NotLeaderOrFollower),
+            "and it leads no more"
         );
     }
 
