@@ -587,11 +587,7 @@ impl Partition {
     /// not acknowledged, which a later opening may apply.
     async fn refuse_if_deposed(&self) -> Result<(), ErrorCode> {
         let volume = self.volume.clone();
-        let successor = layout::partition_epoch_file(
-            &self.topic,
-            self.index,
-            self.leader.epoch.saturating_add(1),
-        );
+        let successor = self.successor_claim_file();
         let deposed = self
             .env
             .blocking(IoKind::Buffered, move || {
@@ -600,12 +596,25 @@ impl Partition {
             .await
             .map_err(storage_error)?;
         if deposed {
-            kaas_core::coverage::hit(kaas_core::coverage::Mark::DeposedWriterAcknowledgedNothing);
-            tracing::warn!(topic = %self.topic, partition = self.index, epoch = self.leader.epoch, "a newer epoch exists: this leader was deposed; its deletion is not acknowledged");
-            self.close_moved();
-            return Err(ErrorCode::NotLeaderOrFollower);
+            return Err(self.deposed("its deletion is not acknowledged"));
         }
         Ok(())
+    }
+
+    /// The claim file of the next leader epoch: once it exists, this
+    /// leadership is over ("No acknowledged write in an old epoch",
+    /// docs/cluster.md).
+    fn successor_claim_file(&self) -> String {
+        layout::partition_epoch_file(&self.topic, self.index, self.leader.epoch.saturating_add(1))
+    }
+
+    /// This leader found its successor's claim: it closes, and what it was
+    /// about to acknowledge is refused (`what` says which).
+    fn deposed(&self, what: &str) -> ErrorCode {
+        kaas_core::coverage::hit(kaas_core::coverage::Mark::DeposedWriterAcknowledgedNothing);
+        tracing::warn!(topic = %self.topic, partition = self.index, epoch = self.leader.epoch, "a newer epoch exists: this leader was deposed; {what}");
+        self.close_moved();
+        ErrorCode::NotLeaderOrFollower
     }
 
     /// Takes a snapshot unless one at or past `offset` is already written,
@@ -693,11 +702,7 @@ impl Partition {
         let mut durable = plan.end_offset;
         if plan.covers_more_than(self.state().high_watermark()) {
             let volume = self.volume.clone();
-            let successor = layout::partition_epoch_file(
-                &self.topic,
-                self.index,
-                self.leader.epoch.saturating_add(1),
-            );
+            let successor = self.successor_claim_file();
             let synced = self
                 .env
                 .blocking(IoKind::Fsync, move || {
@@ -709,18 +714,13 @@ impl Partition {
                 .await;
             match synced {
                 Ok((_, true)) => {
-                    kaas_core::coverage::hit(
-                        kaas_core::coverage::Mark::DeposedWriterAcknowledgedNothing,
-                    );
                     // The last word before acknowledging: a successor's
                     // claim exists, so what this flush made durable lands
                     // in files it does not read. Answering it would lose
                     // acknowledged records; refusing sends the producer to
                     // the new leader (docs/cluster.md, "No acknowledged
                     // write in an old epoch").
-                    tracing::warn!(topic = %self.topic, partition = self.index, epoch = self.leader.epoch, "a newer epoch exists: this leader was deposed; not acknowledging");
-                    self.close_moved();
-                    return Err(ErrorCode::NotLeaderOrFollower);
+                    return Err(self.deposed("not acknowledging"));
                 }
                 Ok((done, false)) => {
                     durable = done.end_offset;
