@@ -38,6 +38,7 @@ const REQUIRED_MARKS: &[Mark] = &[
     Mark::ReaperRacedAnInitProducerId,
     Mark::ReaperRacedAnEndTxn,
     Mark::EndTxnOfATransactionAbortedUnderItRefused,
+    Mark::IdleTransactionalIdExpired,
     Mark::ReconcileCompletedAPreparedTransaction,
     Mark::EndTxnRetryFoundItsTransactionComplete,
     Mark::InitProducerIdAbortedATransactionInFlight,
