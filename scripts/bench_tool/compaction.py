@@ -56,6 +56,12 @@ def parse_args(argv):
     ap.add_argument("--control", action="store_true",
                     help="leave the big topic uncompacted in the second latency phase: how much two "
                          "phases without cleaning differ")
+    ap.add_argument("--timeline", metavar="PREFIX",
+                    help="also write each latency phase's acks to PREFIX-idle.csv and PREFIX-busy.csv "
+                         "(send time, Unix seconds; delivery latency, ms): to line slow acks up with "
+                         "the broker's log or an strace of it")
+    ap.add_argument("--latency-only", action="store_true",
+                    help="skip the disk probe and the throughput part (1.): only the latency phases")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs (CI)")
     return ap.parse_args(argv)
 
@@ -135,17 +141,21 @@ def wait_cleaned(broker, topic, timeout=300):
     raise SystemExit("the cleaner did not finish %s in %.0f s" % (topic, timeout))
 
 
-def latency_phase(bootstrap, topic, rate, seconds, keys, size):
+def latency_phase(bootstrap, topic, rate, seconds, keys, size, timeline=None):
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                   "linger.ms": 0, "compression.type": "none"})
     lat = []
     errors = []
+    sent = []
 
     def cb(err, m):
         if err is not None:
             errors.append(err)
         elif m.latency() is not None:
             lat.append(m.latency())
+            if timeline is not None:
+                # The ack arrives now; the send was latency() before it.
+                sent.append((time.time() - m.latency(), m.latency()))
 
     value = b"x" * size
     # Warm up: connections, metadata and the producer id come before the clock starts.
@@ -160,6 +170,10 @@ def latency_phase(bootstrap, topic, rate, seconds, keys, size):
     p.flush(60)
     if errors:
         raise SystemExit("latency producer errors: %s" % errors[:3])
+    if timeline is not None:
+        with open(timeline, "w") as f:
+            f.write("sent_unix_s,latency_ms\n")
+            f.writelines("%.6f,%.3f\n" % (t, l * 1000) for t, l in sent)
     lat.sort()
     return percentile(lat, 0.5) * 1000, percentile(lat, 0.99) * 1000, len(lat)
 
@@ -169,7 +183,13 @@ def main(argv):
     if args.smoke:
         args.dirty_mb, args.keys, args.rate, args.seconds, args.disk_mb, args.segment_mb = 4, 500, 200, 2, 16, 1
     work = Path(tempfile.mkdtemp(prefix="kaas-bench-compaction-"))
+    print("work dir (broker logs): %s" % work)
+    if not args.latency_only:
+        throughput(args, work)
+    latency(args, work)
 
+
+def throughput(args, work):
     disk = disk_write_mb_s(work, args.disk_mb)
     print("disk sequential write (1 MiB writes + fsync, %d MB): %.0f MB/s" % (args.disk_mb, disk))
 
@@ -194,6 +214,8 @@ def main(argv):
     finally:
         b.stop()
 
+
+def latency(args, work):
     # 2. Produce latency, cleaner idle, then cleaning (default I/O budget).
     budget = ["--log-cleaner-io-max-bytes-per-second", str(args.io_budget)] if args.io_budget else []
     b = KaasBroker(extra_args=["--log-cleaner-backoff-ms", "200"] + budget, name="kaas-compaction-latency",
@@ -203,12 +225,13 @@ def main(argv):
         create(admin, "live", {"cleanup.policy": "compact", "segment.bytes": str(1 << 20)})
         create(admin, "dirty", {"cleanup.policy": "delete", "segment.bytes": str(args.segment_mb << 20)})
         fill(b.bootstrap, "dirty", args.dirty_mb, args.size, args.keys)
-        idle = latency_phase(b.bootstrap, "live", args.rate, args.seconds, args.keys, args.size)
+        timeline = (lambda phase: "%s-%s.csv" % (args.timeline, phase)) if args.timeline else (lambda phase: None)
+        idle = latency_phase(b.bootstrap, "live", args.rate, args.seconds, args.keys, args.size, timeline("idle"))
         if not args.control:
             compact(admin, "dirty")
         # The cleaner's next round (within its 200 ms backoff) starts on the big topic
         # while this phase runs.
-        busy = latency_phase(b.bootstrap, "live", args.rate, args.seconds, args.keys, args.size)
+        busy = latency_phase(b.bootstrap, "live", args.rate, args.seconds, args.keys, args.size, timeline("busy"))
         rounds = rounds_of(b.log_path, "dirty")
         cleaning_ms = sum(r[2] for r in rounds)
         print("acks=all idempotent produce at %d msgs/s, %.0f s each (%d keys, %d B values):"
