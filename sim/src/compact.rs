@@ -79,39 +79,6 @@ fn codec(c: &CompactionParams) -> Compression {
     crate::params::codec_of(c.codec)
 }
 
-/// Sends `body` on the connection to `addr` (made first if need be),
-/// bounded by the request timeout; `None` and no connection on any
-/// failure. A malformed answer is a violation.
-async fn request(
-    conn: &mut Option<Connection>,
-    addr: SocketAddr,
-    api_key: i16,
-    version: i16,
-    body: &RequestBody,
-    shared: &Shared,
-) -> Option<ResponseBody> {
-    if conn.as_ref().is_some_and(|c| c.peer() != addr) {
-        *conn = None;
-    }
-    let c = ensure_connected(conn, addr).await.ok()?;
-    match timeout(REQUEST_TIMEOUT, c.send(api_key, version, body)).await {
-        Ok(Ok(answer)) => Some(answer),
-        Ok(Err(e)) => {
-            if is_malformed(&e) {
-                shared
-                    .compact()
-                    .violation(format!("compact: malformed answer to api {api_key}: {e}"));
-            }
-            *conn = None;
-            None
-        }
-        Err(_) => {
-            *conn = None;
-            None
-        }
-    }
-}
-
 /// Before any workload starts: creates the compacted topic and, if the
 /// seed says so, the transactional workload's topic compacted too (before
 /// a Metadata lookup auto-creates it uncompacted).
@@ -162,13 +129,13 @@ async fn create_topic(
     loop {
         let addr = brokers[attempt % brokers.len()];
         attempt += 1;
-        let answer = request(
+        let answer = workload::request_once(
             &mut conn,
             addr,
             create_topics_request::API_KEY,
             CREATE_TOPICS_VERSION,
             &body,
-            shared,
+            |m| shared.compact().violation(format!("compact: {m}")),
         )
         .await;
         if let Some(ResponseBody::CreateTopics(r)) = answer {
@@ -314,13 +281,13 @@ impl KeyedProducer {
         let Some(addr) = self.router.addr_of(broker) else {
             return self.backoff.wait().await;
         };
-        let answer = request(
+        let answer = workload::request_once(
             &mut self.conn,
             addr,
             init_producer_id_request::API_KEY,
             INIT_PRODUCER_ID_VERSION,
             &body,
-            &self.shared,
+            |m| self.shared.compact().violation(format!("compact: {m}")),
         )
         .await;
         match answer {
@@ -348,13 +315,13 @@ impl KeyedProducer {
                 self.backoff.wait().await;
                 continue;
             };
-            let answer = request(
+            let answer = workload::request_once(
                 &mut self.conn,
                 leader.addr,
                 produce_request::API_KEY,
                 PRODUCE_VERSION,
                 body,
-                &self.shared,
+                |m| self.shared.compact().violation(format!("compact: {m}")),
             )
             .await;
             let outcome = match answer {
@@ -479,13 +446,13 @@ impl Reader {
                 self.backoff.wait().await;
                 continue;
             };
-            let answer = request(
+            let answer = workload::request_once(
                 &mut self.conn,
                 leader.addr,
                 fetch_request::API_KEY,
                 FETCH_VERSION,
                 &fetch(read.end, leader.epoch),
-                shared,
+                |m| shared.compact().violation(format!("compact: {m}")),
             )
             .await;
             let Some(ResponseBody::Fetch(resp)) = answer else {

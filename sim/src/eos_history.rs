@@ -365,7 +365,8 @@ impl EosHistory {
                 .filter(|(o, b)| *o >= c && !earlier.contains(b))
                 .map(|(o, _)| *o)
                 .collect();
-            self.stats.late_input_copies += (end - c).max(0) as u64 - unprocessed.len() as u64;
+            self.stats.late_input_copies +=
+                ((end - c).max(0) as u64).saturating_sub(unprocessed.len() as u64);
             if c > end || !unprocessed.is_empty() {
                 v.push(format!(
                     "liveness: the loop drained, yet the committed offset of input partition {p} is {c}, the input ends at {end} (unprocessed: {:?})",

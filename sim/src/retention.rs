@@ -20,7 +20,7 @@
 use crate::params::SimParams;
 use crate::retention_history::DeleteOutcome;
 use crate::router::{redirects, Router};
-use crate::workload::{ensure_connected, Backoff, Shared, REQUEST_TIMEOUT, TOPIC};
+use crate::workload::{Backoff, Shared, TOPIC};
 use kaas_core::protocol::messages::{
     create_topics_request, delete_records_request, list_offsets_request, CreateTopicsRequest,
     DeleteRecordsRequest, ListOffsetsRequest,
@@ -42,28 +42,6 @@ const LIST_OFFSETS_VERSION: i16 = 7;
 const EARLIEST: i64 = -2;
 /// How long the broker may take to delete (it persists the new start).
 const DELETE_TIMEOUT_MS: i32 = 5_000;
-
-/// One request on `conn` (made first if there is none, dropped on any
-/// failure); `None` if no well-formed answer came.
-async fn request(
-    conn: &mut Option<Connection>,
-    addr: SocketAddr,
-    api_key: i16,
-    version: i16,
-    body: &RequestBody,
-) -> Option<ResponseBody> {
-    if conn.as_ref().is_some_and(|c| c.peer() != addr) {
-        *conn = None;
-    }
-    let c = ensure_connected(conn, addr).await.ok()?;
-    match timeout(REQUEST_TIMEOUT, c.send(api_key, version, body)).await {
-        Ok(Ok(answer)) => Some(answer),
-        _ => {
-            *conn = None;
-            None
-        }
-    }
-}
 
 /// Creates [`TOPIC`] with the seed's `retention.ms`, asking each broker in
 /// turn until one creates it or says it exists.
@@ -95,12 +73,13 @@ pub async fn create_topic(params: SimParams, brokers: Vec<SocketAddr>, shared: A
     let mut conn = None;
     for attempt in 0.. {
         let addr = brokers[attempt % brokers.len()];
-        let answer = request(
+        let answer = crate::workload::request_once(
             &mut conn,
             addr,
             create_topics_request::API_KEY,
             CREATE_TOPICS_VERSION,
             &body,
+            |m| shared.history().violation(m),
         )
         .await;
         if let Some(ResponseBody::CreateTopics(resp)) = answer {
@@ -175,12 +154,13 @@ pub async fn deleter(params: SimParams, brokers: Vec<SocketAddr>, shared: Arc<Sh
             timeout_ms: DELETE_TIMEOUT_MS,
             ..Default::default()
         });
-        let answer = request(
+        let answer = crate::workload::request_once(
             &mut conn,
             leader.addr,
             delete_records_request::API_KEY,
             DELETE_RECORDS_VERSION,
             &body,
+            |m| shared.history().violation(m),
         )
         .await;
         let outcome = match answer {
@@ -259,12 +239,13 @@ pub(crate) async fn reset_to_earliest(
         }],
         ..Default::default()
     });
-    let answer = request(
+    let answer = crate::workload::request_once(
         conn,
         addr,
         list_offsets_request::API_KEY,
         LIST_OFFSETS_VERSION,
         &body,
+        |m| shared.history().violation(m),
     )
     .await;
     let Some(ResponseBody::ListOffsets(resp)) = answer else {

@@ -155,6 +155,38 @@ impl Backoff {
     }
 }
 
+/// One request on `conn` to `addr` (connected first if need be, dropped
+/// on any failure), bounded by the request timeout: the answer, or `None`.
+/// A malformed answer (a broker bug, not a fault) goes to `malformed`, for
+/// the workload's history to record as a violation.
+pub(crate) async fn request_once(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    api_key: i16,
+    version: i16,
+    body: &RequestBody,
+    malformed: impl FnOnce(String),
+) -> Option<ResponseBody> {
+    if conn.as_ref().is_some_and(|c| c.peer() != addr) {
+        *conn = None;
+    }
+    let c = ensure_connected(conn, addr).await.ok()?;
+    match timeout(REQUEST_TIMEOUT, c.send(api_key, version, body)).await {
+        Ok(Ok(answer)) => Some(answer),
+        Ok(Err(e)) => {
+            if is_malformed(&e) {
+                malformed(format!("malformed answer to api {api_key}: {e}"));
+            }
+            *conn = None;
+            None
+        }
+        Err(_) => {
+            *conn = None;
+            None
+        }
+    }
+}
+
 /// The connection, made first if there is none; `Err` if the broker
 /// cannot be reached.
 pub(crate) async fn ensure_connected(

@@ -1005,15 +1005,8 @@ mod tests {
         assert_eq!(again.base_offset(), 6);
     }
 
-    /// Bounds violated (a leader still acting after its successor claimed):
-    /// the flush that would acknowledge finds the successor's epoch file
-    /// and refuses, so nothing is acknowledged into files nobody reads.
-    #[tokio::test]
-    async fn a_leader_whose_successor_claimed_acknowledges_nothing_more() {
-        let dir = tempfile::tempdir().unwrap();
-        let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
-        let p = open_at(&volume, 1 << 20, 0);
-        append(&p, idempotent(42, 0, 1)).await.unwrap();
+    /// A successor (broker 9) claims partition t-0 at epoch 1.
+    fn claim_epoch_1(volume: &Arc<dyn Volume>) {
         volume
             .create_dir_all(&layout::partition_epochs_dir("t", 0))
             .unwrap();
@@ -1023,6 +1016,18 @@ mod tests {
                 br#"{"broker_id":9}"#,
             )
             .unwrap();
+    }
+
+    /// Bounds violated (a leader still acting after its successor claimed):
+    /// the flush that would acknowledge finds the successor's epoch file
+    /// and refuses, so nothing is acknowledged into files nobody reads.
+    #[tokio::test]
+    async fn a_leader_whose_successor_claimed_acknowledges_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume: Arc<dyn Volume> = Arc::new(LocalVolume::new(dir.path()).unwrap());
+        let p = open_at(&volume, 1 << 20, 0);
+        append(&p, idempotent(42, 0, 1)).await.unwrap();
+        claim_epoch_1(&volume);
         let d = p.append(idempotent(42, 1, 1)).await.unwrap();
         assert_eq!(
             p.wait_durable(d.end_offset()).await,
@@ -1051,15 +1056,7 @@ mod tests {
         let d = append(&p, idempotent(42, 0, 3)).await.unwrap();
         p.wait_durable(d.end_offset()).await.unwrap();
         assert_eq!(p.delete_records_before(1).await, Ok(1));
-        volume
-            .create_dir_all(&layout::partition_epochs_dir("t", 0))
-            .unwrap();
-        volume
-            .create_exclusive(
-                &layout::partition_epoch_file("t", 0, 1),
-                br#"{"broker_id":9}"#,
-            )
-            .unwrap();
+        claim_epoch_1(&volume);
         assert_eq!(
             p.delete_records_before(2).await,
             Err(ErrorCode::NotLeaderOrFollower)
