@@ -24,8 +24,7 @@ use crate::params::{CompactionParams, SimParams};
 use crate::router::{redirects, Router};
 use crate::txn_history::TXN_TOPIC;
 use crate::workload::{
-    ensure_connected, is_malformed, retriable, Backoff, Shared, FETCH_MAX_BYTES, FETCH_VERSION,
-    PRODUCE_VERSION, REQUEST_TIMEOUT,
+    retriable, Backoff, Shared, FETCH_MAX_BYTES, FETCH_VERSION, PRODUCE_VERSION,
 };
 use bytes::Bytes;
 use kaas_core::compression::MAX_DECOMPRESSED_BATCH_BYTES;
@@ -37,7 +36,7 @@ use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{split_batches, BatchBuilder, Compression, NewRecord};
 use kaas_net::client::{single_partition_produce, Connection};
 use madsim::rand::{thread_rng, Rng};
-use madsim::time::{sleep, timeout, Instant};
+use madsim::time::{sleep, Instant};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -129,7 +128,7 @@ async fn create_topic(
     loop {
         let addr = brokers[attempt % brokers.len()];
         attempt += 1;
-        let answer = workload::request_once(
+        let answer = crate::workload::request_once(
             &mut conn,
             addr,
             create_topics_request::API_KEY,
@@ -281,7 +280,7 @@ impl KeyedProducer {
         let Some(addr) = self.router.addr_of(broker) else {
             return self.backoff.wait().await;
         };
-        let answer = workload::request_once(
+        let answer = crate::workload::request_once(
             &mut self.conn,
             addr,
             init_producer_id_request::API_KEY,
@@ -315,7 +314,7 @@ impl KeyedProducer {
                 self.backoff.wait().await;
                 continue;
             };
-            let answer = workload::request_once(
+            let answer = crate::workload::request_once(
                 &mut self.conn,
                 leader.addr,
                 produce_request::API_KEY,
@@ -446,7 +445,7 @@ impl Reader {
                 self.backoff.wait().await;
                 continue;
             };
-            let answer = workload::request_once(
+            let answer = crate::workload::request_once(
                 &mut self.conn,
                 leader.addr,
                 fetch_request::API_KEY,

@@ -550,9 +550,7 @@ impl Producer {
             self.batch_no += 1;
             let correlation_id = self.take_correlation_id();
             let frame = match encode_produce(
-                pid,
-                epoch,
-                seq,
+                (pid, epoch, seq),
                 partition,
                 &values,
                 correlation_id,
@@ -867,9 +865,7 @@ impl Producer {
 /// Encodes a produce request for one idempotent batch, once: retries send
 /// exactly these bytes.
 fn encode_produce(
-    pid: i64,
-    epoch: i16,
-    seq: i32,
+    (pid, epoch, seq): (i64, i16, i32),
     partition: i32,
     values: &[Bytes],
     correlation_id: i32,

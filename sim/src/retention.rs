@@ -28,7 +28,7 @@ use kaas_core::protocol::messages::{
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_net::client::Connection;
 use madsim::rand::{thread_rng, Rng};
-use madsim::time::{sleep, timeout};
+use madsim::time::sleep;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;

@@ -538,7 +538,7 @@ async fn unacknowledged_producer(
                 }
             }
         }
-        if router.multi() && batch_no % UNACKNOWLEDGED_REFRESH_BATCHES == 0 {
+        if router.multi() && batch_no.is_multiple_of(UNACKNOWLEDGED_REFRESH_BATCHES) {
             router.invalidate();
         }
         sleep(batch.think.max(UNACKNOWLEDGED_MIN_PAUSE)).await;
