@@ -10,7 +10,7 @@
 //! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch, 10 digits>].index     sparse index of a sealed segment
 //! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch, 10 digits>].txnindex  aborted-transactions index
 //! topics/<topic>-<partition>/leader-epoch-checkpoint            where each leader epoch's log starts
-//! topics/<topic>-<partition>/log-start-offset                   DeleteRecords low watermark
+//! topics/<topic>-<partition>/log-start-offset[_<epoch, 10 digits>] log start and first segment, one per leader epoch
 //! topics/<topic>-<partition>/producer-state.snapshot            producer table as of an offset
 //! __cluster/cluster.json                                        cluster id
 //! __cluster/topics/<topic>.json                                 topic metadata, version 0 (writer: its creator)
@@ -166,9 +166,30 @@ pub fn leader_epoch_checkpoint_path(dir: &str) -> String {
     format!("{dir}/{LEADER_EPOCH_CHECKPOINT_FILE}")
 }
 
-/// The persisted log start offset of a partition (DeleteRecords).
-pub fn log_start_offset_path(dir: &str) -> String {
-    format!("{dir}/{LOG_START_OFFSET_FILE}")
+/// The log start (and first segment) the partition's leader at `epoch`
+/// persists before each deletion. Each leader epoch writes its own file, as
+/// with segments: a deposed leader still deleting writes only its own
+/// epoch's, which nobody reads once a successor has opened the log (an
+/// opening reads the greatest epoch's file at or below its own). Epoch 0
+/// keeps the name every epoch shared before.
+pub fn log_start_offset_path(dir: &str, epoch: i32) -> String {
+    match epoch {
+        0 => format!("{dir}/{LOG_START_OFFSET_FILE}"),
+        epoch => format!("{dir}/{LOG_START_OFFSET_FILE}{EPOCH_SEPARATOR}{epoch:0EPOCH_DIGITS$}"),
+    }
+}
+
+/// The leader epoch whose log-start file is named `name` (an entry of a
+/// partition directory), `None` for any other name. One spelling per
+/// epoch, as [`log_start_offset_path`] writes it.
+pub fn log_start_epoch(name: &str) -> Option<i32> {
+    if name == LOG_START_OFFSET_FILE {
+        return Some(0);
+    }
+    let epoch = name
+        .strip_prefix(LOG_START_OFFSET_FILE)?
+        .strip_prefix(EPOCH_SEPARATOR)?;
+    parse_epoch_file(epoch).filter(|&e| e > 0)
 }
 
 /// The producer-state snapshot a partition's leader at `epoch` writes:
@@ -825,6 +846,30 @@ mod tests {
     }
 
     #[test]
+    fn log_start_names_carry_their_epoch_and_parse_back() {
+        assert_eq!(log_start_offset_path("d", 0), "d/log-start-offset");
+        assert_eq!(
+            log_start_offset_path("d", 3),
+            "d/log-start-offset_0000000003"
+        );
+        for epoch in [0, 1, 3, i32::MAX] {
+            let path = log_start_offset_path("d", epoch);
+            let name = path.rsplit('/').next().unwrap();
+            assert_eq!(log_start_epoch(name), Some(epoch), "{name}");
+            assert_eq!(classify(name), Entry::Other);
+        }
+        for stray in [
+            "log-start-offset_0000000000",
+            "log-start-offset_3",
+            "log-start-offset.tmp",
+            "log-start-offset_0000000003.tmp",
+            "log-start-offset_00000000x3",
+        ] {
+            assert_eq!(log_start_epoch(stray), None, "{stray}");
+        }
+    }
+
+    #[test]
     fn log_start_offset_round_trips_and_rejects_garbage() {
         for first_segment in [None, Some(SegmentId::new(40, 3))] {
             let start = LogStart {
@@ -886,7 +931,7 @@ mod tests {
         assert_eq!(dir, "topics/orders-3");
         assert_eq!(partition_dir_of_entry("orders-3"), dir);
         assert_eq!(
-            log_start_offset_path(&dir),
+            log_start_offset_path(&dir, 0),
             "topics/orders-3/log-start-offset"
         );
         assert_eq!(

@@ -27,6 +27,8 @@ pub enum EpochFile {
     Segment,
     /// A partition's producer-state snapshot.
     ProducerSnapshot,
+    /// A partition's log start, as its leader at that epoch persisted it.
+    LogStart,
     /// A claim file under `__cluster/epochs/` (partition or slot).
     Claim,
     /// A coordinator slot's snapshot or journal (`slot-N.json` /
@@ -55,7 +57,9 @@ pub fn epoch_file(path: &str) -> Option<(EpochFile, i32)> {
             }
             Entry::Other => {}
         }
-        return layout::producer_snapshot_epoch(name).map(|e| (EpochFile::ProducerSnapshot, e));
+        return layout::producer_snapshot_epoch(name)
+            .map(|e| (EpochFile::ProducerSnapshot, e))
+            .or_else(|| layout::log_start_epoch(name).map(|e| (EpochFile::LogStart, e)));
     }
     if dir.starts_with(layout::EPOCHS_DIR) {
         return layout::parse_epoch_file(name).map(|e| (EpochFile::Claim, e));
@@ -142,6 +146,10 @@ mod tests {
         assert_eq!(
             epoch_file(&layout::producer_snapshot_path(&dir, 7)),
             Some((EpochFile::ProducerSnapshot, 7))
+        );
+        assert_eq!(
+            epoch_file(&layout::log_start_offset_path(&dir, 5)),
+            Some((EpochFile::LogStart, 5))
         );
         assert_eq!(
             epoch_file(&layout::partition_epoch_file("sim", 1, 12)),

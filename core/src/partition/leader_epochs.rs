@@ -238,6 +238,37 @@ pub fn open_as(entries: &[EpochEntry], newest_file_epoch: Option<i32>, opening: 
     }
 }
 
+/// The leader epochs whose log-start file an opening at `opening` may
+/// read, newest first: the log start that counts is the greatest epoch's
+/// file at or below the opening's own.
+///
+/// Each epoch writes only its own file (as with segments), and an epoch
+/// that opens the log after another writes its file before its checkpoint
+/// entry, carrying the start it read. So a deposed leader that still
+/// deletes writes a file no later opening reads, and cannot move back (or
+/// forward) a start its successors have recorded. The candidates: the
+/// opening's own epoch, the one it takes over from, the checkpoint's, the
+/// listed files', and 0, whose name every epoch shared before files were
+/// per epoch. The newest epoch that opened after another is always among
+/// them (it is in the checkpoint), even when a stale listing hides its
+/// file: the caller looks them up by name, in this order.
+pub fn log_start_epochs(
+    opening: i32,
+    previous: Option<i32>,
+    entries: &[EpochEntry],
+    listed: &[i32],
+) -> Vec<i32> {
+    let known = std::iter::once(opening)
+        .chain(previous)
+        .chain(entries.iter().map(|e| e.epoch))
+        .chain(listed.iter().copied())
+        .chain(std::iter::once(0));
+    let mut epochs: Vec<i32> = known.filter(|&e| (0..=opening).contains(&e)).collect();
+    epochs.sort_unstable_by(|a, b| b.cmp(a));
+    epochs.dedup();
+    epochs
+}
+
 /// OffsetForLeaderEpoch (KIP-101, KIP-279, KIP-320), as Kafka's
 /// `LeaderEpochFileCache.endOffsetFor` answers: for the latest epoch, that
 /// epoch and `end_offset` (the caller passes the high watermark: with one
@@ -278,6 +309,26 @@ pub fn epoch_end_offset(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_start_read_is_the_greatest_epochs_at_or_below_the_openings() {
+        let entries = [EpochEntry::new(2, 0), EpochEntry::new(5, 40)];
+        // A takeover at 7 from 5: its own first, then 5 (checkpoint and
+        // previous), 3 (listed), 2, and the shared epoch-0 name last. A
+        // newer epoch's file (9, a successor's) is never read.
+        assert_eq!(
+            log_start_epochs(7, Some(5), &entries, &[3, 9, 5]),
+            vec![7, 5, 3, 2, 0]
+        );
+        // The newest epoch that opened is found although the listing hides
+        // its file: the checkpoint names it.
+        assert_eq!(
+            log_start_epochs(6, Some(5), &entries, &[]),
+            vec![6, 5, 2, 0]
+        );
+        // One broker, epoch 0 only: the one file it always had.
+        assert_eq!(log_start_epochs(0, None, &[], &[0]), vec![0]);
+    }
 
     fn e(epoch: i32, start: i64) -> EpochEntry {
         EpochEntry::new(epoch, start)

@@ -568,9 +568,10 @@ impl Partition {
     /// `start` stays what the log will be.
     async fn persist_log_start(&self, start: LogStart) -> Result<(), ErrorCode> {
         let (volume, dir) = (self.volume.clone(), partition_dir(&self.topic, self.index));
+        let epoch = self.leader.epoch;
         self.env
             .blocking(IoKind::Fsync, move || {
-                persist_log_start(volume.as_ref(), &dir, &start)
+                persist_log_start(volume.as_ref(), &dir, epoch, &start)
             })
             .await
             .map_err(storage_error)
@@ -583,8 +584,9 @@ impl Partition {
     /// that does not hold it (simulator seed 70: a DeleteRecords before 873
     /// acknowledged, then fetches from the new leadership starting at 794).
     /// NOT_LEADER_OR_FOLLOWER sends the client to the new leader; the
-    /// start written here stays on the volume, a deletion asked for and
-    /// not acknowledged, which a later opening may apply.
+    /// start written here stays in this epoch's own log-start file, which
+    /// no opening reads once the successor has written its own
+    /// (`leader_epochs::log_start_epochs`).
     async fn refuse_if_deposed(&self) -> Result<(), ErrorCode> {
         let volume = self.volume.clone();
         let successor = self.successor_claim_file();

@@ -31,8 +31,8 @@ use crate::volume::{SegmentFile, Volume};
 use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::layout::{self, Entry, LogStart, SegmentId};
 use kaas_core::partition::leader_epochs::{
-    assign_epoch, decode_checkpoint, encode_checkpoint, file_reach, open_as, trim_before_log_start,
-    EpochEntry, FileReach, OpenAs,
+    assign_epoch, decode_checkpoint, encode_checkpoint, file_reach, log_start_epochs, open_as,
+    trim_before_log_start, EpochEntry, FileReach, OpenAs,
 };
 use kaas_core::partition::txn_index::{decode_index, plausible_entries, ENTRY_BYTES};
 
@@ -67,6 +67,7 @@ pub(crate) fn recover(
     let mut index_ids = Vec::new();
     let mut txn_index_ids = Vec::new();
     let mut cleaned = Cleaned::default();
+    let mut start_files = Vec::new();
     for name in volume.list(dir)? {
         match layout::classify(&name) {
             Entry::Segment(id) => {
@@ -86,7 +87,7 @@ pub(crate) fn recover(
                 // Never renamed into place: an interrupted cleaning.
                 volume.remove(&layout::cleaning_path(dir, id, by))?;
             }
-            Entry::Other => {}
+            Entry::Other => start_files.extend(layout::log_start_epoch(&name)),
         }
     }
     let listed = Listing {
@@ -159,7 +160,8 @@ pub(crate) fn recover(
         }
     }
 
-    let recorded = read_log_start(volume, dir)?;
+    let start_epochs = log_start_epochs(epoch, previous, &entries, &start_files);
+    let (mut recorded, mut recorded_by) = read_log_start(volume, dir, &start_epochs)?;
     if let Some(first) = recorded.first_segment {
         // The first segment a deletion left, or an opening found, must be
         // listed unless it is gone: a listing staler than the bound would
@@ -361,6 +363,22 @@ pub(crate) fn recover(
                 changed |= assign_epoch(&mut entries, epoch, start);
             }
             changed |= trim_before_log_start(&mut entries, log_start_offset);
+            if older_epochs && recorded_by != Some(epoch) {
+                // This epoch's own log start, before the checkpoint names
+                // the epoch: from here on an opening reads this file, never
+                // the older epoch's, which its deposed leader may still
+                // write (a deletion it will not acknowledge).
+                let first = segments
+                    .first()
+                    .or(last.as_ref())
+                    .map_or(SegmentId::new(start, epoch), Segment::id);
+                let own = LogStart {
+                    offset: log_start_offset,
+                    first_segment: Some(first),
+                };
+                write_log_start(volume, dir, epoch, &own)?;
+                (recorded, recorded_by) = (own, Some(epoch));
+            }
             if changed {
                 write_checkpoint(volume, dir, &entries)?;
                 changed = false;
@@ -383,14 +401,17 @@ pub(crate) fn recover(
         offset: log_start_offset,
         first_segment: Some(sealed.first().unwrap_or(&active).id()),
     };
-    if start != recorded {
+    if start != recorded || recorded_by != Some(epoch) {
         // A new partition, a directory from before the first segment was
-        // recorded, or an opening that changed the front: from here on a
-        // listing that hides the first segment is refused (above).
-        volume.write_atomic(
-            &layout::log_start_offset_path(dir),
-            &layout::encode_log_start(&start),
-        )?;
+        // recorded, an opening that changed the front, or the first one at
+        // this epoch: from here on a listing that hides the first segment
+        // is refused (above), and this epoch reads its own file.
+        write_log_start(volume, dir, epoch, &start)?;
+    }
+    for &older in start_files.iter().filter(|&&e| e < epoch) {
+        // Superseded by this epoch's file, which is durable: no opening at
+        // this epoch or later reads them again.
+        volume.remove(&layout::log_start_offset_path(dir, older))?;
     }
     for segment in sealed.iter_mut().chain(std::iter::once(&mut active)) {
         let id = segment.id();
@@ -589,25 +610,50 @@ pub(crate) fn write_checkpoint(
     )
 }
 
-/// The recorded log start; offset 0 and no first segment if there is no
-/// file (a partition kaas has not opened yet).
-fn read_log_start(volume: &dyn Volume, dir: &str) -> io::Result<LogStart> {
+/// The recorded log start, and the epoch whose file held it: the first of
+/// `epochs` (newest first) that has a file. Offset 0 and no first segment if
+/// none does (a partition kaas has not opened yet).
+fn read_log_start(
+    volume: &dyn Volume,
+    dir: &str,
+    epochs: &[i32],
+) -> io::Result<(LogStart, Option<i32>)> {
     let none = LogStart {
         offset: 0,
         first_segment: None,
     };
-    let Some(data) = volume.read(&layout::log_start_offset_path(dir))? else {
-        return Ok(none);
-    };
-    Ok(layout::decode_log_start(&data).unwrap_or_else(|| {
-        // Written atomically, so this is outside damage. Falling back to
-        // the first segment only re-exposes records DeleteRecords hid.
-        tracing::warn!(
-            dir,
-            "unreadable log-start-offset file; using the first segment"
-        );
-        none
-    }))
+    for &epoch in epochs {
+        let Some(data) = volume.read(&layout::log_start_offset_path(dir, epoch))? else {
+            continue;
+        };
+        let start = layout::decode_log_start(&data).unwrap_or_else(|| {
+            // Written atomically, so this is outside damage. Falling back
+            // to the first segment only re-exposes records DeleteRecords
+            // hid.
+            tracing::warn!(
+                dir,
+                epoch,
+                "unreadable log-start-offset file; using the first segment"
+            );
+            none
+        });
+        return Ok((start, Some(epoch)));
+    }
+    Ok((none, None))
+}
+
+/// Persists `start` as the log start of the leader at `epoch`, atomically
+/// and durably.
+pub(crate) fn write_log_start(
+    volume: &dyn Volume,
+    dir: &str,
+    epoch: i32,
+    start: &LogStart,
+) -> io::Result<()> {
+    volume.write_atomic(
+        &layout::log_start_offset_path(dir, epoch),
+        &layout::encode_log_start(start),
+    )
 }
 
 pub(crate) fn delete_segment_files(

@@ -6,7 +6,7 @@ use super::partition_log::{DetachedSegment, PartitionLog};
 use super::ReadError;
 use crate::volume::Volume;
 use kaas_core::deliberate_bugs::{planted, Bug};
-use kaas_core::layout::{self, LogStart};
+use kaas_core::layout::LogStart;
 
 /// What a retention pass did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,15 +17,17 @@ pub struct RetentionOutcome {
     pub log_start_offset: i64,
 }
 
-/// Persists a new log start and the segment that will be first,
-/// atomically and durably: before any deletion removes a file, so that an
-/// opening can tell a deleted first segment from one a stale directory
-/// listing hides (`recovery`).
-pub fn persist_log_start(volume: &dyn Volume, dir: &str, start: &LogStart) -> io::Result<()> {
-    volume.write_atomic(
-        &layout::log_start_offset_path(dir),
-        &layout::encode_log_start(start),
-    )
+/// Persists a new log start and the segment that will be first, in the
+/// file of the leader at `epoch`, atomically and durably: before any
+/// deletion removes a file, so that an opening can tell a deleted first
+/// segment from one a stale directory listing hides (`recovery`).
+pub fn persist_log_start(
+    volume: &dyn Volume,
+    dir: &str,
+    epoch: i32,
+    start: &LogStart,
+) -> io::Result<()> {
+    super::recovery::write_log_start(volume, dir, epoch, start)
 }
 
 impl PartitionLog {

@@ -53,7 +53,7 @@ impl Fixture {
 fn delete_before(fx: &Fixture, log: &mut PartitionLog, offset: i64) -> Result<i64, ReadError> {
     if offset <= log.end_offset() && offset > log.log_start_offset() {
         let start = log.log_start_after_deleting_before(offset);
-        super::persist_log_start(fx.volume.as_ref(), DIR, &start)?;
+        super::persist_log_start(fx.volume.as_ref(), DIR, log.leader_epoch(), &start)?;
     }
     let (low, detached) = log.delete_records_before(offset)?;
     super::remove_segments(fx.volume.as_ref(), DIR, &detached)?;
@@ -71,7 +71,7 @@ fn retain(
     let (count, _) = log.retention_plan(now_ms, retention_bytes, retention_ms);
     if count > 0 {
         let start = log.log_start_after_retention(count);
-        super::persist_log_start(fx.volume.as_ref(), DIR, &start).unwrap();
+        super::persist_log_start(fx.volume.as_ref(), DIR, log.leader_epoch(), &start).unwrap();
     }
     let outcome = log.apply_retention(count);
     super::remove_segments(fx.volume.as_ref(), DIR, &outcome.deleted_segments).unwrap();
@@ -560,7 +560,7 @@ fn deletion_interrupted_by_a_crash_is_finished_on_open() {
     drop(log);
     // The log start was persisted, the segments not yet deleted.
     fx.volume
-        .write_atomic(&layout::log_start_offset_path(DIR), b"30\n")
+        .write_atomic(&layout::log_start_offset_path(DIR, 0), b"30\n")
         .unwrap();
     let log = fx.open(small_segments());
     assert_eq!(log.log_start_offset(), 30);
@@ -1009,6 +1009,48 @@ fn a_zombies_appends_after_a_takeover_are_never_read() {
     assert!(PartitionLog::open(fx.volume.clone(), DIR.to_string(), small_segments(), 0).is_err());
 }
 
+/// A deposed leader that still deletes writes only its own epoch's
+/// log-start file, so it can never move back a start its successor
+/// recorded: not at the successor's restart, nor at the next takeover.
+/// (With one file shared by every epoch, the zombie's late write below
+/// brought offset `target - 1` back.)
+#[test]
+fn a_deposed_leaders_late_log_start_is_never_read_by_its_successors() {
+    let fx = Fixture::new();
+    let mut zombie = open_at(&fx, small_segments(), 1);
+    for i in 0..10 {
+        zombie.append_batch(&batch(2, i * 10, 100)).unwrap();
+    }
+    zombie.sync().unwrap();
+    let mut leader = open_at(&fx, small_segments(), 2);
+    let target = 13;
+    assert!(
+        read_all(&leader, target)[0].base_offset() < target,
+        "the new start falls inside a batch, so a start moved back shows"
+    );
+    assert_eq!(delete_before(&fx, &mut leader, target).unwrap(), target);
+    drop(leader);
+    // The zombie's deletion, persisted after its successor's (it will find
+    // the successor's claim and not acknowledge it, but the write is done).
+    let stale = zombie.log_start_after_deleting_before(3);
+    super::persist_log_start(fx.volume.as_ref(), DIR, 1, &stale).unwrap();
+
+    for epoch in [2, 3] {
+        let log = open_at(&fx, small_segments(), epoch);
+        assert_eq!(log.log_start_offset(), target, "opened at epoch {epoch}");
+        assert_eq!(read_all(&log, target)[0].base_offset(), 12);
+    }
+    // The takeover at 3 wrote its own file and removed the older ones.
+    let start_files: Vec<i32> = fx
+        .volume
+        .list(DIR)
+        .unwrap()
+        .iter()
+        .filter_map(|name| layout::log_start_epoch(name))
+        .collect();
+    assert_eq!(start_files, vec![3]);
+}
+
 /// A torn tail left by the old epoch ends its log where the last whole
 /// batch ends; the file is read, never cut (its leader may still be
 /// writing), and the torn bytes are not part of anything.
@@ -1291,8 +1333,20 @@ fn hiding_segments(
     )
 }
 
+/// The log start recorded by the newest epoch that recorded one.
 fn recorded_log_start(fx: &Fixture) -> layout::LogStart {
-    let data = fx.volume.read(&layout::log_start_offset_path(DIR)).unwrap();
+    let newest = fx
+        .volume
+        .list(DIR)
+        .unwrap()
+        .iter()
+        .filter_map(|name| layout::log_start_epoch(name))
+        .max()
+        .expect("a log-start file");
+    let data = fx
+        .volume
+        .read(&layout::log_start_offset_path(DIR, newest))
+        .unwrap();
     layout::decode_log_start(&data.expect("a log-start file")).unwrap()
 }
 
@@ -1391,7 +1445,7 @@ fn an_opening_records_the_first_segment_where_no_file_did() {
     );
     drop(log);
     fx.volume
-        .write_atomic(&layout::log_start_offset_path(DIR), b"0\n")
+        .write_atomic(&layout::log_start_offset_path(DIR, 0), b"0\n")
         .unwrap();
     let mut log = fx.open(small_segments());
     assert_eq!(
