@@ -118,7 +118,62 @@ crate::named_enum! {
         /// An expiry decided on an idle transactional id found the id
         /// updated since (an InitProducerId in between) and kept it.
         ExpiryOvertakenByANewerDecision,
+        /// A partition forgot an idle producer's idempotent state
+        /// (`producer.id.expiration.ms`; see [`producer_expired`]).
+        ProducerStateExpired,
     }
+}
+
+/// A partition forgot a producer's state: recorded for the simulator's
+/// checkers, which cannot see the broker's clock. Past it, that producer's
+/// retry of a batch appended before is appended again, or refused with
+/// UNKNOWN_PRODUCER_ID, as in Kafka; before it, either would be a lost
+/// producer state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerExpiry {
+    pub topic: String,
+    pub partition: i32,
+    pub producer_id: i64,
+    /// The partition's log end when it forgot: every batch the producer
+    /// had appended there is below it.
+    pub log_end: i64,
+}
+
+#[cfg(madsim)]
+static EXPIRIES: std::sync::Mutex<Vec<ProducerExpiry>> = std::sync::Mutex::new(Vec::new());
+
+/// Records `expiry` (in the simulator; nothing elsewhere) and counts
+/// [`Mark::ProducerStateExpired`].
+pub fn producer_expired(expiry: impl FnOnce() -> ProducerExpiry) {
+    hit(Mark::ProducerStateExpired);
+    #[cfg(madsim)]
+    EXPIRIES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(expiry());
+    #[cfg(not(madsim))]
+    let _ = expiry;
+}
+
+/// Every expiry recorded in this process since the last
+/// [`clear_producer_expiries`], oldest first (none outside the simulator).
+pub fn producer_expiries() -> Vec<ProducerExpiry> {
+    #[cfg(madsim)]
+    return EXPIRIES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    #[cfg(not(madsim))]
+    Vec::new()
+}
+
+/// Forgets the recorded expiries (a simulation starting in this process).
+pub fn clear_producer_expiries() {
+    #[cfg(madsim)]
+    EXPIRIES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clear();
 }
 
 #[cfg(madsim)]

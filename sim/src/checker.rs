@@ -45,9 +45,11 @@
 //!   (every InitProducerId answer is recorded), always at epoch 0 and from
 //!   this broker's slice of the id space.
 
+use crate::expiries::forgot_between;
 use crate::low_acks::{LowAcksHistory, LowAcksStats};
 use crate::retention_history::{Deletion, RetentionHistory, RetentionStats};
 use bytes::Bytes;
+use kaas_core::coverage::ProducerExpiry;
 use kaas_core::producer::{local_pid_range, pid_for, PID_BLOCK_SIZE};
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -94,6 +96,12 @@ pub struct IdempotenceStats {
     /// Unacknowledged batches given up at a reset.
     pub batches_abandoned: u64,
     pub pids_granted: u64,
+    /// Retries appended a second time because their partition forgot the
+    /// producer in between (`producer.id.expiration.ms`), as in Kafka.
+    pub appended_again_after_expiry: u64,
+    /// UNKNOWN_PRODUCER_ID for a producer's first unacknowledged batch on a
+    /// partition that forgot it: the producer starts over with a new id.
+    pub unknown_after_expiry: u64,
 }
 
 /// One idempotent batch as its producer built it.
@@ -147,7 +155,15 @@ pub struct History {
     pub low_acks: LowAcksHistory,
     /// What DeleteRecords and retention.ms allow to go from the topic.
     pub retention: RetentionHistory,
+    /// The partitions' producer expiries, when a test gives them; else
+    /// the brokers' record (`kaas_core::coverage::producer_expiries`).
+    pub expiries_given: Option<Vec<ProducerExpiry>>,
 }
+
+/// The main topic, which this checker watches: every plain and idempotent
+/// producer, consumer and group member uses it; auto-created by the first
+/// Produce.
+pub const TOPIC: &str = "sim";
 
 /// Why a value does not map to a record we sent.
 fn show(value: &Bytes) -> String {
@@ -157,6 +173,13 @@ fn show(value: &Bytes) -> String {
 impl History {
     pub fn new() -> History {
         History::default()
+    }
+
+    /// Every time a partition of the main topic forgot a producer so far.
+    pub fn expiries(&self) -> Vec<ProducerExpiry> {
+        self.expiries_given
+            .clone()
+            .unwrap_or_else(kaas_core::coverage::producer_expiries)
     }
 
     /// A rule broken while the run is going (reported at the end).
@@ -301,12 +324,20 @@ impl History {
     /// Returns whether an earlier answer named the same offset: then this
     /// answer is to a retry the broker recognised as a duplicate.
     pub fn idempotent_answered(&mut self, index: BatchIndex, base_offset: i64, lost: bool) -> bool {
+        let expiries = self.expiries();
         let Some(entry) = self.idempotent.get_mut(index) else {
             return false;
         };
         let earlier = entry.answered.replace(base_offset);
-        if let Some(earlier) = earlier.filter(|&e| e != base_offset) {
-            let b = &entry.batch;
+        let b = &entry.batch;
+        let appended_again = earlier.is_some_and(|e| {
+            e < base_offset && forgot_between(&expiries, TOPIC, b.partition, b.pid, e, base_offset)
+        });
+        if appended_again {
+            // The partition forgot the producer between the two: the retry
+            // was new to it, as in Kafka.
+            self.idem.appended_again_after_expiry += 1;
+        } else if let Some(earlier) = earlier.filter(|&e| e != base_offset) {
             self.violations.push(format!(
                 "producer {} (pid {} epoch {}) batch of sequence {} on partition {}: a retry was acknowledged at offset {base_offset}, an earlier answer said {earlier}",
                 b.producer, b.pid, b.epoch, b.base_sequence, b.partition
@@ -501,6 +532,7 @@ impl History {
         if self.idempotent.is_empty() {
             return violations;
         }
+        let expiries = self.expiries();
         let ours: BTreeSet<&Bytes> = self
             .idempotent
             .iter()
@@ -531,11 +563,28 @@ impl History {
             };
             let places: Vec<Option<&Vec<(i32, i64)>>> =
                 batch.values.iter().map(|v| found.get(v)).collect();
+            // A record in the log twice is a duplicate unless its partition
+            // forgot the producer between the copies (a retry appended
+            // again, as in Kafka); the rules below then look at the first.
+            let copied_after_expiry = |copies: &Vec<(i32, i64)>| {
+                copies.windows(2).all(|w| {
+                    w[0].0 == batch.partition
+                        && w[1].0 == batch.partition
+                        && forgot_between(
+                            &expiries,
+                            TOPIC,
+                            batch.partition,
+                            batch.pid,
+                            w[0].1,
+                            w[1].1,
+                        )
+                })
+            };
             if let Some(v) = batch
                 .values
                 .iter()
                 .zip(&places)
-                .find(|(_, p)| p.is_some_and(|p| p.len() > 1))
+                .find(|(_, p)| p.is_some_and(|p| p.len() > 1 && !copied_after_expiry(p)))
             {
                 violations.push(format!(
                     "{}: record {} is in the final log {} times: {:?}",
@@ -823,6 +872,36 @@ mod tests {
         h.idempotent_batch(idem(0, &["a0"]));
         let v = h.check_final(1, &BTreeMap::from([(0, log(&["a0", "a0"]))]));
         assert!(v.iter().any(|m| m.contains("2 times")), "{v:?}");
+    }
+
+    /// A partition that forgot the producer (`producer.id.expiration.ms`)
+    /// takes its retry as new, as Kafka does: the second copy, and the
+    /// retry's answer at another offset, are allowed only with an expiry
+    /// between the two copies.
+    #[test]
+    fn a_retry_appended_again_is_allowed_only_past_an_expiry_between_the_copies() {
+        let expiry = |log_end| ProducerExpiry {
+            topic: TOPIC.into(),
+            partition: 0,
+            producer_id: pid_for(0, 0),
+            log_end,
+        };
+        for (expiries, allowed) in [
+            (vec![expiry(1)], true),
+            (vec![expiry(3)], false),
+            (vec![], false),
+        ] {
+            let mut h = History::new();
+            h.expiries_given = Some(expiries.clone());
+            h.sent(&[b("x")]);
+            let a = h.idempotent_batch(idem(0, &["a0"]));
+            assert!(!h.idempotent_answered(a, 0, true));
+            h.idempotent_answered(a, 2, false);
+            let at_the_end = h.check_final(1, &BTreeMap::from([(0, log(&["a0", "x", "a0"]))]));
+            let all: Vec<&String> = h.violations().iter().chain(&at_the_end).collect();
+            assert_eq!(all.is_empty(), allowed, "{expiries:?}: {all:?}");
+            assert_eq!(h.idem.appended_again_after_expiry, u64::from(allowed));
+        }
     }
 
     #[test]

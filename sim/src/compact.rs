@@ -299,8 +299,18 @@ impl KeyedProducer {
         }
     }
 
-    /// Sends the batch to the partition's leader until it is acknowledged;
-    /// false if it never was (a violation has been reported).
+    /// Whether the partition forgot this producer at some point.
+    fn forgotten(&self) -> bool {
+        self.session.is_some_and(|(pid, _)| {
+            let expiries = kaas_core::coverage::producer_expiries();
+            crate::expiries::forgot(&expiries, COMPACT_TOPIC, PARTITION, pid)
+        })
+    }
+
+    /// Sends the batch to the partition's leader until it is acknowledged,
+    /// or until its fate is unknown because the partition forgot the
+    /// producer (then with no session: a new one is asked for); false if it
+    /// never was (a violation has been reported).
     async fn produce_until_acknowledged(
         &mut self,
         body: &RequestBody,
@@ -347,6 +357,21 @@ impl KeyedProducer {
                     if redirects(code) {
                         self.router.invalidate();
                     }
+                }
+                Some((code, _))
+                    if code == ErrorCode::UnknownProducerId.code() && self.forgotten() =>
+                {
+                    // The partition forgot this idle producer
+                    // (`producer.id.expiration.ms`): the batch's fate is
+                    // unknown (an attempt may have been appended before),
+                    // and the producer starts over with a new id, as the
+                    // Java client does.
+                    tracing::debug!(
+                        sequence = self.sequence,
+                        "compact producer forgotten by its partition"
+                    );
+                    self.session = None;
+                    return true;
                 }
                 Some((code, _)) => {
                     // The only batch in flight, retried with its own

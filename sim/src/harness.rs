@@ -263,6 +263,14 @@ impl SeedReport {
                 "late old-epoch batches refused",
                 self.idem.stale_epochs_refused,
             ),
+            (
+                "retries appended again after an expiry",
+                self.idem.appended_again_after_expiry,
+            ),
+            (
+                "UNKNOWN_PRODUCER_ID after an expiry",
+                self.idem.unknown_after_expiry,
+            ),
             ("transactions committed", t.commits_acked),
             ("transactions aborted", t.aborts_acked),
             ("transactions fenced", t.fenced),
@@ -326,7 +334,7 @@ impl fmt::Display for SeedReport {
             let i = &self.idem;
             write!(
                 f,
-                "idempotent: {} batches acked, {} resends, {} duplicates confirmed ({} answers lost), {} sequence errors, {} resets ({} epoch bumps, {} late old-epoch batches refused, {} batches abandoned), {} pids from {} blocks | ",
+                "idempotent: {} batches acked, {} resends, {} duplicates confirmed ({} answers lost), {} sequence errors, {} resets ({} epoch bumps, {} late old-epoch batches refused, {} batches abandoned), {} pids from {} blocks, {} retries appended again and {} UNKNOWN_PRODUCER_ID after an expiry | ",
                 i.batches_acked,
                 i.resends,
                 i.duplicates_confirmed,
@@ -338,6 +346,8 @@ impl fmt::Display for SeedReport {
                 i.batches_abandoned,
                 i.pids_granted,
                 self.pid_blocks,
+                i.appended_again_after_expiry,
+                i.unknown_after_expiry,
             )?;
         }
         if p.runs_plain_at(Acks::Leader) || p.runs_plain_at(Acks::None) {
@@ -639,6 +649,12 @@ fn broker_config(params: &SimParams, id: usize) -> BrokerConfig {
     if params.txn_id_expiration_ms > 0 {
         config.txn.id_expiration_ms = params.txn_id_expiration_ms;
         config.txn.remove_expired_interval_ms = params.txn_timer_ms;
+    }
+    // Partitions forget idle producers within the run (expiry runs with
+    // retention's periodic pass).
+    if params.producer_id_expiration_ms > 0 {
+        config.producer_id_expiration_ms = params.producer_id_expiration_ms;
+        config.log.retention_check_interval_ms = config.log.retention_check_interval_ms.min(250);
     }
     config
 }
@@ -1381,7 +1397,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .with_acks(seed)
         .with_zombie_members(seed)
         .with_txn_timers(seed)
-        .with_compression(seed);
+        .with_compression(seed)
+        .with_producer_expiry(seed);
+    // Expiries the brokers of an earlier run in this process recorded are
+    // not this run's.
+    kaas_core::coverage::clear_producer_expiries();
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
     let buggifier = Buggifier::new(seed, params.brokers);

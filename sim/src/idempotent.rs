@@ -746,15 +746,27 @@ impl Producer {
             self.shared.history().stats.produce_errors += 1;
             lane.blocked = true;
         } else {
-            let what = if sequence_error {
-                "for its first unacknowledged batch: the broker lost acknowledged batches or their producer state"
+            let forgotten = code == ErrorCode::UnknownProducerId.code()
+                && self.session.is_some_and(|(pid, _)| {
+                    let expiries = self.shared.history().expiries();
+                    crate::expiries::forgot(&expiries, TOPIC, partition, pid)
+                });
+            if forgotten {
+                // The partition forgot this idle producer
+                // (`producer.id.expiration.ms`): its sequence is unknown
+                // there, as in Kafka's answer to a lost producer state.
+                self.shared.history().idem.unknown_after_expiry += 1;
             } else {
-                "a non-retriable error"
-            };
-            self.violation(format!(
-                "partition {partition}: error {code} {what} (session {:?})",
-                self.session
-            ));
+                let what = if sequence_error {
+                    "for its first unacknowledged batch: the broker lost acknowledged batches or their producer state"
+                } else {
+                    "a non-retriable error"
+                };
+                self.violation(format!(
+                    "partition {partition}: error {code} {what} (session {:?})",
+                    self.session
+                ));
+            }
             // As the Java client does with an unresolvable sequence: give
             // up those batches and start over with a new identity.
             self.abandon_all();
@@ -848,7 +860,17 @@ impl Producer {
         )
         .map_err(RequestError::of)
         .and_then(|body| produce_outcome(body, partition));
+        let forgotten = || {
+            let expiries = self.shared.history().expiries();
+            // A local epoch bump keeps the producer id.
+            self.session
+                .is_some_and(|(pid, _)| crate::expiries::forgot(&expiries, TOPIC, partition, pid))
+        };
         match outcome {
+            // The partition forgot the producer since the newer epoch
+            // wrote (an answer held up longer than the expiration): a
+            // late copy is then new to it, in Kafka as here.
+            Ok((0, _)) if forgotten() => {}
             Ok((0, base_offset)) => self.violation(format!(
                 "partition {partition}: a late copy of epoch {}'s first batch, sent after a batch of epoch {} was acknowledged there, was accepted at offset {base_offset}: a fenced epoch wrote after the bump",
                 stale.epoch,

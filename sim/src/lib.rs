@@ -35,7 +35,7 @@
 //!   compacted topic, a DeleteRecords actor), where each request goes with several brokers, and
 //!   running many seeds.
 //!
-//! Without `--cfg madsim` only the first twelve exist, and their unit tests
+//! Without `--cfg madsim` only the first thirteen exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
@@ -47,6 +47,7 @@ pub mod compact_history;
 #[cfg(madsim)]
 pub mod env;
 pub mod eos_history;
+pub mod expiries;
 pub mod group_history;
 pub mod low_acks;
 pub mod params;

@@ -161,6 +161,11 @@ pub struct SimParams {
     /// `Compression` id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd): drawn by
     /// [`with_compression`](Self::with_compression).
     pub codec: u8,
+    /// `producer.id.expiration.ms` (0: Kafka's day): in half the seeds 1 s
+    /// or 3 s, run every 250 ms, so partitions forget idle producers while
+    /// their retries, late copies and next batches are still coming. Drawn
+    /// by [`with_producer_expiry`](Self::with_producer_expiry).
+    pub producer_id_expiration_ms: i64,
     /// The compacted-topic workload this seed (`crate::compact`), if any:
     /// a keyed producer and a reader on a topic the cleaner cleans.
     pub compaction: Option<CompactionParams>,
@@ -326,6 +331,7 @@ impl SimParams {
             compaction: None,
             retention: None,
             codec: 0,
+            producer_id_expiration_ms: 0,
         };
         SimParams {
             eos_txn_timeout_ms: drawn.txn_timeout_ms,
@@ -542,6 +548,20 @@ impl SimParams {
     pub fn with_compression(mut self, seed: u64) -> SimParams {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_7a69_7021);
         self.codec = [0, 0, 1, 2, 3, 4][rng.gen_range(0..6)];
+        self
+    }
+
+    /// Draws the seed's `producer.id.expiration.ms`, from an rng of its own
+    /// seeded by the seed, as [`with_roll`](Self::with_roll) does, so that
+    /// every other draw stays as it was. A partition that forgets a producer
+    /// takes its retry of a batch appended before as new (or refuses a
+    /// sequence above 0 with UNKNOWN_PRODUCER_ID), as Kafka does: the
+    /// checkers learn each expiry from the broker
+    /// (`kaas_core::coverage::producer_expiries`) and allow that, and only
+    /// that, past it.
+    pub fn with_producer_expiry(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_7069_6478);
+        self.producer_id_expiration_ms = [0, 0, 1_000, 3_000][rng.gen_range(0..4)];
         self
     }
 

@@ -34,8 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// The topic every actor uses; auto-created by the first Produce.
-pub const TOPIC: &str = "sim";
+pub use crate::checker::TOPIC;
 pub(crate) const PRODUCE_VERSION: i16 = 9;
 pub(crate) const FETCH_VERSION: i16 = 12;
 /// How long the broker may wait for the fsync before answering

@@ -39,6 +39,7 @@ const REQUIRED_MARKS: &[Mark] = &[
     Mark::ReaperRacedAnEndTxn,
     Mark::EndTxnOfATransactionAbortedUnderItRefused,
     Mark::IdleTransactionalIdExpired,
+    Mark::ProducerStateExpired,
     Mark::ReconcileCompletedAPreparedTransaction,
     Mark::EndTxnRetryFoundItsTransactionComplete,
     Mark::InitProducerIdAbortedATransactionInFlight,

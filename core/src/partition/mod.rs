@@ -462,8 +462,8 @@ impl PartitionState {
         self.producers.fence(producer_id, epoch)
     }
 
-    /// Forgets producers idle for `expiration_ms`; returns how many.
-    pub fn expire_producers(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+    /// Forgets producers idle for `expiration_ms`; returns their ids.
+    pub fn expire_producers(&mut self, now_ms: i64, expiration_ms: i64) -> Vec<i64> {
         self.producers.expire(now_ms, expiration_ms)
     }
 

@@ -420,16 +420,25 @@ impl ProducerTable {
             .min()
     }
 
-    /// Drops producers idle for `expiration_ms` (producer.id.expiration.ms).
-    /// State outlives the log segments that held the producer's batches
-    /// (KIP-360): only this clock removes it.
-    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
-        let before = self.entries.len();
-        self.entries.retain(|_, e| {
-            e.current_txn_first_offset.is_some()
-                || now_ms.saturating_sub(e.last_update_ms) < expiration_ms
-        });
-        before - self.entries.len()
+    /// Drops producers idle for `expiration_ms` (producer.id.expiration.ms)
+    /// and returns their ids. State outlives the log segments that held the
+    /// producer's batches (KIP-360): only this clock removes it, and never
+    /// while the producer has a transaction open here.
+    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> Vec<i64> {
+        let idle = |e: &ProducerEntry| {
+            e.current_txn_first_offset.is_none()
+                && now_ms.saturating_sub(e.last_update_ms) >= expiration_ms
+        };
+        let expired: Vec<i64> = self
+            .entries
+            .values()
+            .filter(|e| idle(e))
+            .map(|e| e.producer_id)
+            .collect();
+        for id in &expired {
+            self.entries.remove(id);
+        }
+        expired
     }
 
     fn from_entries(entries: Vec<ProducerEntry>) -> ProducerTable {

@@ -195,14 +195,14 @@ fn producer_state_outlives_the_log_until_expiration() {
             1_000 + DEFAULT_PRODUCER_ID_EXPIRATION_MS - 1,
             DEFAULT_PRODUCER_ID_EXPIRATION_MS
         ),
-        0
+        Vec::<i64>::new()
     );
     assert_eq!(
         t.expire(
             1_000 + DEFAULT_PRODUCER_ID_EXPIRATION_MS,
             DEFAULT_PRODUCER_ID_EXPIRATION_MS
         ),
-        1
+        vec![7]
     );
     assert!(t.is_empty());
 }

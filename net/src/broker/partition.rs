@@ -535,8 +535,18 @@ impl Partition {
             return Ok(());
         }
         let _one = self.deleting.lock().await;
-        self.state()
-            .expire_producers(now_ms, producer_expiration_ms);
+        {
+            let mut state = self.state();
+            let log_end = state.log_end_offset();
+            for producer_id in state.expire_producers(now_ms, producer_expiration_ms) {
+                kaas_core::coverage::producer_expired(|| kaas_core::coverage::ProducerExpiry {
+                    topic: self.topic.to_string(),
+                    partition: self.index,
+                    producer_id,
+                    log_end,
+                });
+            }
+        }
         let (count, new_start) =
             self.log
                 .lock()
