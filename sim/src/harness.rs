@@ -96,8 +96,18 @@ pub const MIN_DELETES_ACKED: u64 = 3;
 pub const MIN_LOG_STARTS_CHECKED: u64 = 1;
 /// ... and, with retention.ms, this many records aged out of the final log.
 pub const MIN_RECORDS_AGED_OUT: u64 = 1;
-/// How long the final read-back may take once faults have stopped.
+/// How long one step of the final read-back may take once faults have
+/// stopped (each step also stops at what is left of [`LIVENESS_BOUND`]).
 const LIVENESS_DEADLINE: Duration = Duration::from_secs(120);
+/// Issue 13 item 9's stated bound: from the end of the faults, with every
+/// broker up and the volume healed, everything must have settled within
+/// this much simulated time — every producer drained, every prepared
+/// transaction completed and every open one aborted by the reaper, every
+/// acknowledged record read back (at read_committed where transactions
+/// write), and the group caught up with the log end and its final offsets
+/// read. Exceeding it fails the seed. Seeds settle in a few seconds to a
+/// minute (the batch summary counts those that took over a minute).
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(240);
 /// How long to wait for an armed power cut or fsync failure before
 /// crashing anyway.
 const FAULT_WAIT: Duration = Duration::from_secs(5);
@@ -198,6 +208,9 @@ pub struct SeedReport {
     pub buggifying: bool,
     pub buggify: BuggifyStats,
     pub simulated: Duration,
+    /// From the end of the faults to the last liveness check: at most
+    /// [`LIVENESS_BOUND`].
+    pub settled: Duration,
     /// The vacuity gates this seed fell short of, each with its counts.
     pub vacuous: Vec<String>,
     /// Equal between two runs of a seed iff they behaved the same.
@@ -276,6 +289,8 @@ impl SeedReport {
             ("transactions fenced", t.fenced),
             ("zombie producers", t.zombies),
             ("EndTxn retries", t.end_retries),
+            ("transactions left open at the stop", t.left_to_reaper),
+            ("of them aborted by the reaper", t.reaped_after_stop),
             ("transactions ended at version 2", t.v2_ends),
             ("EOS transactions committed", e.commits_acked),
             ("EOS transactions aborted", e.aborts_acked),
@@ -303,6 +318,10 @@ impl SeedReport {
                 g.zombie_commits_accepted,
             ),
             ("seeds that buggify", u64::from(self.buggifying)),
+            (
+                "seeds settled over a minute after the faults",
+                u64::from(self.settled > Duration::from_secs(60)),
+            ),
             ("fsyncs", self.syncs),
         ]
     }
@@ -418,7 +437,7 @@ impl fmt::Display for SeedReport {
             let t = &self.txns;
             write!(
                 f,
-                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} ended at version 2, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, settled {} ms after the stop | ",
+                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} ended at version 2, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, settled {} ms after the stop ({} left open, {} of them aborted by the reaper) | ",
                 t.begun,
                 t.commits_acked,
                 t.commits_unknown,
@@ -439,6 +458,8 @@ impl fmt::Display for SeedReport {
                 t.aborted_batches_dropped,
                 t.final_aborted_batches_dropped,
                 t.settled_ms,
+                t.left_to_reaper,
+                t.reaped_after_stop,
             )?;
         }
         if p.eos {
@@ -530,7 +551,7 @@ impl fmt::Display for SeedReport {
         write!(
             f,
             "{} crashes ({} power cuts, {} fsync failures, {} torn: {} unsynced bytes dropped, {} kept, {} zeroed; {} process kills, {} kept unsynced data ({} bytes), {} followed by a power loss), {} clogs, {} fsyncs | \
-             {} partitions, {} producers ({} idempotent, {} in flight), {} group members, segment {} B / {} ms | {:?} simulated | fingerprint {:016x}",
+             {} partitions, {} producers ({} idempotent, {} in flight), {} group members, segment {} B / {} ms | {:?} simulated, settled {:?} after the faults | fingerprint {:016x}",
             self.faults.crashes,
             self.faults.power_cuts,
             self.faults.fsync_failures,
@@ -552,6 +573,7 @@ impl fmt::Display for SeedReport {
             p.segment_bytes,
             p.segment_ms.0,
             self.simulated,
+            self.settled,
             self.fingerprint,
         )
     }
@@ -1602,6 +1624,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     // group (no more member churn) must consume and commit up to the end
     // of every partition.
     shared.faults_over.store(true, Relaxed);
+    let liveness_started = Instant::now();
+    // Each final step waits at most its own deadline and what is left of
+    // the bound.
+    let step_deadline =
+        || LIVENESS_DEADLINE.min(LIVENESS_BOUND.saturating_sub(liveness_started.elapsed()));
     shared.stop_producing.store(true, Relaxed);
     for p in producers {
         if p.await.is_err() {
@@ -1665,7 +1692,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                 params,
                 brokers.clone(),
                 shared.clone(),
-                LIVENESS_DEADLINE,
+                step_deadline(),
             ))
             .await
         {
@@ -1688,7 +1715,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                 params,
                 brokers.clone(),
                 shared.clone(),
-                LIVENESS_DEADLINE,
+                step_deadline(),
             ))
             .await
     } else {
@@ -1697,7 +1724,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                 params,
                 BROKER_ADDR,
                 shared.clone(),
-                LIVENESS_DEADLINE,
+                step_deadline(),
             ))
             .await
             .map(|r| r.map(|logs| (logs, BTreeMap::new())))
@@ -1719,7 +1746,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                 params,
                 brokers.clone(),
                 shared.clone(),
-                LIVENESS_DEADLINE,
+                step_deadline(),
             ))
             .await
         {
@@ -1742,7 +1769,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                 params,
                 brokers.clone(),
                 shared.clone(),
-                LIVENESS_DEADLINE,
+                step_deadline(),
             ))
             .await
         {
@@ -1763,7 +1790,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             .collect()
     };
     if params.group_members > 0 {
-        let give_up = Instant::now() + LIVENESS_DEADLINE;
+        let wait = step_deadline();
+        let give_up = Instant::now() + wait;
         loop {
             let behind: Vec<(i32, i64, i64)> = {
                 let groups = shared.groups();
@@ -1778,7 +1806,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             }
             if Instant::now() >= give_up {
                 problems.push(format!(
-                    "liveness: {LIVENESS_DEADLINE:?} after the faults, the group's commits are still behind the log end (partition, committed, end): {behind:?}"
+                    "liveness: {wait:?} after the final reads, the group's commits are still behind the log end (partition, committed, end): {behind:?}"
                 ));
                 break;
             }
@@ -1798,7 +1826,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                 params,
                 brokers.clone(),
                 shared.clone(),
-                LIVENESS_DEADLINE,
+                step_deadline(),
             ))
             .await;
         match read {
@@ -1806,6 +1834,13 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             Ok(Err(e)) => problems.push(e),
             Err(_) => problems.push("the final offset reader died".to_string()),
         }
+    }
+
+    let settled = liveness_started.elapsed();
+    if settled > LIVENESS_BOUND {
+        problems.push(format!(
+            "liveness: everything settled only {settled:?} after the faults, beyond the bound of {LIVENESS_BOUND:?}"
+        ));
     }
 
     let history = shared.history();
@@ -2023,6 +2058,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         buggifying: !buggifier.plan().is_empty(),
         buggify: buggifier.stats(),
         simulated: started.elapsed(),
+        settled,
         vacuous,
         fingerprint: history.fingerprint(&logs, &{
             let mut extra = format!(

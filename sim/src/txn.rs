@@ -1132,6 +1132,9 @@ pub async fn final_read(
     let mut routes = Routes::new("txn-final", &brokers);
     let mut backoff = Backoff::new();
     let ids: Vec<String> = (0..params.txn_producers).map(transactional_id).collect();
+    // The ids whose transaction was Ongoing at the first answer, with no
+    // producer left to end it: the reaper's to abort (issue 13 item 9).
+    let mut left_open: Option<Vec<String>> = None;
     loop {
         if Instant::now() >= started + open_bound {
             return Err(format!(
@@ -1146,6 +1149,13 @@ pub async fn final_read(
                 continue;
             }
         };
+        let left_open = left_open.get_or_insert_with(|| {
+            states
+                .iter()
+                .filter(|s| s.error_code == 0 && s.transaction_state == "Ongoing")
+                .map(|s| s.transactional_id.clone())
+                .collect()
+        });
         let open: Vec<String> = states
             .iter()
             .filter(|s| {
@@ -1178,7 +1188,15 @@ pub async fn final_read(
             })
             .collect();
         if open.is_empty() {
-            shared.txns().stats.settled_ms = started.elapsed().as_millis() as u64;
+            let reaped = states
+                .iter()
+                .filter(|s| left_open.contains(&s.transactional_id))
+                .filter(|s| s.transaction_state == "CompleteAbort")
+                .count();
+            let stats = &mut shared.txns().stats;
+            stats.settled_ms = started.elapsed().as_millis() as u64;
+            stats.left_to_reaper = left_open.len() as u64;
+            stats.reaped_after_stop = reaped as u64;
             break;
         }
         last = open.join(", ");

@@ -134,6 +134,11 @@ pub struct TxnStats {
     pub final_aborted_batches_dropped: u64,
     /// After the producers stopped, how long until no transaction was open.
     pub settled_ms: u64,
+    /// Transactions still Ongoing when the producers had stopped (a
+    /// stalled instance's, left to the reaper), and of them those found
+    /// aborted once nothing was open (CompleteAbort).
+    pub left_to_reaper: u64,
+    pub reaped_after_stop: u64,
 }
 
 #[derive(Debug, Default)]
