@@ -18,6 +18,8 @@
 //! - [`low_acks`]: what plain producers at acks=1 and acks=0 may lose.
 //! - [`retention_history`]: what DeleteRecords and `retention.ms` may take
 //!   from the main topic (the checker learns the log start).
+//! - [`poll_history`]: poll order within each consumer (no skipped record,
+//!   no position going back but by an explicit seek).
 //! - [`cluster_history`] and [`writers`]: the multi-broker rules
 //!   (leader epochs, one writer per file and epoch).
 //! - [`params`]: per-seed workload and fault parameters.
@@ -35,7 +37,7 @@
 //!   compacted topic, a DeleteRecords actor), where each request goes with several brokers, and
 //!   running many seeds.
 //!
-//! Without `--cfg madsim` only the first twelve exist, and their unit tests
+//! Without `--cfg madsim` only the first thirteen exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
@@ -50,6 +52,7 @@ pub mod eos_history;
 pub mod group_history;
 pub mod low_acks;
 pub mod params;
+pub mod poll_history;
 pub mod retention_history;
 pub mod txn_history;
 pub mod volume;
