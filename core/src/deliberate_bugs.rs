@@ -99,6 +99,12 @@ crate::named_enum! {
         /// looking at its newest timestamp: records still within
         /// `retention.ms` are lost.
         RetentionIgnoresSegmentAge,
+        /// A fetch that waited for data (a long poll woken by new data)
+        /// reads again one batch past the offset asked for, when its read
+        /// starts at that offset and holds another batch: the consumer's
+        /// position moves past a batch it never received, as a stale or
+        /// off-by-one read position kept across the wait would make it.
+        FetchSkipsABatch,
     }
 }
 

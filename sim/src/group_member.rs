@@ -30,9 +30,10 @@
 
 use crate::group_history::{CommitId, CommitOutcome, ZombieAnswer};
 use crate::params::SimParams;
+use crate::poll_history::{ConsumerId, Reading, Seek};
 use crate::retention::{reset_to_earliest, Reset};
 use crate::routes::{self, Routes};
-use crate::workload::{Backoff, Floors, RequestError, Shared, TOPIC};
+use crate::workload::{polling, Backoff, Floors, RequestError, Shared, TOPIC};
 use bytes::{Bytes, BytesMut};
 use kaas_core::protocol::messages::{
     consumer_protocol_assignment, find_coordinator_request, heartbeat_request, join_group_request,
@@ -188,6 +189,8 @@ struct Member {
     owned: Vec<i32>,
     /// Fetch positions; empty until the committed offsets were read.
     positions: BTreeMap<i32, i64>,
+    /// This incarnation in the poll-order history.
+    polls: ConsumerId,
     next_heartbeat: Instant,
     next_commit: Instant,
     dies_at: Option<Instant>,
@@ -214,6 +217,9 @@ impl Member {
         let dies_at = params.member_lifetime_ms.map(|mean| {
             Instant::now() + Duration::from_millis(mean).mul_f64(thread_rng().gen_range(0.3..1.7))
         });
+        let polls = shared
+            .polls()
+            .consumer(format!("member {slot}.{incarnation}"), Reading::Uncommitted);
         Member {
             name: format!("member {slot}.{incarnation}"),
             params,
@@ -224,6 +230,7 @@ impl Member {
             leader: String::new(),
             owned: Vec::new(),
             positions: BTreeMap::new(),
+            polls,
             next_heartbeat: Instant::now(),
             next_commit: Instant::now(),
             dies_at,
@@ -602,6 +609,11 @@ impl Member {
             return self.backoff.wait().await;
         }
         if resume {
+            let mut polls = self.shared.polls();
+            for (&p, &offset) in &positions {
+                polls.seek(self.polls, p, offset, Seek::Committed);
+            }
+            drop(polls);
             self.positions = positions;
         }
     }
@@ -747,6 +759,7 @@ impl Member {
             wait_ms,
             &self.shared,
             &self.name,
+            self.polls,
         )
         .await;
         let Some(round) = round else {
@@ -779,8 +792,11 @@ impl Member {
         {
             return;
         }
+        let name = format!("zombie of {} (generation {})", self.name, self.generation);
+        let polls = polling(&name, Reading::Uncommitted, &self.positions, &self.shared);
         let zombie = Zombie {
-            name: format!("zombie of {} (generation {})", self.name, self.generation),
+            name,
+            polls,
             routes: Routes::new(format!("zombie-{}", self.name), self.routes.brokers()),
             member_id: self.member_id.clone(),
             generation: self.generation,
@@ -842,6 +858,7 @@ async fn fetch_round(
     wait_ms: i32,
     shared: &Shared,
     name: &str,
+    me: ConsumerId,
 ) -> Option<FetchRound> {
     let floors = Floors::now(positions, shared);
     let fetched = match routes.fetch(positions, wait_ms, shared).await {
@@ -884,6 +901,7 @@ async fn fetch_round(
             match start {
                 Reset::MovedTo(start) => {
                     *position = start;
+                    shared.polls().seek(me, part.partition, start, Seek::Reset);
                     round.advanced = true;
                 }
                 Reset::Failed => {}
@@ -900,6 +918,7 @@ async fn fetch_round(
             continue;
         }
         floors.fetched(&part, shared);
+        shared.polls().answer(me, part.poll_answer());
         round.records += part.records.len() as u64;
         round.advanced |= part.next_offset > *position;
         *position = (*position).max(part.next_offset);
@@ -964,6 +983,9 @@ fn partition_codes(answer: &OffsetCommitResponse) -> BTreeMap<i32, i16> {
 /// that wrote it.
 struct Zombie {
     name: String,
+    /// The zombie in the poll-order history (a consumer of its own, from
+    /// its member's positions).
+    polls: ConsumerId,
     routes: Routes,
     member_id: String,
     generation: i32,
@@ -995,6 +1017,7 @@ impl Zombie {
                 100,
                 &self.shared,
                 &self.name,
+                self.polls,
             )
             .await;
             match round {

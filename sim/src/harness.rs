@@ -17,6 +17,7 @@ use crate::low_acks::{Acks, LowAcksStats};
 use crate::params::{
     SimParams, CLOCK_SKEW_BOUND_MS, MAX_CLOCK_OFFSET_MS, MAX_DRIFT_PPM, VOLUME_STALENESS_BOUND_MS,
 };
+use crate::poll_history::PollStats;
 use crate::retention_history::RetentionStats;
 use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
@@ -191,6 +192,8 @@ pub struct SeedReport {
     pub low_acks: LowAcksStats,
     /// What the deletion rules compared.
     pub retention: RetentionStats,
+    /// What the poll-order rules compared.
+    pub polls: PollStats,
     /// Multi-broker seeds: what clients saw of leadership, and the claims
     /// on the volume.
     pub cluster: ClusterStats,
@@ -270,6 +273,15 @@ impl SeedReport {
                 "records aged out by retention.ms",
                 self.retention.deleted_by_age,
             ),
+            (
+                "poll answers compared with the final log",
+                self.polls.answers_compared,
+            ),
+            ("polled offsets checked", self.polls.offsets_checked),
+            (
+                "poll seeks back to a committed offset",
+                self.polls.seeks_back,
+            ),
             ("idempotent resends", self.idem.resends),
             ("duplicates confirmed", self.idem.duplicates_confirmed),
             (
@@ -340,6 +352,21 @@ impl fmt::Display for SeedReport {
             self.batches_abandoned,
             self.produce_errors,
             self.records_fetched,
+        )?;
+        let o = &self.polls;
+        write!(
+            f,
+            "polls: {} consumers, {} answers ({} compared, {} began in the batch below, {} above the offset asked), {} offsets checked, {} absent from the final log, {} seeks to a committed offset ({} back), {} resets | ",
+            o.consumers,
+            o.answers,
+            o.answers_compared,
+            o.began_below,
+            o.began_above,
+            o.offsets_checked,
+            o.offsets_absent,
+            o.seeks_committed,
+            o.seeks_back,
+            o.resets,
         )?;
         if self.buggifying {
             let fires: Vec<String> = self
@@ -1854,6 +1881,9 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             .map(|e| format!("broker: {e}")),
     );
     problems.extend(history.check_final(params.partitions, &logs));
+    let poll_stats = shared
+        .polls()
+        .check_seed(&logs, &txn_logs, &mut problems, &mut vacuous);
     let mut txns = shared.txns();
     if params.txn_producers > 0 || params.eos {
         // The loop's InitProducerId answers are in this history too.
@@ -2048,6 +2078,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         compact: compact_stats,
         low_acks,
         retention: retention_stats,
+        polls: poll_stats,
         cluster: cluster.stats,
         claims,
         writers: writer_stats,

@@ -18,6 +18,8 @@
 //! - [`low_acks`]: what plain producers at acks=1 and acks=0 may lose.
 //! - [`retention_history`]: what DeleteRecords and `retention.ms` may take
 //!   from the main topic (the checker learns the log start).
+//! - [`poll_history`]: poll order within each consumer (no skipped record,
+//!   no position going back but by an explicit seek).
 //! - [`cluster_history`] and [`writers`]: the multi-broker rules
 //!   (leader epochs, one writer per file and epoch).
 //! - [`params`]: per-seed workload and fault parameters.
@@ -51,6 +53,7 @@ pub mod expiries;
 pub mod group_history;
 pub mod low_acks;
 pub mod params;
+pub mod poll_history;
 pub mod retention_history;
 pub mod txn_history;
 pub mod volume;

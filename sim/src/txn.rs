@@ -21,11 +21,12 @@
 //! instance later, and until then the reaper must abort what it left open.
 
 use crate::params::SimParams;
+use crate::poll_history::{self, Reading};
 use crate::routes::{self, Routes};
 use crate::txn_history::{Txn, TxnEnd, TxnIndex, TXN_TOPIC};
 use crate::workload::{
-    ensure_connected, retriable, Backoff, RequestError, Shared, FETCH_MAX_BYTES, PRODUCE_VERSION,
-    REQUEST_TIMEOUT,
+    ensure_connected, polling, retriable, Backoff, RequestError, Shared, FETCH_MAX_BYTES,
+    PRODUCE_VERSION, REQUEST_TIMEOUT,
 };
 use bytes::Bytes;
 use kaas_core::protocol::messages::describe_transactions_response::TransactionState;
@@ -860,6 +861,8 @@ fn produce_outcome(body: ResponseBody, partition: i32) -> Result<(i16, i64), Req
 /// One partition of a read_committed fetch, as a Kafka client delivers it.
 pub(crate) struct CommittedRead {
     pub(crate) partition: i32,
+    /// The offset the fetch asked for.
+    pub(crate) requested: i64,
     pub(crate) error_code: i16,
     pub(crate) high_watermark: i64,
     pub(crate) last_stable_offset: i64,
@@ -869,6 +872,9 @@ pub(crate) struct CommittedRead {
     pub(crate) next_offset: i64,
     /// Batches of aborted transactions dropped.
     pub(crate) aborted_dropped: u64,
+    /// Every batch returned, (base offset, last offset): control and
+    /// aborted ones included.
+    pub(crate) batches: Vec<(i64, i64)>,
 }
 
 impl CommittedRead {
@@ -877,12 +883,25 @@ impl CommittedRead {
     pub(crate) fn failed(partition: i32, requested: i64) -> CommittedRead {
         CommittedRead {
             partition,
+            requested,
             error_code: -1,
             high_watermark: -1,
             last_stable_offset: -1,
             records: Vec::new(),
             next_offset: requested,
             aborted_dropped: 0,
+            batches: Vec::new(),
+        }
+    }
+
+    /// The answer as the poll-order rules take it (`crate::poll_history`).
+    pub(crate) fn poll_answer(&self) -> poll_history::Answer {
+        poll_history::Answer {
+            partition: self.partition,
+            requested: self.requested,
+            batches: self.batches.clone(),
+            delivered: self.records.iter().map(|(o, _)| *o).collect(),
+            next_offset: self.next_offset,
         }
     }
 }
@@ -901,12 +920,14 @@ fn deliver_committed(
     let p = data.partition_index;
     let mut out = CommittedRead {
         partition: p,
+        requested,
         error_code: data.error_code,
         high_watermark: data.high_watermark,
         last_stable_offset: data.last_stable_offset,
         records: Vec::new(),
         next_offset: requested,
         aborted_dropped: 0,
+        batches: Vec::new(),
     };
     if data.error_code != 0 {
         return Ok(out);
@@ -930,6 +951,7 @@ fn deliver_committed(
             )
         })?;
         out.next_offset = out.next_offset.max(batch.next_offset());
+        out.batches.push((batch.base_offset(), batch.last_offset()));
         if batch.has_producer_id() {
             while let Some(a) = aborted.next_if(|a| a.first_offset <= batch.last_offset()) {
                 aborted_pids.insert(a.producer_id);
@@ -1071,6 +1093,12 @@ pub async fn txn_consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: A
     let mut routes = Routes::new("txn-consumer", &brokers);
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    let me = polling(
+        "read_committed consumer",
+        Reading::Committed,
+        &positions,
+        &shared,
+    );
     while !shared.stop_fetching.load(Ordering::Relaxed) {
         let fetched = match routes
             .fetch_committed(TXN_TOPIC, &positions, 200, &shared)
@@ -1099,6 +1127,7 @@ pub async fn txn_consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: A
             t.read_committed(part.partition, &part.records);
             t.stats.aborted_batches_dropped += part.aborted_dropped;
             drop(t);
+            shared.polls().answer(me, part.poll_answer());
             *position = (*position).max(part.next_offset);
         }
         if any_error {

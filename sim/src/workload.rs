@@ -15,6 +15,7 @@ use crate::eos_history::EosHistory;
 use crate::group_history::GroupHistory;
 use crate::low_acks::Acks;
 use crate::params::SimParams;
+use crate::poll_history::{self, PollHistory, Reading, Seek};
 use crate::retention::{reset_to_earliest, Reset};
 use crate::router::{redirects, Router};
 use crate::txn_history::TxnHistory;
@@ -66,6 +67,7 @@ pub struct Shared {
     eos: Mutex<EosHistory>,
     cluster: Mutex<ClusterHistory>,
     compact: Mutex<CompactHistory>,
+    polls: Mutex<PollHistory>,
     /// The compacted topic exists with its configs: its reader may start
     /// (a Metadata lookup before it would auto-create it uncompacted).
     pub compact_topic_created: AtomicBool,
@@ -121,6 +123,11 @@ impl Shared {
     /// The compacted-topic workload's history; same rule.
     pub fn compact(&self) -> MutexGuard<'_, CompactHistory> {
         self.compact.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every consumer's fetch answers, for the poll-order rules; same rule.
+    pub fn polls(&self) -> MutexGuard<'_, PollHistory> {
+        self.polls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn incarnation(&self) -> u64 {
@@ -603,6 +610,8 @@ pub(crate) fn fetch_request(positions: &BTreeMap<i32, i64>, max_wait_ms: i32) ->
 /// One partition of a fetch response.
 pub(crate) struct FetchedPartition {
     pub(crate) partition: i32,
+    /// The offset the fetch asked for.
+    pub(crate) requested: i64,
     pub(crate) error_code: i16,
     pub(crate) high_watermark: i64,
     /// The log start the answer showed (-1 with an error).
@@ -620,12 +629,28 @@ impl FetchedPartition {
     pub(crate) fn failed(partition: i32, requested: i64) -> FetchedPartition {
         FetchedPartition {
             partition,
+            requested,
             error_code: -1,
             high_watermark: -1,
             log_start_offset: -1,
             records: Vec::new(),
             next_offset: requested,
             batches: Vec::new(),
+        }
+    }
+
+    /// The answer as the poll-order rules take it (`crate::poll_history`).
+    pub(crate) fn poll_answer(&self) -> poll_history::Answer {
+        poll_history::Answer {
+            partition: self.partition,
+            requested: self.requested,
+            batches: self
+                .batches
+                .iter()
+                .map(|b| (b.base_offset, b.last_offset))
+                .collect(),
+            delivered: self.records.iter().map(|(o, _)| *o).collect(),
+            next_offset: self.next_offset,
         }
     }
 }
@@ -638,6 +663,7 @@ fn decode_fetched(
 ) -> Result<FetchedPartition, String> {
     let mut out = FetchedPartition {
         partition: data.partition_index,
+        requested,
         error_code: data.error_code,
         high_watermark: data.high_watermark,
         log_start_offset: data.log_start_offset,
@@ -876,6 +902,22 @@ pub(crate) async fn out_of_range(
     None
 }
 
+/// A new consumer in the poll-order history, at `positions` (its first
+/// seek on each partition).
+pub(crate) fn polling(
+    name: &str,
+    reading: Reading,
+    positions: &BTreeMap<i32, i64>,
+    shared: &Shared,
+) -> poll_history::ConsumerId {
+    let mut polls = shared.polls();
+    let me = polls.consumer(name, reading);
+    for (&p, &offset) in positions {
+        polls.seek(me, p, offset, Seek::Start);
+    }
+    me
+}
+
 /// Tails every partition while faults run, recording what it reads so the
 /// checker can hold the broker to it later.
 pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::sync::Arc<Shared>) {
@@ -886,6 +928,12 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
     let mut conn = None;
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    let me = polling(
+        "tailing consumer",
+        Reading::Uncommitted,
+        &positions,
+        &shared,
+    );
     while !shared.stop_fetching.load(Ordering::Relaxed) {
         let floors = Floors::now(&positions, &shared);
         let fetched = match fetch_once(&mut conn, addr, &positions, FETCH_MAX_WAIT_MS).await {
@@ -912,7 +960,10 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
                 let at = *position;
                 match out_of_range(&params, &mut conn, addr, -1, part.partition, at, &shared).await
                 {
-                    Some(start) => *position = start,
+                    Some(start) => {
+                        *position = start;
+                        shared.polls().seek(me, part.partition, start, Seek::Reset);
+                    }
                     None => any_error = true,
                 }
                 continue;
@@ -922,6 +973,7 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
                 continue;
             }
             floors.fetched(&part, &shared);
+            shared.polls().answer(me, part.poll_answer());
             *position = (*position).max(part.next_offset);
         }
         if any_error {
@@ -944,6 +996,12 @@ async fn consumer_routed(
     let mut conns = BTreeMap::new();
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    let me = polling(
+        "tailing consumer",
+        Reading::Uncommitted,
+        &positions,
+        &shared,
+    );
     while !shared.stop_fetching.load(Ordering::Relaxed) {
         let floors = Floors::now(&positions, &shared);
         let mut errors = Vec::new();
@@ -979,7 +1037,10 @@ async fn consumer_routed(
                     None => None,
                 };
                 match moved {
-                    Some(start) => *position = start,
+                    Some(start) => {
+                        *position = start;
+                        shared.polls().seek(me, part.partition, start, Seek::Reset);
+                    }
                     None => any_error = true,
                 }
                 continue;
@@ -992,6 +1053,7 @@ async fn consumer_routed(
             shared
                 .cluster()
                 .fetched("consumer", part.partition, &part.batches);
+            shared.polls().answer(me, part.poll_answer());
             *position = (*position).max(part.next_offset);
         }
         if any_error {

@@ -6,12 +6,15 @@
 //! which tells clients to send full fetch requests.
 
 use crate::broker::{Broker, Isolation, Topic};
+use bytes::Bytes;
+use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::protocol::messages::fetch_request::FetchTopic;
 use kaas_core::protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
 use kaas_core::protocol::messages::{FetchRequest, FetchResponse};
 use kaas_core::protocol::ErrorCode;
+use kaas_core::record::split_batches;
 use std::sync::Arc;
 
 /// First Fetch version that names topics by id.
@@ -23,10 +26,20 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     // Subscribe before the first read so a high-watermark move between the
     // read and the wait is not missed.
     let mut progress = broker.watch_progress();
+    // Whether this pass reads after a wait (the deliberate bug
+    // `FetchSkipsABatch` lives there).
+    let mut woken = false;
     loop {
         progress.borrow_and_update();
-        let (responses, bytes, any_error) =
-            read_all(broker, &req.topics, req.max_bytes, isolation, version).await;
+        let (responses, bytes, any_error) = read_all(
+            broker,
+            &req.topics,
+            req.max_bytes,
+            isolation,
+            version,
+            woken,
+        )
+        .await;
         let satisfied = bytes >= req.min_bytes.max(0) as usize || any_error;
         if satisfied || broker.env.clock.monotonic_ms() >= deadline {
             return FetchResponse {
@@ -39,6 +52,18 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             changed = progress.changed() => if changed.is_err() { return FetchResponse { responses, ..Default::default() } },
             _ = broker.env.sleep_until(deadline) => {}
         }
+        woken = true;
+    }
+}
+
+/// The deliberate bug [`Bug::FetchSkipsABatch`]: `records` without their
+/// first batch, if it starts at `offset` (the one asked for) and another
+/// batch follows.
+fn without_first_batch(records: Bytes, offset: i64) -> Bytes {
+    let mut batches = split_batches(records.clone());
+    match (batches.next(), batches.next()) {
+        (Some(first), Some(_)) if first.base_offset() == offset => records.slice(first.size()..),
+        _ => records,
     }
 }
 
@@ -61,6 +86,7 @@ async fn read_all(
     max_bytes: i32,
     isolation: Isolation,
     version: i16,
+    woken: bool,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut budget = max_bytes.max(0) as usize;
     let mut total = 0usize;
@@ -109,7 +135,10 @@ async fn read_all(
                 Err(code) => Err(code),
             };
             match result {
-                Ok(data) => {
+                Ok(mut data) => {
+                    if woken && planted(Bug::FetchSkipsABatch) {
+                        data.records = without_first_batch(data.records, fp.fetch_offset);
+                    }
                     let n = data.records.len();
                     total += n;
                     budget = budget.saturating_sub(n);
