@@ -100,8 +100,10 @@ pub struct IdempotenceStats {
     /// producer in between (`producer.id.expiration.ms`), as in Kafka.
     pub appended_again_after_expiry: u64,
     /// UNKNOWN_PRODUCER_ID for a producer's first unacknowledged batch on a
-    /// partition that forgot it: the producer starts over with a new id.
-    pub unknown_after_expiry: u64,
+    /// partition that forgot it, or OUT_OF_ORDER_SEQUENCE_NUMBER once a
+    /// late old-epoch copy re-created its state there: the producer starts
+    /// over with a new id.
+    pub sequence_errors_after_expiry: u64,
 }
 
 /// One idempotent batch as its producer built it.

@@ -11,6 +11,7 @@
 //! functions over the record, unit-tested without madsim.
 
 use kaas_core::coverage::ProducerExpiry;
+use kaas_core::protocol::ErrorCode;
 
 /// Whether `topic`'s `partition` forgot `producer_id` at some point.
 pub fn forgot(expiries: &[ProducerExpiry], topic: &str, partition: i32, producer_id: i64) -> bool {
@@ -37,6 +38,18 @@ pub fn forgot_between(
             && first < e.log_end
             && e.log_end <= second
     })
+}
+
+/// Whether a sequence error for a producer's *first* unacknowledged batch
+/// on a partition is explained by an expiry there rather than by lost
+/// acknowledged state: UNKNOWN_PRODUCER_ID once the partition `forgot` the
+/// producer, or OUT_OF_ORDER_SEQUENCE_NUMBER once a late copy of an older
+/// epoch's first batch was accepted as new after such an expiry
+/// (`stale_copy_took_over`), leaving the partition at that older epoch, where
+/// the current epoch's next sequence cannot follow (Kafka refuses it alike).
+pub fn sequence_error_explained(code: i16, forgot: bool, stale_copy_took_over: bool) -> bool {
+    (code == ErrorCode::UnknownProducerId.code() && forgot)
+        || (code == ErrorCode::OutOfOrderSequenceNumber.code() && stale_copy_took_over)
 }
 
 #[cfg(test)]
@@ -67,5 +80,28 @@ mod tests {
         assert!(!forgot_between(&expiries, "simtx", 1, 7, 10, 45));
         assert!(forgot(&expiries, "sim", 1, 7));
         assert!(!forgot(&expiries, "sim", 0, 7));
+    }
+
+    /// Seed 884: the partition forgot the producer, a late epoch-0 copy was
+    /// then accepted as new, and the epoch-1 batch after it was refused
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER, which is what Kafka answers too.
+    #[test]
+    fn a_sequence_error_is_explained_only_by_the_expiry_that_causes_it() {
+        let unknown = ErrorCode::UnknownProducerId.code();
+        let out_of_order = ErrorCode::OutOfOrderSequenceNumber.code();
+        assert!(sequence_error_explained(unknown, true, false));
+        assert!(sequence_error_explained(out_of_order, true, true));
+        // Without the expiry, or with only the expiry, the broker lost state.
+        assert!(!sequence_error_explained(unknown, false, false));
+        assert!(!sequence_error_explained(out_of_order, true, false));
+        assert!(!sequence_error_explained(out_of_order, false, false));
+        // A late copy that took over leaves a known (old) epoch behind, not
+        // an unknown producer; nor does it explain other errors.
+        assert!(!sequence_error_explained(unknown, false, true));
+        assert!(!sequence_error_explained(
+            ErrorCode::InvalidProducerEpoch.code(),
+            true,
+            true
+        ));
     }
 }

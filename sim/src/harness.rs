@@ -293,8 +293,8 @@ impl SeedReport {
                 self.idem.appended_again_after_expiry,
             ),
             (
-                "UNKNOWN_PRODUCER_ID after an expiry",
-                self.idem.unknown_after_expiry,
+                "sequence errors after an expiry",
+                self.idem.sequence_errors_after_expiry,
             ),
             ("transactions committed", t.commits_acked),
             ("transactions aborted", t.aborts_acked),
@@ -380,7 +380,7 @@ impl fmt::Display for SeedReport {
             let i = &self.idem;
             write!(
                 f,
-                "idempotent: {} batches acked, {} resends, {} duplicates confirmed ({} answers lost), {} sequence errors, {} resets ({} epoch bumps, {} late old-epoch batches refused, {} batches abandoned), {} pids from {} blocks, {} retries appended again and {} UNKNOWN_PRODUCER_ID after an expiry | ",
+                "idempotent: {} batches acked, {} resends, {} duplicates confirmed ({} answers lost), {} sequence errors, {} resets ({} epoch bumps, {} late old-epoch batches refused, {} batches abandoned), {} pids from {} blocks, {} retries appended again and {} sequence errors after an expiry | ",
                 i.batches_acked,
                 i.resends,
                 i.duplicates_confirmed,
@@ -393,7 +393,7 @@ impl fmt::Display for SeedReport {
                 i.pids_granted,
                 self.pid_blocks,
                 i.appended_again_after_expiry,
-                i.unknown_after_expiry,
+                i.sequence_errors_after_expiry,
             )?;
         }
         if p.runs_plain_at(Acks::Leader) || p.runs_plain_at(Acks::None) {

@@ -126,6 +126,11 @@ struct Lane {
     /// The previous epoch's, after a local epoch bump: sent again once
     /// the new epoch has a batch acknowledged here.
     stale: Option<FirstBatch>,
+    /// That late copy was accepted because the partition had forgotten the
+    /// producer: its state there is now the old epoch's, so the current
+    /// epoch's next batch (sequence above 0) is rightly refused with
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka refuses it.
+    taken_over_by_stale_copy: bool,
 }
 
 impl Lane {
@@ -428,6 +433,7 @@ impl Producer {
             lane.blocked = false;
             let first = lane.first_acked.take();
             lane.stale = if bumped { first } else { None };
+            lane.taken_over_by_stale_copy = false;
         }
     }
 
@@ -746,16 +752,21 @@ impl Producer {
             self.shared.history().stats.produce_errors += 1;
             lane.blocked = true;
         } else {
-            let forgotten = code == ErrorCode::UnknownProducerId.code()
-                && self.session.is_some_and(|(pid, _)| {
-                    let expiries = self.shared.history().expiries();
-                    crate::expiries::forgot(&expiries, TOPIC, partition, pid)
-                });
-            if forgotten {
+            let forgot = self.session.is_some_and(|(pid, _)| {
+                let expiries = self.shared.history().expiries();
+                crate::expiries::forgot(&expiries, TOPIC, partition, pid)
+            });
+            let taken_over = self
+                .lanes
+                .get(partition as usize)
+                .is_some_and(|l| l.taken_over_by_stale_copy);
+            if crate::expiries::sequence_error_explained(code, forgot, taken_over) {
                 // The partition forgot this idle producer
                 // (`producer.id.expiration.ms`): its sequence is unknown
-                // there, as in Kafka's answer to a lost producer state.
-                self.shared.history().idem.unknown_after_expiry += 1;
+                // there, as in Kafka's answer to a lost producer state, or
+                // a late old-epoch copy re-created it at that epoch (seed
+                // 884), where this epoch cannot continue its sequence.
+                self.shared.history().idem.sequence_errors_after_expiry += 1;
             } else {
                 let what = if sequence_error {
                     "for its first unacknowledged batch: the broker lost acknowledged batches or their producer state"
@@ -870,7 +881,11 @@ impl Producer {
             // The partition forgot the producer since the newer epoch
             // wrote (an answer held up longer than the expiration): a
             // late copy is then new to it, in Kafka as here.
-            Ok((0, _)) if forgotten() => {}
+            Ok((0, _)) if forgotten() => {
+                if let Some(lane) = self.lanes.get_mut(partition as usize) {
+                    lane.taken_over_by_stale_copy = true;
+                }
+            }
             Ok((0, base_offset)) => self.violation(format!(
                 "partition {partition}: a late copy of epoch {}'s first batch, sent after a batch of epoch {} was acknowledged there, was accepted at offset {base_offset}: a fenced epoch wrote after the bump",
                 stale.epoch,
