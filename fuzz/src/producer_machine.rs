@@ -348,20 +348,19 @@ impl Machine {
                 let now = self.now_ms;
                 let removed = self.table.expire(now, expiration);
                 assert_eq!(self.state.expire_producers(now, expiration), removed);
-                let before = self.model.len();
-                let expired = &mut self.expired;
+                let mut expired_now = Vec::new();
                 self.model.retain(|pid, e| {
                     let keep = e.txn_first_offset.is_some() || now - e.last_update_ms < expiration;
                     if !keep {
-                        expired.insert(*pid);
+                        expired_now.push(*pid);
                     }
                     keep
                 });
-                assert_eq!(
-                    removed,
-                    before - self.model.len(),
-                    "expired the wrong producers"
-                );
+                let mut removed = removed;
+                removed.sort_unstable();
+                expired_now.sort_unstable();
+                assert_eq!(removed, expired_now, "expired the wrong producers");
+                self.expired.extend(expired_now);
                 self.check_entries();
             }
             ProducerOp::Snapshot => {
