@@ -219,7 +219,7 @@ impl Member {
         });
         let polls = shared
             .polls()
-            .consumer(format!("member {slot}.{incarnation}"), Reading::Uncommitted);
+            .consumer(format!("member {slot}.{incarnation}"), Reading::Main);
         Member {
             name: format!("member {slot}.{incarnation}"),
             params,
@@ -793,7 +793,7 @@ impl Member {
             return;
         }
         let name = format!("zombie of {} (generation {})", self.name, self.generation);
-        let polls = polling(&name, Reading::Uncommitted, &self.positions, &self.shared);
+        let polls = polling(&name, Reading::Main, &self.positions, &self.shared);
         let zombie = Zombie {
             name,
             polls,

@@ -17,7 +17,7 @@ use crate::low_acks::{Acks, LowAcksStats};
 use crate::params::{
     SimParams, CLOCK_SKEW_BOUND_MS, MAX_CLOCK_OFFSET_MS, MAX_DRIFT_PPM, VOLUME_STALENESS_BOUND_MS,
 };
-use crate::poll_history::PollStats;
+use crate::poll_history::{FinalLogs, PollStats};
 use crate::retention_history::RetentionStats;
 use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
@@ -304,6 +304,18 @@ impl SeedReport {
             ("transactions left open at the stop", t.left_to_reaper),
             ("of them aborted by the reaper", t.reaped_after_stop),
             ("transactions ended at version 2", t.v2_ends),
+            (
+                "read_uncommitted records past the last stable offset",
+                t.uncommitted_read_past_the_lso,
+            ),
+            (
+                "transactional records read uncommitted at the end",
+                t.final_uncommitted_records,
+            ),
+            (
+                "of them of transactions that did not commit",
+                t.final_uncommitted_not_committed,
+            ),
             ("EOS transactions committed", e.commits_acked),
             ("EOS transactions aborted", e.aborts_acked),
             (
@@ -464,7 +476,7 @@ impl fmt::Display for SeedReport {
             let t = &self.txns;
             write!(
                 f,
-                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} ended at version 2, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, settled {} ms after the stop ({} left open, {} of them aborted by the reaper) | ",
+                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} ended at version 2, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, read_uncommitted {} records during the run ({} past the last stable offset) and {} at the end ({} not committed, {} cleaned away), settled {} ms after the stop ({} left open, {} of them aborted by the reaper) | ",
                 t.begun,
                 t.commits_acked,
                 t.commits_unknown,
@@ -484,6 +496,11 @@ impl fmt::Display for SeedReport {
                 t.final_records,
                 t.aborted_batches_dropped,
                 t.final_aborted_batches_dropped,
+                t.uncommitted_read_during_run,
+                t.uncommitted_read_past_the_lso,
+                t.final_uncommitted_records,
+                t.final_uncommitted_not_committed,
+                t.uncommitted_cleaned_away,
                 t.settled_ms,
                 t.left_to_reaper,
                 t.reaped_after_stop,
@@ -1588,8 +1605,15 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             ))
         })
         .collect();
-    let txn_consumer = (params.txn_producers > 0)
-        .then(|| client.spawn(txn::txn_consumer(params, brokers.clone(), shared.clone())));
+    // The transactional topic is tailed at both isolation levels.
+    let txn_consumers: Vec<_> = [txn::Isolation::Committed, txn::Isolation::Uncommitted]
+        .into_iter()
+        .filter(|_| params.txn_producers > 0)
+        .map(|isolation| {
+            let consumer = txn::txn_consumer(params, brokers.clone(), shared.clone(), isolation);
+            (isolation, client.spawn(consumer))
+        })
+        .collect();
     let eos_tasks = params.eos.then(|| {
         (
             client.spawn(eos_input::eos_input_producer(
@@ -1697,9 +1721,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             problems.push("the compacted topic's reader died".to_string());
         }
     }
-    if let Some(c) = txn_consumer {
+    for (isolation, c) in txn_consumers {
         if c.await.is_err() {
-            problems.push("the read_committed consumer task died".to_string());
+            problems.push(format!(
+                "the {isolation:?} transactional consumer task died"
+            ));
         }
     }
     // The input is final: the exactly-once loop drains it and stops, and
@@ -1881,15 +1907,27 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             .map(|e| format!("broker: {e}")),
     );
     problems.extend(history.check_final(params.partitions, &logs));
-    let poll_stats = shared
-        .polls()
-        .check_seed(&logs, &txn_logs, &mut problems, &mut vacuous);
+    let poll_stats = shared.polls().check_seed(
+        &FinalLogs {
+            main: &logs,
+            txn_committed: &txn_logs.committed,
+            txn_uncommitted: &txn_logs.uncommitted,
+        },
+        &mut problems,
+        &mut vacuous,
+    );
     let mut txns = shared.txns();
     if params.txn_producers > 0 || params.eos {
         // The loop's InitProducerId answers are in this history too.
-        problems.extend(txns.check_final(&txn_logs, history.granted_pids()));
+        problems.extend(txns.check_final(&txn_logs.committed, history.granted_pids()));
     }
     if params.txn_producers > 0 {
+        let compacted = params.compaction.is_some_and(|c| c.txn_topic);
+        problems.extend(txns.check_uncommitted(
+            &txn_logs.committed,
+            &txn_logs.uncommitted,
+            compacted,
+        ));
         let t = txns.stats;
         if t.commits_acked < MIN_TXN_COMMITS {
             vacuous.push(format!(
@@ -2095,7 +2133,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             let mut extra = format!(
                 "{} {} {}",
                 groups.describe(),
-                txns.fingerprint(&txn_logs),
+                txns.fingerprint(&txn_logs.committed, &txn_logs.uncommitted),
                 eos_history.fingerprint(eos_read.as_ref().map(|r| &r.output))
             );
             if params.compaction.is_some() {

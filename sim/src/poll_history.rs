@@ -3,8 +3,9 @@
 //! partition, compared with the consumer's own earlier answers as they
 //! arrive and with the final log at the end.
 //!
-//! The consumers (`workload::consumer`, `txn::txn_consumer`, the group
-//! members and their zombies in `group_member`) record every fetch answer
+//! The consumers (`workload::consumer`, `txn::txn_consumer` at both
+//! isolation levels, the group members and their zombies in
+//! `group_member`) record every fetch answer
 //! they take (a partition answered without an error): the offset asked
 //! for, the batches it held, the offsets delivered to the application (at
 //! read_committed: without aborted transactions' records and control
@@ -29,8 +30,8 @@
 //!   seek may take them back.
 //!
 //! At the end, against the final log of what the consumer reads (the final
-//! read of `sim`; for the read_committed consumer, what the final
-//! read_committed read of `simtx` delivered): an answer covers
+//! read of `sim`; for the transactional topic's consumers, what the final
+//! read of `simtx` at their isolation level delivered): an answer covers
 //! `[requested, next offset)`, and every record of the final log in that
 //! range must be among the offsets it delivered. A record missing from
 //! the final log needs no delivery: deleted below the log start, cleaned
@@ -66,10 +67,42 @@ pub type ConsumerId = usize;
 pub enum Reading {
     /// The main topic at read_uncommitted (the tailing consumer, the
     /// group's members): every record of the final log.
-    Uncommitted,
+    Main,
     /// The transactional topic at read_committed: the records the final
     /// read_committed read delivered.
-    Committed,
+    TxnCommitted,
+    /// The transactional topic at read_uncommitted: the records the final
+    /// read_uncommitted read delivered (aborted transactions' included).
+    TxnUncommitted,
+}
+
+/// Offset-ordered (offset, value) records per partition.
+pub type Logs = BTreeMap<i32, Vec<(i64, Bytes)>>;
+
+/// The final logs the consumers are judged against, one per [`Reading`].
+#[derive(Debug, Clone, Copy)]
+pub struct FinalLogs<'a> {
+    pub main: &'a Logs,
+    pub txn_committed: &'a Logs,
+    pub txn_uncommitted: &'a Logs,
+}
+
+impl<'a> FinalLogs<'a> {
+    fn of(&self, reading: Reading) -> &'a Logs {
+        match reading {
+            Reading::Main => self.main,
+            Reading::TxnCommitted => self.txn_committed,
+            Reading::TxnUncommitted => self.txn_uncommitted,
+        }
+    }
+
+    fn records(&self) -> u64 {
+        [self.main, self.txn_committed, self.txn_uncommitted]
+            .iter()
+            .flat_map(|l| l.values())
+            .map(|l| l.len() as u64)
+            .sum()
+    }
 }
 
 /// Why a consumer's position moved other than by an answer.
@@ -308,22 +341,13 @@ impl PollHistory {
     }
 
     /// The end: every range a consumer moved over, compared with the final
-    /// log it reads (`uncommitted`: the main topic's final read;
-    /// `committed`: what the final read_committed read of the
-    /// transactional topic delivered). Returns every violation, those
-    /// found as answers arrived first.
-    pub fn check_final(
-        &mut self,
-        uncommitted: &BTreeMap<i32, Vec<(i64, Bytes)>>,
-        committed: &BTreeMap<i32, Vec<(i64, Bytes)>>,
-    ) -> Vec<String> {
+    /// log it reads ([`FinalLogs`]). Returns every violation, those found
+    /// as answers arrived first.
+    pub fn check_final(&mut self, finals: &FinalLogs) -> Vec<String> {
         let mut out = self.violations.clone();
         let empty = Vec::new();
         for c in &self.consumers {
-            let logs = match c.reading {
-                Reading::Uncommitted => uncommitted,
-                Reading::Committed => committed,
-            };
+            let logs = finals.of(c.reading);
             for (&partition, p) in &c.partitions {
                 let log = logs.get(&partition).unwrap_or(&empty);
                 let (mut skips, mut skipped) = (0usize, 0usize);
@@ -384,14 +408,12 @@ impl PollHistory {
     /// gate): violations go to `problems`, shortfalls to `vacuous`.
     pub fn check_seed(
         &mut self,
-        uncommitted: &BTreeMap<i32, Vec<(i64, Bytes)>>,
-        committed: &BTreeMap<i32, Vec<(i64, Bytes)>>,
+        finals: &FinalLogs,
         problems: &mut Vec<String>,
         vacuous: &mut Vec<String>,
     ) -> PollStats {
-        problems.extend(self.check_final(uncommitted, committed));
-        let records = uncommitted.values().chain(committed.values()).map(Vec::len);
-        vacuous.extend(shortfalls(&self.stats, records.sum::<usize>() as u64));
+        problems.extend(self.check_final(finals));
+        vacuous.extend(shortfalls(&self.stats, finals.records()));
         self.stats
     }
 }
@@ -433,6 +455,18 @@ mod tests {
         BTreeMap::from([(0, p0)])
     }
 
+    static NO_LOGS: Logs = BTreeMap::new();
+
+    /// The final logs of the main topic and of the transactional topic at
+    /// read_committed (no consumer of these tests reads it uncommitted).
+    fn finals<'a>(main: &'a Logs, txn_committed: &'a Logs) -> FinalLogs<'a> {
+        FinalLogs {
+            main,
+            txn_committed,
+            txn_uncommitted: &NO_LOGS,
+        }
+    }
+
     /// An answer of one batch per record of `delivered` (read_uncommitted).
     fn answer(requested: i64, delivered: &[i64], next_offset: i64) -> Answer {
         Answer {
@@ -454,12 +488,12 @@ mod tests {
 
     #[test]
     fn a_poll_that_skips_a_record_of_the_final_log_is_a_violation() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[0, 1, 2], 3));
         // Asked from 3, answered from 5: one batch (3..=4) skipped.
         h.answer(c, answer(3, &[5, 6], 7));
         assert!(h.violations().is_empty(), "{:?}", h.violations());
-        let v = h.check_final(&logs(log(0..7)), &BTreeMap::new());
+        let v = h.check_final(&finals(&logs(log(0..7)), &BTreeMap::new()));
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("skipped offsets [3, 4]"), "{v:?}");
         assert_eq!(h.stats.answers_compared, 2);
@@ -468,12 +502,12 @@ mod tests {
 
     #[test]
     fn a_skip_over_offsets_the_final_log_lacks_is_no_violation() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[0, 1, 2], 3));
         h.answer(c, answer(3, &[5, 6], 7));
         // 3 and 4 were never durable (a torn tail cut before any fetch
         // could see it, and the offsets never reused).
-        let v = h.check_final(&logs(log([0, 1, 2, 5, 6])), &BTreeMap::new());
+        let v = h.check_final(&finals(&logs(log([0, 1, 2, 5, 6])), &BTreeMap::new()));
         assert!(v.is_empty(), "{v:?}");
         assert_eq!(h.stats.offsets_absent, 2);
         assert_eq!(h.stats.began_above, 1);
@@ -481,26 +515,26 @@ mod tests {
 
     #[test]
     fn a_record_left_out_between_two_delivered_ones_is_a_skip() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[0, 1, 3], 4));
-        let v = h.check_final(&logs(log(0..4)), &BTreeMap::new());
+        let v = h.check_final(&finals(&logs(log(0..4)), &BTreeMap::new()));
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("skipped offsets [2]"), "{v:?}");
     }
 
     #[test]
     fn records_after_the_last_delivered_one_up_to_the_next_offset_must_be_delivered() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         // The position moved to 6, but 4 and 5 were never delivered.
         h.answer(c, answer(0, &[0, 1, 2, 3], 6));
-        let v = h.check_final(&logs(log(0..6)), &BTreeMap::new());
+        let v = h.check_final(&finals(&logs(log(0..6)), &BTreeMap::new()));
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("skipped offsets [4, 5]"), "{v:?}");
     }
 
     #[test]
     fn records_compacted_away_are_not_skips() {
-        let (mut h, c) = started(Reading::Committed);
+        let (mut h, c) = started(Reading::TxnCommitted);
         // The cleaner left 0, 4 and 9 of 0..10: the answer's batches hold
         // only those (an emptied batch in between).
         h.answer(
@@ -513,44 +547,78 @@ mod tests {
                 next_offset: 10,
             },
         );
-        let v = h.check_final(&BTreeMap::new(), &logs(log([0, 4, 9])));
+        let v = h.check_final(&finals(&BTreeMap::new(), &logs(log([0, 4, 9]))));
         assert!(v.is_empty(), "{v:?}");
         assert_eq!(h.stats.offsets_checked, 3);
         assert_eq!(h.stats.offsets_absent, 7);
     }
 
+    /// 0..=2 an aborted transaction's batch, 3 its ABORT marker, 4..=5
+    /// committed, 6 its COMMIT marker; a read_committed answer delivering
+    /// only the committed records.
+    fn aborted_then_committed() -> Answer {
+        Answer {
+            partition: 0,
+            requested: 0,
+            batches: vec![(0, 2), (3, 3), (4, 5), (6, 6)],
+            delivered: vec![4, 5],
+            next_offset: 7,
+        }
+    }
+
     #[test]
     fn aborted_records_and_control_batches_are_not_skips_at_read_committed() {
-        let (mut h, c) = started(Reading::Committed);
-        // 0..=2 an aborted transaction's batch, 3 its ABORT marker, 4..=5
-        // committed, 6 its COMMIT marker.
+        let (mut h, c) = started(Reading::TxnCommitted);
+        h.answer(c, aborted_then_committed());
+        let v = h.check_final(&finals(&BTreeMap::new(), &logs(log([4, 5]))));
+        assert!(v.is_empty(), "{v:?}");
+        // The same answer judged against a final read that shows the first
+        // transaction committed: it dropped committed records.
+        let v = h.check_final(&finals(&BTreeMap::new(), &logs(log([0, 1, 2, 4, 5]))));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("skipped offsets [0, 1, 2]"), "{v:?}");
+    }
+
+    #[test]
+    fn aborted_records_are_skips_at_read_uncommitted() {
+        // The same answer as above, from a read_uncommitted consumer, is
+        // judged against the final read_uncommitted read, which holds the
+        // aborted transaction's records: they were skipped.
+        let (mut h, c) = started(Reading::TxnUncommitted);
+        h.answer(c, aborted_then_committed());
+        let uncommitted = logs(log([0, 1, 2, 4, 5]));
+        let committed = logs(log([4, 5]));
+        let judged = FinalLogs {
+            main: &NO_LOGS,
+            txn_committed: &committed,
+            txn_uncommitted: &uncommitted,
+        };
+        let v = h.check_final(&judged);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("skipped offsets [0, 1, 2]"), "{v:?}");
+        // Delivering them all passes.
+        let (mut h, c) = started(Reading::TxnUncommitted);
         h.answer(
             c,
             Answer {
                 partition: 0,
                 requested: 0,
                 batches: vec![(0, 2), (3, 3), (4, 5), (6, 6)],
-                delivered: vec![4, 5],
+                delivered: vec![0, 1, 2, 4, 5],
                 next_offset: 7,
             },
         );
-        let v = h.check_final(&BTreeMap::new(), &logs(log([4, 5])));
-        assert!(v.is_empty(), "{v:?}");
-        // The same answer judged against a final read that shows the first
-        // transaction committed: it dropped committed records.
-        let v = h.check_final(&BTreeMap::new(), &logs(log([0, 1, 2, 4, 5])));
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert!(v[0].contains("skipped offsets [0, 1, 2]"), "{v:?}");
+        assert!(h.check_final(&judged).is_empty());
     }
 
     #[test]
     fn records_deleted_below_the_log_start_are_not_skips() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[0, 1, 2], 3));
         // OFFSET_OUT_OF_RANGE at 3: the log starts at 10 now.
         h.seek(c, 0, 10, Seek::Reset);
         h.answer(c, answer(10, &[10, 11], 12));
-        let v = h.check_final(&logs(log(10..12)), &BTreeMap::new());
+        let v = h.check_final(&finals(&logs(log(10..12)), &BTreeMap::new()));
         assert!(v.is_empty(), "{v:?}");
         assert_eq!(h.stats.resets, 1);
         assert_eq!(h.stats.offsets_checked, 2);
@@ -559,7 +627,7 @@ mod tests {
     #[test]
     fn a_seek_back_to_a_committed_offset_is_not_a_regression() {
         let mut h = PollHistory::new();
-        let c = h.consumer("member 0.0", Reading::Uncommitted);
+        let c = h.consumer("member 0.0", Reading::Main);
         h.seek(c, 0, 0, Seek::Committed);
         h.answer(c, answer(0, &[0, 1, 2, 3, 4], 5));
         // A rebalance: the member resumes from the committed offset 2 and
@@ -567,14 +635,16 @@ mod tests {
         h.seek(c, 0, 2, Seek::Committed);
         h.answer(c, answer(2, &[2, 3, 4, 5], 6));
         assert!(h.violations().is_empty(), "{:?}", h.violations());
-        assert!(h.check_final(&logs(log(0..6)), &BTreeMap::new()).is_empty());
+        assert!(h
+            .check_final(&finals(&logs(log(0..6)), &BTreeMap::new()))
+            .is_empty());
         assert_eq!(h.stats.seeks_committed, 2);
         assert_eq!(h.stats.seeks_back, 1);
     }
 
     #[test]
     fn a_position_that_goes_back_without_a_seek_is_a_violation() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[0, 1, 2, 3, 4], 5));
         h.answer(c, answer(2, &[2, 3, 4], 5));
         assert_eq!(h.violations().len(), 2, "{:?}", h.violations());
@@ -584,7 +654,7 @@ mod tests {
 
     #[test]
     fn an_answer_from_before_its_requested_offset_is_a_violation() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[0, 1, 2, 3, 4, 5], 6));
         // Asked from 6, answered with the batch 2..=4 (the client drops its
         // records: they are below the offset asked for).
@@ -604,7 +674,7 @@ mod tests {
 
     #[test]
     fn an_answer_may_begin_in_the_batch_holding_the_requested_offset() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[0, 1], 2));
         // The batch 0..=4 again, from 2: the client drops 0 and 1.
         h.answer(
@@ -618,13 +688,15 @@ mod tests {
             },
         );
         assert!(h.violations().is_empty(), "{:?}", h.violations());
-        assert!(h.check_final(&logs(log(0..7)), &BTreeMap::new()).is_empty());
+        assert!(h
+            .check_final(&finals(&logs(log(0..7)), &BTreeMap::new()))
+            .is_empty());
         assert_eq!(h.stats.began_below, 1);
     }
 
     #[test]
     fn batches_out_of_offset_order_are_a_violation() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(
             c,
             Answer {
@@ -641,7 +713,7 @@ mod tests {
 
     #[test]
     fn offsets_delivered_out_of_order_within_an_answer_are_a_violation() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(
             c,
             Answer {
@@ -658,7 +730,7 @@ mod tests {
 
     #[test]
     fn a_delivered_offset_outside_the_answered_range_is_a_violation() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[0, 1, 2], 2));
         assert_eq!(h.violations().len(), 1, "{:?}", h.violations());
         assert!(h.violations()[0].contains("outside the range"));
@@ -666,11 +738,11 @@ mod tests {
 
     #[test]
     fn a_gap_between_answers_without_a_seek_is_checked_as_a_skip() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[0, 1, 2], 3));
         h.answer(c, answer(5, &[5], 6));
         assert!(h.violations().is_empty(), "{:?}", h.violations());
-        let v = h.check_final(&logs(log(0..6)), &BTreeMap::new());
+        let v = h.check_final(&finals(&logs(log(0..6)), &BTreeMap::new()));
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].contains("past its position 3"), "{v:?}");
         assert!(v[0].contains("skipped offsets [3, 4]"), "{v:?}");
@@ -679,7 +751,7 @@ mod tests {
     #[test]
     fn a_poll_without_a_position_is_a_violation() {
         let mut h = PollHistory::new();
-        let c = h.consumer("consumer", Reading::Uncommitted);
+        let c = h.consumer("consumer", Reading::Main);
         h.answer(c, answer(0, &[0], 1));
         assert_eq!(h.violations().len(), 1, "{:?}", h.violations());
         assert!(h.violations()[0].contains("without a position"));
@@ -688,8 +760,8 @@ mod tests {
     #[test]
     fn consumers_and_partitions_are_judged_apart() {
         let mut h = PollHistory::new();
-        let a = h.consumer("a", Reading::Uncommitted);
-        let b = h.consumer("b", Reading::Committed);
+        let a = h.consumer("a", Reading::Main);
+        let b = h.consumer("b", Reading::TxnCommitted);
         h.seek(a, 0, 0, Seek::Start);
         h.seek(a, 1, 0, Seek::Start);
         h.seek(b, 0, 0, Seek::Start);
@@ -705,7 +777,7 @@ mod tests {
         h.answer(b, answer(0, &[0, 1], 2));
         assert!(h.violations().is_empty(), "{:?}", h.violations());
         let main = BTreeMap::from([(0, log(0..2)), (1, log(0..1))]);
-        let v = h.check_final(&main, &logs(log(0..2)));
+        let v = h.check_final(&finals(&main, &logs(log(0..2))));
         assert!(v.is_empty(), "{v:?}");
         assert_eq!(h.stats.answers_compared, 3);
         assert_eq!(h.stats.offsets_checked, 5);
@@ -713,22 +785,24 @@ mod tests {
 
     #[test]
     fn an_empty_answer_covers_nothing() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         h.answer(c, answer(0, &[], 0));
         h.answer(c, answer(0, &[0], 1));
         assert!(h.violations().is_empty(), "{:?}", h.violations());
-        assert!(h.check_final(&logs(log(0..1)), &BTreeMap::new()).is_empty());
+        assert!(h
+            .check_final(&finals(&logs(log(0..1)), &BTreeMap::new()))
+            .is_empty());
         assert_eq!(h.stats.answers, 2);
         assert_eq!(h.stats.answers_compared, 1);
     }
 
     #[test]
     fn many_skips_are_reported_a_few_and_counted() {
-        let (mut h, c) = started(Reading::Uncommitted);
+        let (mut h, c) = started(Reading::Main);
         for i in 0..10 {
             h.answer(c, answer(3 * i, &[3 * i + 1, 3 * i + 2], 3 * i + 3));
         }
-        let v = h.check_final(&logs(log(0..30)), &BTreeMap::new());
+        let v = h.check_final(&finals(&logs(log(0..30)), &BTreeMap::new()));
         assert_eq!(v.len(), SKIPS_SHOWN + 1, "{v:?}");
         assert!(
             v[SKIPS_SHOWN].contains("10 skips in all, 10 offsets"),

@@ -23,7 +23,7 @@
 //! at its own address.
 
 use crate::router::{redirects, Leader, Router};
-use crate::txn::{fetch_committed, fetch_committed_at, CommittedRead};
+use crate::txn::{fetch_at, Isolation, PartitionRead};
 use crate::workload::{
     ensure_connected, fetch_at_epochs, fetch_once, round_trip, FetchedPartition, RequestError,
     Shared, REQUEST_TIMEOUT, TOPIC,
@@ -319,21 +319,37 @@ impl Routes {
         result
     }
 
-    /// One read_committed fetch of `positions` of `topic`: with several
-    /// brokers, one request per leader at the leader epoch the router
-    /// knows (as Kafka's consumer sends it); a partition without a known leader
-    /// or whose request failed is answered with error -1, as if its
-    /// broker had said UNKNOWN_SERVER_ERROR (the caller retries it).
+    /// One read_committed fetch of `positions` of `topic`
+    /// ([`fetch_isolated`](Self::fetch_isolated)).
     pub(crate) async fn fetch_committed(
         &mut self,
         topic: &str,
         positions: &BTreeMap<i32, i64>,
         max_wait_ms: i32,
         shared: &Shared,
-    ) -> Result<Vec<CommittedRead>, RequestError> {
+    ) -> Result<Vec<PartitionRead>, RequestError> {
+        self.fetch_isolated(topic, positions, max_wait_ms, shared, Isolation::Committed)
+            .await
+    }
+
+    /// One fetch of `positions` of `topic` at `isolation`: with several
+    /// brokers, one request per leader at the leader epoch the router
+    /// knows (as Kafka's consumer sends it); a partition without a known leader
+    /// or whose request failed is answered with error -1, as if its
+    /// broker had said UNKNOWN_SERVER_ERROR (the caller retries it).
+    pub(crate) async fn fetch_isolated(
+        &mut self,
+        topic: &str,
+        positions: &BTreeMap<i32, i64>,
+        max_wait_ms: i32,
+        shared: &Shared,
+        isolation: Isolation,
+    ) -> Result<Vec<PartitionRead>, RequestError> {
         if !self.multi() {
             let addr = self.first();
-            return fetch_committed(self.conn(addr), addr, topic, positions, max_wait_ms).await;
+            let none = BTreeMap::new();
+            let conn = self.conn(addr);
+            return fetch_at(conn, addr, topic, positions, &none, max_wait_ms, isolation).await;
         }
         type Asked = (BTreeMap<i32, i64>, BTreeMap<i32, i32>);
         let mut by_leader: BTreeMap<SocketAddr, Asked> = BTreeMap::new();
@@ -345,12 +361,12 @@ impl Routes {
                     asked.0.insert(p, offset);
                     asked.1.insert(p, l.epoch);
                 }
-                None => out.push(CommittedRead::failed(p, offset)),
+                None => out.push(PartitionRead::failed(p, offset)),
             }
         }
         for (addr, (asked, epochs)) in by_leader {
             let conn = self.conn(addr);
-            match fetch_committed_at(conn, addr, topic, &asked, &epochs, max_wait_ms).await {
+            match fetch_at(conn, addr, topic, &asked, &epochs, max_wait_ms, isolation).await {
                 Ok(parts) => {
                     for part in parts {
                         self.partition_outcome(topic, Some(part.error_code), shared);
@@ -360,7 +376,7 @@ impl Routes {
                 Err(RequestError::Malformed(e)) => return Err(RequestError::Malformed(e)),
                 Err(RequestError::Network(_)) => {
                     self.partition_outcome(topic, None, shared);
-                    out.extend(asked.iter().map(|(&p, &o)| CommittedRead::failed(p, o)));
+                    out.extend(asked.iter().map(|(&p, &o)| PartitionRead::failed(p, o)));
                 }
             }
         }

@@ -1,7 +1,8 @@
 //! The transactional workload: transactional producers (with zombies and
-//! producers that stop mid-transaction), a read_committed consumer, and the
-//! final read_committed read and liveness checks. Everything observed goes
-//! to [`crate::txn_history::TxnHistory`].
+//! producers that stop mid-transaction), a read_committed and a
+//! read_uncommitted consumer, and the final reads at both isolation levels
+//! and liveness checks. Everything observed goes to
+//! [`crate::txn_history::TxnHistory`].
 //!
 //! A producer slot owns the transactional id `tx-<slot>` and runs instances
 //! of it, as an application restarting would. An instance does what the
@@ -68,7 +69,39 @@ pub(crate) fn is_bumped_identity(pid: i64, epoch: i16, next_pid: i64, next_epoch
 const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
 const METADATA_VERSION: i16 = 9;
 const FETCH_VERSION: i16 = 12;
-const READ_COMMITTED: i8 = 1;
+/// The isolation level of a fetch (KIP-98).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// Everything below the high watermark, aborted and open transactions'
+    /// records included (the control batches are never delivered).
+    Uncommitted,
+    /// Below the last stable offset, without aborted transactions' records.
+    Committed,
+}
+
+impl Isolation {
+    fn level(self) -> i8 {
+        match self {
+            Isolation::Uncommitted => 0,
+            Isolation::Committed => 1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Isolation::Uncommitted => "read_uncommitted",
+            Isolation::Committed => "read_committed",
+        }
+    }
+}
+
+/// What the final reads of the transactional topic delivered, per
+/// partition: (offset, value) in offset order.
+#[derive(Debug, Default)]
+pub struct TxnLogs {
+    pub committed: BTreeMap<i32, Vec<(i64, Bytes)>>,
+    pub uncommitted: BTreeMap<i32, Vec<(i64, Bytes)>>,
+}
 const CLIENT_ID: &str = "sim-txn";
 /// How long the acks=all wait of a transactional Produce may take.
 const PRODUCE_TIMEOUT_MS: i32 = 5_000;
@@ -858,15 +891,16 @@ fn produce_outcome(body: ResponseBody, partition: i32) -> Result<(i16, i64), Req
         })
 }
 
-/// One partition of a read_committed fetch, as a Kafka client delivers it.
-pub(crate) struct CommittedRead {
+/// One partition of a fetch, as a Kafka client delivers it.
+pub(crate) struct PartitionRead {
     pub(crate) partition: i32,
     /// The offset the fetch asked for.
     pub(crate) requested: i64,
     pub(crate) error_code: i16,
     pub(crate) high_watermark: i64,
     pub(crate) last_stable_offset: i64,
-    /// Records delivered: of no aborted transaction, no control batch.
+    /// Records delivered: no control batch, and at read_committed none of
+    /// an aborted transaction.
     pub(crate) records: Vec<(i64, Bytes)>,
     /// Offset after the last batch returned (the requested one if none).
     pub(crate) next_offset: i64,
@@ -877,11 +911,11 @@ pub(crate) struct CommittedRead {
     pub(crate) batches: Vec<(i64, i64)>,
 }
 
-impl CommittedRead {
+impl PartitionRead {
     /// A partition no answer came for (multi-broker routing: no leader
     /// known, or its leader's request failed): error -1, retried.
-    pub(crate) fn failed(partition: i32, requested: i64) -> CommittedRead {
-        CommittedRead {
+    pub(crate) fn failed(partition: i32, requested: i64) -> PartitionRead {
+        PartitionRead {
             partition,
             requested,
             error_code: -1,
@@ -906,19 +940,22 @@ impl CommittedRead {
     }
 }
 
-/// Delivers a read_committed partition's batches as the Java consumer
-/// does (`CompletedFetch.nextFetchedBatch`): before a batch with a producer
-/// id, every aborted transaction whose first offset is at or below the
-/// batch's last offset marks its producer aborted; an ABORT marker clears
-/// its producer; a transactional batch of an aborted producer is dropped;
-/// control batches are never delivered.
-fn deliver_committed(
+/// Delivers a partition's batches as the Java consumer does
+/// (`CompletedFetch.nextFetchedBatch`). At read_committed, before a batch
+/// with a producer id, every aborted transaction whose first offset is at
+/// or below the batch's last offset marks its producer aborted; an ABORT
+/// marker clears its producer; a transactional batch of an aborted producer
+/// is dropped. Control batches are never delivered. Every record delivered
+/// must lie below the bound of the isolation level: the last stable offset,
+/// or at read_uncommitted the high watermark (what is durable).
+fn deliver(
     topic: &str,
     data: &kaas_core::protocol::messages::fetch_response::PartitionData,
     requested: i64,
-) -> Result<CommittedRead, String> {
+    isolation: Isolation,
+) -> Result<PartitionRead, String> {
     let p = data.partition_index;
-    let mut out = CommittedRead {
+    let mut out = PartitionRead {
         partition: p,
         requested,
         error_code: data.error_code,
@@ -932,10 +969,16 @@ fn deliver_committed(
     if data.error_code != 0 {
         return Ok(out);
     }
-    let Some(mut aborted) = data.aborted_transactions.clone() else {
-        return Err(format!(
-            "{topic} partition {p}: a read_committed fetch answered a null aborted_transactions"
-        ));
+    // At read_uncommitted Kafka answers no aborted list (null): nothing is
+    // dropped.
+    let mut aborted = match (isolation, data.aborted_transactions.clone()) {
+        (Isolation::Committed, None) => {
+            return Err(format!(
+                "{topic} partition {p}: a read_committed fetch answered a null aborted_transactions"
+            ))
+        }
+        (Isolation::Committed, Some(aborted)) => aborted,
+        (Isolation::Uncommitted, _) => Vec::new(),
     };
     aborted.sort_by_key(|a| a.first_offset);
     let mut aborted = aborted.into_iter().peekable();
@@ -992,10 +1035,15 @@ fn deliver_committed(
                 )
             })?;
             if record.offset >= requested {
-                if record.offset >= data.last_stable_offset {
+                let (bound, bound_name) = match isolation {
+                    Isolation::Committed => (data.last_stable_offset, "last stable offset"),
+                    Isolation::Uncommitted => (data.high_watermark, "high watermark"),
+                };
+                if record.offset >= bound {
                     return Err(format!(
-                        "{topic} partition {p}: read_committed returned offset {} at or above the last stable offset {}",
-                        record.offset, data.last_stable_offset
+                        "{topic} partition {p}: {} returned offset {} at or above the {bound_name} {bound}",
+                        isolation.name(),
+                        record.offset
                     ));
                 }
                 out.records.push((record.offset, value));
@@ -1005,29 +1053,19 @@ fn deliver_committed(
     Ok(out)
 }
 
-/// One read_committed fetch of `positions` of `topic`.
-pub(crate) async fn fetch_committed(
-    conn: &mut Option<Connection>,
-    addr: SocketAddr,
-    topic: &str,
-    positions: &BTreeMap<i32, i64>,
-    max_wait_ms: i32,
-) -> Result<Vec<CommittedRead>, RequestError> {
-    fetch_committed_at(conn, addr, topic, positions, &BTreeMap::new(), max_wait_ms).await
-}
-
-/// [`fetch_committed`] naming the leader epoch the client knows for each
-/// partition in `epochs` (KIP-320: a broker at another epoch answers
-/// FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH rather than serve); -1 for
-/// the others.
-pub(crate) async fn fetch_committed_at(
+/// One fetch of `positions` of `topic` at `isolation`, naming the leader
+/// epoch the client knows for each partition in `epochs` (KIP-320: a broker
+/// at another epoch answers FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH
+/// rather than serve); -1 for the others.
+pub(crate) async fn fetch_at(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
     topic: &str,
     positions: &BTreeMap<i32, i64>,
     epochs: &BTreeMap<i32, i32>,
     max_wait_ms: i32,
-) -> Result<Vec<CommittedRead>, RequestError> {
+    isolation: Isolation,
+) -> Result<Vec<PartitionRead>, RequestError> {
     let c = ensure_connected(conn, addr)
         .await
         .map_err(RequestError::Network)?;
@@ -1036,7 +1074,7 @@ pub(crate) async fn fetch_committed_at(
         max_wait_ms,
         min_bytes: 1,
         max_bytes: FETCH_MAX_BYTES,
-        isolation_level: READ_COMMITTED,
+        isolation_level: isolation.level(),
         topics: vec![fetch_request::FetchTopic {
             topic: topic.into(),
             partitions: positions
@@ -1081,27 +1119,39 @@ pub(crate) async fn fetch_committed_at(
     for answered in resp.responses.iter().filter(|t| t.topic == topic) {
         for data in &answered.partitions {
             let requested = positions.get(&data.partition_index).copied().unwrap_or(0);
-            out.push(deliver_committed(topic, data, requested).map_err(RequestError::Malformed)?);
+            out.push(deliver(topic, data, requested, isolation).map_err(RequestError::Malformed)?);
         }
     }
     Ok(out)
 }
 
-/// Tails every partition of the transactional topic at read_committed
-/// while faults run, reporting what it delivers.
-pub async fn txn_consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: Arc<Shared>) {
-    let mut routes = Routes::new("txn-consumer", &brokers);
+/// Tails every partition of the transactional topic at `isolation` while
+/// faults run, reporting what it delivers. At read_uncommitted it sees the
+/// records of open and aborted transactions too: each must stay where it
+/// was read (it was below the high watermark, so durable), and be one a
+/// transactional producer sent (`TxnHistory::read_uncommitted`).
+pub async fn txn_consumer(
+    params: SimParams,
+    brokers: Vec<SocketAddr>,
+    shared: Arc<Shared>,
+    isolation: Isolation,
+) {
+    let (name, reading) = match isolation {
+        Isolation::Committed => ("txn-consumer", Reading::TxnCommitted),
+        Isolation::Uncommitted => ("txn-uncommitted-consumer", Reading::TxnUncommitted),
+    };
+    let mut routes = Routes::new(name, &brokers);
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     let me = polling(
-        "read_committed consumer",
-        Reading::Committed,
+        &format!("{} consumer", isolation.name()),
+        reading,
         &positions,
         &shared,
     );
     while !shared.stop_fetching.load(Ordering::Relaxed) {
         let fetched = match routes
-            .fetch_committed(TXN_TOPIC, &positions, 200, &shared)
+            .fetch_isolated(TXN_TOPIC, &positions, 200, &shared, isolation)
             .await
         {
             Ok(f) => f,
@@ -1124,8 +1174,15 @@ pub async fn txn_consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: A
                 continue;
             }
             let mut t = shared.txns();
-            t.read_committed(part.partition, &part.records);
-            t.stats.aborted_batches_dropped += part.aborted_dropped;
+            match isolation {
+                Isolation::Committed => {
+                    t.read_committed(part.partition, &part.records);
+                    t.stats.aborted_batches_dropped += part.aborted_dropped;
+                }
+                Isolation::Uncommitted => {
+                    t.read_uncommitted(part.partition, &part.records, part.last_stable_offset)
+                }
+            }
             drop(t);
             shared.polls().answer(me, part.poll_answer());
             *position = (*position).max(part.next_offset);
@@ -1140,14 +1197,15 @@ pub async fn txn_consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: A
 
 /// Liveness after the faults: every transactional id's transaction ends
 /// (DescribeTransactions shows no Ongoing or Prepare* state), then every
-/// partition is read at read_committed up to its high watermark (the last
-/// stable offset must catch up with it). Returns what a client delivers.
+/// partition is read up to its high watermark, at read_committed (the last
+/// stable offset must catch up with it) and at read_uncommitted. Returns
+/// what a client delivers at each.
 pub async fn final_read(
     params: SimParams,
     brokers: Vec<SocketAddr>,
     shared: Arc<Shared>,
     deadline: Duration,
-) -> Result<BTreeMap<i32, Vec<(i64, Bytes)>>, String> {
+) -> Result<TxnLogs, String> {
     let started = Instant::now();
     let give_up = started + deadline;
     // Every producer has ended its transaction by now, but one that stopped
@@ -1231,16 +1289,55 @@ pub async fn final_read(
         last = open.join(", ");
         sleep(Duration::from_millis(200)).await;
     }
+    let committed = read_to_high_watermark(
+        &params,
+        &mut routes,
+        &shared,
+        give_up,
+        deadline,
+        Isolation::Committed,
+    )
+    .await?;
+    let uncommitted = read_to_high_watermark(
+        &params,
+        &mut routes,
+        &shared,
+        give_up,
+        deadline,
+        Isolation::Uncommitted,
+    )
+    .await?;
+    Ok(TxnLogs {
+        committed,
+        uncommitted,
+    })
+}
+
+/// Reads every partition of the transactional topic at `isolation` from
+/// offset 0 up to its high watermark (at read_committed the last stable
+/// offset must catch up with it), by `give_up`. Returns what a client
+/// delivers.
+async fn read_to_high_watermark(
+    params: &SimParams,
+    routes: &mut Routes,
+    shared: &Shared,
+    give_up: Instant,
+    deadline: Duration,
+    isolation: Isolation,
+) -> Result<BTreeMap<i32, Vec<(i64, Bytes)>>, String> {
+    let mut last = String::new();
+    let mut backoff = Backoff::new();
     let mut logs: BTreeMap<i32, Vec<(i64, Bytes)>> = BTreeMap::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     while !positions.is_empty() {
         if Instant::now() >= give_up {
             return Err(format!(
-                "liveness: could not read {TXN_TOPIC} at read_committed up to its high watermark within {deadline:?} (positions {positions:?}; {last})"
+                "liveness: could not read {TXN_TOPIC} at {} up to its high watermark within {deadline:?} (positions {positions:?}; {last})",
+                isolation.name()
             ));
         }
         let fetched = match routes
-            .fetch_committed(TXN_TOPIC, &positions, 0, &shared)
+            .fetch_isolated(TXN_TOPIC, &positions, 0, shared, isolation)
             .await
         {
             Ok(f) => f,
@@ -1278,8 +1375,11 @@ pub async fn final_read(
                 progressed = true;
             } else {
                 last = format!(
-                    "partition {}: read_committed stuck at {position}, last stable offset {}, high watermark {}",
-                    part.partition, part.last_stable_offset, part.high_watermark
+                    "partition {}: {} stuck at {position}, last stable offset {}, high watermark {}",
+                    part.partition,
+                    isolation.name(),
+                    part.last_stable_offset,
+                    part.high_watermark
                 );
             }
         }

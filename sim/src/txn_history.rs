@@ -21,12 +21,22 @@
 //! - what read_committed returned during the run is never taken back: it
 //!   is in the final read at the same offset;
 //! - every record read is one a transactional producer sent, at most once;
+//! - at read_uncommitted (a consumer during the run, and a final read):
+//!   what was returned is never taken back (it was below the high
+//!   watermark, so durable, whether its transaction commits or not); every
+//!   record is one a transactional producer sent to that partition, in the
+//!   log at most once; every batch Produce acknowledged is there at the
+//!   offsets it named, whatever its transaction's end (Kafka keeps aborted
+//!   data in the log; only markers tell it apart); and the read_committed
+//!   read is the read_uncommitted one less what did not commit, offset for
+//!   offset;
 //! - epochs: per transactional id one producer id for the whole run, never
 //!   reused by another transactional id or handed to an idempotent
 //!   producer; an InitProducerId answer received before another request
 //!   was sent is never at a later epoch than that request's answer, and two
 //!   instances are never granted the same epoch.
 
+use crate::poll_history::Logs;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -124,8 +134,20 @@ pub struct TxnStats {
     /// with an epoch bump.
     pub v2_ends: u64,
     pub records_read_during_run: u64,
+    /// Records read at read_uncommitted during the run, and of them those
+    /// at or above their answer's last stable offset (open transactions'
+    /// data, which read_committed holds back).
+    pub uncommitted_read_during_run: u64,
+    pub uncommitted_read_past_the_lso: u64,
     /// Records of committed transactions in the final read.
     pub final_records: u64,
+    /// Records in the final read_uncommitted read, and of them those of
+    /// transactions that did not commit.
+    pub final_uncommitted_records: u64,
+    pub final_uncommitted_not_committed: u64,
+    /// Acknowledged records of transactions that did not commit, absent
+    /// from the final read_uncommitted read of a compacted topic: cleaned.
+    pub uncommitted_cleaned_away: u64,
     /// Transactions whose commit answer was lost, found committed.
     pub unknown_found_committed: u64,
     /// Batches of aborted transactions the read_committed consumer
@@ -151,6 +173,8 @@ pub struct TxnHistory {
     /// (partition, offset) -> record, from read_committed fetches during
     /// the run.
     observed: BTreeMap<(i32, i64), Bytes>,
+    /// The same from read_uncommitted fetches.
+    observed_uncommitted: BTreeMap<(i32, i64), Bytes>,
     events: u64,
     violations: Vec<String>,
     pub stats: TxnStats,
@@ -277,6 +301,132 @@ impl TxnHistory {
         }
     }
 
+    /// read_uncommitted returned `records` of `partition` during the run,
+    /// in an answer that named `last_stable_offset`.
+    pub fn read_uncommitted(
+        &mut self,
+        partition: i32,
+        records: &[(i64, Bytes)],
+        last_stable_offset: i64,
+    ) {
+        self.stats.uncommitted_read_during_run += records.len() as u64;
+        self.stats.uncommitted_read_past_the_lso += records
+            .iter()
+            .filter(|(offset, _)| *offset >= last_stable_offset)
+            .count() as u64;
+        for (offset, value) in records {
+            let earlier = self
+                .observed_uncommitted
+                .insert((partition, *offset), value.clone());
+            if let Some(earlier) = earlier.filter(|e| e != value) {
+                self.violations.push(format!(
+                    "{TXN_TOPIC} partition {partition} offset {offset}: read_uncommitted returned {} but earlier {}",
+                    show(value),
+                    show(&earlier)
+                ));
+            }
+        }
+    }
+
+    /// The read_uncommitted rules (module docs) over the final reads at
+    /// both isolation levels (`logs`: read_committed). On a `compacted`
+    /// topic the cleaner removes the records of transactions that did not
+    /// commit (as Kafka's does), so those may be absent; nothing else may,
+    /// and nothing may move.
+    pub fn check_uncommitted(
+        &mut self,
+        logs: &Logs,
+        uncommitted: &Logs,
+        compacted: bool,
+    ) -> Vec<String> {
+        let mut v = Vec::new();
+        // Where each value sits in the final read_uncommitted read.
+        let mut found: BTreeMap<&Bytes, Vec<(i32, i64)>> = BTreeMap::new();
+        for (&p, log) in uncommitted {
+            for (offset, value) in log {
+                found.entry(value).or_default().push((p, *offset));
+            }
+        }
+        let at = |p: i32, offset: i64| {
+            let log = uncommitted.get(&p)?;
+            let i = log.binary_search_by_key(&offset, |(o, _)| *o).ok()?;
+            log.get(i).map(|(_, value)| value)
+        };
+        let mut ours: BTreeMap<&Bytes, (i32, bool)> = BTreeMap::new();
+        let mut cleaned = 0;
+        for (i, t) in self.txns.iter().enumerate() {
+            let committed = !t.end.must_be_absent() && t.end != TxnEnd::Open;
+            for b in &t.batches {
+                for (k, value) in b.values.iter().enumerate() {
+                    ours.insert(value, (b.partition, committed));
+                    let Some(base) = b.acked_at else { continue };
+                    let offset = base + k as i64;
+                    let there = at(b.partition, offset);
+                    if there.is_none() && compacted && !committed {
+                        cleaned += 1;
+                        continue;
+                    }
+                    if there != Some(value) {
+                        v.push(format!(
+                            "transaction {i} of {} ({:?}): record {} acknowledged at ({}, {offset}) is not there at read_uncommitted (found at {:?}): a lost write",
+                            t.transactional_id,
+                            t.end,
+                            show(value),
+                            b.partition,
+                            found.get(value)
+                        ));
+                    }
+                }
+            }
+        }
+        for (value, places) in &found {
+            match ours.get(value) {
+                None => v.push(format!(
+                    "{TXN_TOPIC}: read_uncommitted returned a record nobody sent transactionally: {} at {places:?}",
+                    show(value)
+                )),
+                Some(&(partition, committed)) => {
+                    if places.len() > 1 || places[0].0 != partition {
+                        v.push(format!(
+                            "{TXN_TOPIC}: record {} sent to partition {partition} is in the log at {places:?}",
+                            show(value)
+                        ));
+                    }
+                    if !committed {
+                        self.stats.final_uncommitted_not_committed += 1;
+                    }
+                }
+            }
+        }
+        for (&(p, offset), value) in &self.observed_uncommitted {
+            let may_be_cleaned = compacted && ours.get(value).is_some_and(|&(_, c)| !c);
+            if at(p, offset).is_none() && may_be_cleaned {
+                continue;
+            }
+            if at(p, offset) != Some(value) {
+                v.push(format!(
+                    "{TXN_TOPIC} partition {p} offset {offset}: read_uncommitted returned {} during the run, the final read_uncommitted read has {:?} there: a record read was taken back",
+                    show(value),
+                    at(p, offset).map(show)
+                ));
+            }
+        }
+        for (&p, log) in logs {
+            for (offset, value) in log {
+                if at(p, *offset) != Some(value) {
+                    v.push(format!(
+                        "{TXN_TOPIC} partition {p} offset {offset}: read_committed delivered {}, read_uncommitted {:?}",
+                        show(value),
+                        at(p, *offset).map(show)
+                    ));
+                }
+            }
+        }
+        self.stats.final_uncommitted_records = uncommitted.values().map(|l| l.len() as u64).sum();
+        self.stats.uncommitted_cleaned_away = cleaned;
+        v
+    }
+
     /// Every producer id granted to a transactional id.
     pub fn producer_ids(&self) -> BTreeSet<i64> {
         self.grants.iter().map(|g| g.producer_id).collect()
@@ -358,11 +508,7 @@ impl TxnHistory {
     /// Checks the final read_committed read of every partition of the
     /// topic (`logs`: the records a Kafka client would deliver, offset
     /// order). Returns every violation, those found during the run too.
-    pub fn check_final(
-        &mut self,
-        logs: &BTreeMap<i32, Vec<(i64, Bytes)>>,
-        idempotent_pids: &BTreeSet<i64>,
-    ) -> Vec<String> {
+    pub fn check_final(&mut self, logs: &Logs, idempotent_pids: &BTreeSet<i64>) -> Vec<String> {
         let mut v = self.violations.clone();
         v.extend(self.check_grants(idempotent_pids));
         // Where each value was read.
@@ -482,9 +628,11 @@ impl TxnHistory {
     }
 
     /// A fingerprint of everything observed (the determinism check).
-    pub fn fingerprint(&self, logs: &BTreeMap<i32, Vec<(i64, Bytes)>>) -> u64 {
+    pub fn fingerprint(&self, logs: &Logs, uncommitted: &Logs) -> u64 {
         let mut h = std::hash::DefaultHasher::new();
         logs.hash(&mut h);
+        uncommitted.hash(&mut h);
+        self.observed_uncommitted.hash(&mut h);
         self.txns.hash(&mut h);
         self.grants.hash(&mut h);
         self.observed.hash(&mut h);
@@ -637,5 +785,77 @@ mod tests {
             h.check_final(&BTreeMap::new(), &BTreeSet::new()),
             Vec::<String>::new()
         );
+    }
+
+    /// Final logs holding (partition, offset, value).
+    fn read(records: &[(i32, i64, &str)]) -> Logs {
+        let mut logs = Logs::new();
+        for &(p, offset, value) in records {
+            logs.entry(p).or_default().push((offset, b(value)));
+        }
+        logs
+    }
+
+    #[test]
+    fn read_uncommitted_shows_every_acknowledged_batch_whatever_its_end() {
+        let mut h = TxnHistory::default();
+        txn(&mut h, TxnEnd::CommitAcked, &[(0, &["a", "b"], Some(0))]);
+        txn(&mut h, TxnEnd::AbortAcked, &[(0, &["x"], Some(3))]);
+        // Never acknowledged: in the log once, or not at all.
+        txn(&mut h, TxnEnd::Fenced, &[(1, &["y"], None)]);
+        let committed = read(&[(0, 0, "a"), (0, 1, "b")]);
+        let uncommitted = read(&[(0, 0, "a"), (0, 1, "b"), (0, 3, "x"), (1, 0, "y")]);
+        h.read_uncommitted(0, &[(3, b("x"))], 3);
+        assert_eq!(h.stats.uncommitted_read_past_the_lso, 1);
+        assert_eq!(
+            h.check_uncommitted(&committed, &uncommitted, false),
+            Vec::<String>::new()
+        );
+        assert_eq!(h.stats.final_uncommitted_records, 4);
+        assert_eq!(h.stats.final_uncommitted_not_committed, 2);
+        // The aborted transaction's acknowledged record lost.
+        let lost = read(&[(0, 0, "a"), (0, 1, "b")]);
+        let v = h.check_uncommitted(&committed, &lost, false);
+        assert!(v.iter().any(|m| m.contains("a lost write")), "{v:?}");
+        assert!(v.iter().any(|m| m.contains("taken back")), "{v:?}");
+        // On a compacted topic the cleaner removes aborted data: allowed.
+        assert_eq!(
+            h.check_uncommitted(&committed, &lost, true),
+            Vec::<String>::new()
+        );
+        assert_eq!(h.stats.uncommitted_cleaned_away, 1);
+        // But never a committed record.
+        let v = h.check_uncommitted(&committed, &read(&[(0, 0, "a"), (0, 3, "x")]), true);
+        assert!(
+            v.iter()
+                .any(|m| m.contains("record b acknowledged at (0, 1) is not there")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn read_uncommitted_anomalies_fail() {
+        let mut h = TxnHistory::default();
+        txn(&mut h, TxnEnd::CommitAcked, &[(0, &["a"], Some(0))]);
+        txn(&mut h, TxnEnd::Abandoned, &[(0, &["x"], None)]);
+        let committed = read(&[(0, 0, "a")]);
+        // Twice in the log, on another partition, unknown, or the two
+        // isolation levels disagreeing on an offset.
+        for (uncommitted, what) in [
+            (
+                read(&[(0, 0, "a"), (0, 1, "x"), (0, 2, "x")]),
+                "is in the log at",
+            ),
+            (read(&[(0, 0, "a"), (1, 0, "x")]), "is in the log at"),
+            (read(&[(0, 0, "a"), (0, 1, "z")]), "nobody sent"),
+            (read(&[(0, 1, "a")]), "read_committed delivered"),
+        ] {
+            let v = h.check_uncommitted(&committed, &uncommitted, false);
+            assert!(v.iter().any(|m| m.contains(what)), "{what}: {v:?}");
+        }
+        // A record read during the run, then another at its offset.
+        h.read_uncommitted(0, &[(1, b("x"))], 0);
+        h.read_uncommitted(0, &[(1, b("a"))], 0);
+        assert!(h.violations().iter().any(|m| m.contains("but earlier")));
     }
 }

@@ -928,12 +928,7 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
     let mut conn = None;
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
-    let me = polling(
-        "tailing consumer",
-        Reading::Uncommitted,
-        &positions,
-        &shared,
-    );
+    let me = polling("tailing consumer", Reading::Main, &positions, &shared);
     while !shared.stop_fetching.load(Ordering::Relaxed) {
         let floors = Floors::now(&positions, &shared);
         let fetched = match fetch_once(&mut conn, addr, &positions, FETCH_MAX_WAIT_MS).await {
@@ -996,12 +991,7 @@ async fn consumer_routed(
     let mut conns = BTreeMap::new();
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
-    let me = polling(
-        "tailing consumer",
-        Reading::Uncommitted,
-        &positions,
-        &shared,
-    );
+    let me = polling("tailing consumer", Reading::Main, &positions, &shared);
     while !shared.stop_fetching.load(Ordering::Relaxed) {
         let floors = Floors::now(&positions, &shared);
         let mut errors = Vec::new();
