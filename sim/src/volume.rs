@@ -85,12 +85,20 @@
 //!   kill, loses them (or keeps a seeded prefix that was written back)
 //!   while every other broker's data stays.
 //!
+//! - Each broker's NFS name and attribute caches
+//!   ([`set_attr_cache`](SimVolume::set_attr_cache)): a broker that looked
+//!   a name up may go on reading the file it found there for up to a
+//!   seeded age after another broker replaced it by a rename
+//!   (`write_atomic`), as a client whose cached attributes have not timed
+//!   out does; its own renames it sees at once. Negative lookups are not
+//!   cached, so a name created (exclusively or not) or removed is seen
+//!   exactly by every broker.
+//!
 //! Not modelled yet: stale attributes of a file a broker holds open while
 //! another writes it (kaas never reads a file another broker is writing
-//! except at a takeover, which opens it afresh: close-to-open), a server
-//! that keeps unstable writes in memory past their `WRITE` (a power cut
-//! models the server's crash), and single-name lookups are always exact
-//! (kaas requires `lookupcache=none`).
+//! except at a takeover, which opens it afresh: close-to-open), and a
+//! server that keeps unstable writes in memory past their `WRITE` (a power
+//! cut models the server's crash).
 
 use bytes::Bytes;
 use kaas_net::volume::{is_temporary, temporary_beside, SegmentFile, Volume};
@@ -666,6 +674,7 @@ impl State {
             if within && view.inode != current && self.inodes.contains_key(&view.inode) {
                 self.stats.stale_file_views += 1;
                 kaas_core::coverage::hit(kaas_core::coverage::Mark::StaleFileViewRead);
+                tracing::debug!(broker, path, "stale file view");
                 return Some(view.inode);
             }
         }
