@@ -1634,31 +1634,37 @@ mod tests {
             .map(|b| String::from_utf8_lossy(&b).into_owned())
     }
 
+    /// Broker 0 writes "f" = "1", broker 1 reads it (caching the name),
+    /// broker 0 replaces it with "2"; broker 0 is left issuing.
+    fn seen_then_replaced(v: &SimVolume, as_broker: &impl Fn(usize)) {
+        as_broker(0);
+        v.write_atomic("f", b"1").unwrap();
+        as_broker(1);
+        assert_eq!(read_str(v, "f").as_deref(), Some("1"));
+        as_broker(0);
+        v.write_atomic("f", b"2").unwrap();
+    }
+
     #[test]
     fn another_broker_reads_a_renamed_over_file_as_it_was_until_its_cache_ages_out() {
         let (v, as_broker, at) = volume_with_attr_cache(100);
-        as_broker(0);
-        v.write_atomic("hb", b"1").unwrap();
-        as_broker(1);
-        assert_eq!(read_str(&v, "hb").as_deref(), Some("1"));
-        as_broker(0);
         at(10);
-        v.write_atomic("hb", b"2").unwrap();
+        seen_then_replaced(&v, &as_broker);
         as_broker(1);
         at(109);
         assert_eq!(
-            read_str(&v, "hb").as_deref(),
+            read_str(&v, "f").as_deref(),
             Some("1"),
             "stale within the age"
         );
-        let stale = v.open_segment("hb", false).unwrap();
+        let stale = v.open_segment("f", false).unwrap();
         assert_eq!(
             &stale.read_at(0, 10).unwrap()[..],
             b"1",
             "an open resolves alike"
         );
         at(110);
-        assert_eq!(read_str(&v, "hb").as_deref(), Some("2"), "fresh after it");
+        assert_eq!(read_str(&v, "f").as_deref(), Some("2"), "fresh after it");
         assert_eq!(v.stats().stale_file_views, 2);
     }
 
@@ -1728,12 +1734,7 @@ mod tests {
     #[test]
     fn no_version_outlives_its_replacement_by_more_than_the_cache_age() {
         let (v, as_broker, at) = volume_with_attr_cache(100);
-        as_broker(0);
-        v.write_atomic("f", b"1").unwrap();
-        as_broker(1);
-        assert_eq!(read_str(&v, "f").as_deref(), Some("1"));
-        as_broker(0);
-        v.write_atomic("f", b"2").unwrap();
+        seen_then_replaced(&v, &as_broker);
         at(60);
         v.write_atomic("f", b"3").unwrap();
         as_broker(1);
@@ -1750,12 +1751,7 @@ mod tests {
     #[test]
     fn a_host_crash_empties_its_brokers_cache() {
         let (v, as_broker, _at) = volume_with_attr_cache(100);
-        as_broker(0);
-        v.write_atomic("f", b"1").unwrap();
-        as_broker(1);
-        assert_eq!(read_str(&v, "f").as_deref(), Some("1"));
-        as_broker(0);
-        v.write_atomic("f", b"2").unwrap();
+        seen_then_replaced(&v, &as_broker);
         v.crash_host(1, None);
         as_broker(1);
         assert_eq!(read_str(&v, "f").as_deref(), Some("2"));
@@ -1764,12 +1760,7 @@ mod tests {
     #[test]
     fn with_no_attribute_cache_every_lookup_is_exact() {
         let (v, as_broker, _at) = volume_with_attr_cache(0);
-        as_broker(0);
-        v.write_atomic("f", b"1").unwrap();
-        as_broker(1);
-        assert_eq!(read_str(&v, "f").as_deref(), Some("1"));
-        as_broker(0);
-        v.write_atomic("f", b"2").unwrap();
+        seen_then_replaced(&v, &as_broker);
         as_broker(1);
         assert_eq!(read_str(&v, "f").as_deref(), Some("2"));
         assert_eq!(v.stats().stale_file_views, 0);
