@@ -121,6 +121,12 @@ crate::named_enum! {
         /// A partition forgot an idle producer's idempotent state
         /// (`producer.id.expiration.ms`; see [`producer_expired`]).
         ProducerStateExpired,
+        /// A broker's lookup by name was answered with a file version another
+        /// broker had replaced by a rename less than the seed's attribute-cache
+        /// age before (an NFS client's cached view, within the staleness
+        /// bound). Hit by the simulator's volume, not the broker, which
+        /// cannot know.
+        StaleFileViewRead,
     }
 }
 

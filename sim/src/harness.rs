@@ -207,6 +207,9 @@ pub struct SeedReport {
     pub volume_late_io: u64,
     /// Listings a broker was answered from its stale cache.
     pub stale_listings: u64,
+    /// Lookups by name a broker was answered with a version another broker
+    /// had replaced (`SimVolume::set_attr_cache`).
+    pub stale_file_views: u64,
     /// Whether the seed buggifies, and what its points did.
     pub buggifying: bool,
     pub buggify: BuggifyStats,
@@ -249,6 +252,7 @@ impl SeedReport {
                 f.host_crashes_with_unsynced,
             ),
             ("stale listings answered", self.stale_listings),
+            ("stale file versions read", self.stale_file_views),
             ("ownership takeovers", self.claims.takeovers),
             ("records acknowledged", count(self.records_acked)),
             ("acks=1 records acknowledged", self.low_acks.leader_acked),
@@ -558,7 +562,7 @@ impl fmt::Display for SeedReport {
             let coordinator_moved = !coordinated || c.coordinator_moves > 0;
             write!(
                 f,
-                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({}{} moves seen), {} volume partitions ({} operations failed, {} ran late), {} stale listings (cached up to {} ms), {} host crashes lost unsynced writes, {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
+                "cluster: {} brokers (lease {} ms), {}{} leader changes seen, max epoch {}, {} takeovers and {} releases on the volume, {} redirects, {} metadata answers ({} leaderless), {} acks checked against their epoch's holder ({} duplicates answered by a later leader), {} coordinator lookups ({}{} moves seen), {} volume partitions ({} operations failed, {} ran late), {} stale listings (cached up to {} ms), {} stale file versions read (up to {} ms after their replacement), {} host crashes lost unsynced writes, {} per-epoch files with one writer ({} claims, {} truncated by another) | ",
                 p.brokers,
                 p.lease_ms,
                 if moved { "" } else { "NO MOVE, " },
@@ -583,6 +587,8 @@ impl fmt::Display for SeedReport {
                 self.volume_late_io,
                 self.stale_listings,
                 listing_cache_ms(p),
+                self.stale_file_views,
+                attr_cache_ms(p),
                 self.faults.host_crashes_with_unsynced,
                 self.writers.epoch_files,
                 self.writers.claims,
@@ -831,6 +837,17 @@ fn listing_cache_ms(params: &SimParams) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(params.listing_cache_ms)
+}
+
+/// How long a broker may read a file another replaced as it was: the
+/// seed's draw, or `KAAS_SIM_ATTR_CACHE_MS` to break the brokers'
+/// staleness assumption on purpose (a mutation run, as
+/// [`listing_cache_ms`]).
+fn attr_cache_ms(params: &SimParams) -> u64 {
+    std::env::var("KAAS_SIM_ATTR_CACHE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(params.attr_cache_ms)
 }
 
 /// Kills and restarts the broker at seeded moments until `fault_phase`
@@ -1529,10 +1546,9 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         // where an entry is durable once its directory is synced.
         volume.set_entries_durable_at_once(true);
         let origin = tokio::time::Instant::now();
-        volume.set_listing_cache(
-            listing_cache_ms(&params),
-            Box::new(move || u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)),
-        );
+        let elapsed_ms = move || u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        volume.set_listing_cache(listing_cache_ms(&params), Box::new(elapsed_ms));
+        volume.set_attr_cache(attr_cache_ms(&params), Box::new(elapsed_ms));
     }
     let client = handle.create_node().name("client").ip(CLIENT_IP).build();
 
@@ -2124,6 +2140,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         volume_unreachable_failures: volume.stats().unreachable_failures,
         volume_late_io: volume.late_io_counter().load(Relaxed),
         stale_listings: volume.stats().stale_listings,
+        stale_file_views: volume.stats().stale_file_views,
         buggifying: !buggifier.plan().is_empty(),
         buggify: buggifier.stats(),
         simulated: started.elapsed(),

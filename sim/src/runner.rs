@@ -34,6 +34,10 @@
 //!   listings may be in multi-broker seeds, instead of the seed's draw; set
 //!   above the 300 ms staleness bound, it breaks what the brokers assume
 //!   (a mutation run).
+//! - `KAAS_SIM_ATTR_CACHE_MS=ms`: how long after another broker replaced a
+//!   file by a rename each broker that looked its name up before may still
+//!   read the old version, in multi-broker seeds, instead of the seed's
+//!   draw; above the 300 ms staleness bound, another mutation run.
 //! - `KAAS_SIM_BUGGIFY=off`: no buggify point fires in any seed (to tell
 //!   whether a failure needs them; `crate::buggify`).
 //! - `KAAS_SIM_TEAR_AT_POINTS=0`: a crash a buggify point asks for no

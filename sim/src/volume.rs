@@ -85,12 +85,20 @@
 //!   kill, loses them (or keeps a seeded prefix that was written back)
 //!   while every other broker's data stays.
 //!
+//! - Each broker's NFS name and attribute caches
+//!   ([`set_attr_cache`](SimVolume::set_attr_cache)): a broker that looked
+//!   a name up may go on reading the file it found there for up to a
+//!   seeded age after another broker replaced it by a rename
+//!   (`write_atomic`), as a client whose cached attributes have not timed
+//!   out does; its own renames it sees at once. Negative lookups are not
+//!   cached, so a name created (exclusively or not) or removed is seen
+//!   exactly by every broker.
+//!
 //! Not modelled yet: stale attributes of a file a broker holds open while
 //! another writes it (kaas never reads a file another broker is writing
-//! except at a takeover, which opens it afresh: close-to-open), a server
-//! that keeps unstable writes in memory past their `WRITE` (a power cut
-//! models the server's crash), and single-name lookups are always exact
-//! (kaas requires `lookupcache=none`).
+//! except at a takeover, which opens it afresh: close-to-open), and a
+//! server that keeps unstable writes in memory past their `WRITE` (a power
+//! cut models the server's crash).
 
 use bytes::Bytes;
 use kaas_net::volume::{is_temporary, temporary_beside, SegmentFile, Volume};
@@ -179,6 +187,9 @@ pub struct VolumeStats {
     /// Listings a broker was answered from its cache that differed from
     /// the directory as it was ([`SimVolume::set_listing_cache`]).
     pub stale_listings: u64,
+    /// Lookups by name a broker was answered with a file version another
+    /// broker had since replaced ([`SimVolume::set_attr_cache`]).
+    pub stale_file_views: u64,
 }
 
 /// The error payload of a failure the fault hook injected.
@@ -275,6 +286,8 @@ struct State {
     writers: BTreeMap<String, BTreeSet<(usize, FaultPoint)>>,
     /// Each broker's cached directory listings, when NFS's are modelled.
     listings: Option<ListingCache>,
+    /// Each broker's cached name lookups, when NFS's are modelled.
+    names: Option<NameCache>,
 }
 
 /// A volume's names: its directories and its files' entries.
@@ -296,6 +309,70 @@ struct ListingCache {
     now_ms: Box<dyn Fn() -> u64 + Send>,
     /// (broker, directory) -> (when it was listed, what it held).
     entries: BTreeMap<(usize, String), (u64, Vec<String>)>,
+}
+
+/// Names as an NFS client's attribute and dentry caches hold them: a
+/// broker that looked a name up resolves it to the file it found then
+/// until it sees the change, and a change it did not make itself it sees
+/// up to `max_age_ms` late (the client's `acregmax`/`acdirmax`). So when
+/// another broker replaces the name by a rename (`write_atomic`), this
+/// broker goes on reading the previous version for up to `max_age_ms`
+/// after the replacement, never longer (the volume-staleness bound the
+/// brokers assume). Only positive lookups are cached (`lookupcache=positive`):
+/// a name this broker has not looked up, or that was removed, is looked
+/// up at the server, so an exclusive create and a check that a name
+/// exists (a successor's claim, docs/cluster.md) stay exact. Content
+/// written in place follows [`Inode::visible_len`] (close-to-open), not
+/// this cache.
+struct NameCache {
+    max_age_ms: u64,
+    now_ms: Box<dyn Fn() -> u64 + Send>,
+    /// path -> broker -> what that broker's last lookup of it found.
+    seen: BTreeMap<String, BTreeMap<usize, SeenName>>,
+}
+
+/// The file a broker's lookup of a name last resolved to.
+#[derive(Debug, Clone, Copy)]
+struct SeenName {
+    inode: u64,
+    /// When another broker replaced it under the name (its view may lag
+    /// by `max_age_ms` from then); `None` while it is the name's file.
+    replaced_at: Option<u64>,
+}
+
+impl NameCache {
+    /// Another broker than `renamer` replaced the file at `path`: every
+    /// other broker's view of it is stale from now. A view already stale
+    /// keeps its first replacement's time, so no version outlives its
+    /// replacement by more than `max_age_ms`. The renamer sees its own
+    /// rename at once.
+    fn replaced(&mut self, path: &str, renamer: Option<usize>, new: u64) {
+        let now = (self.now_ms)();
+        let Some(views) = self.seen.get_mut(path) else {
+            return;
+        };
+        for (broker, view) in views.iter_mut() {
+            if Some(*broker) == renamer {
+                *view = SeenName {
+                    inode: new,
+                    replaced_at: None,
+                };
+            } else if view.replaced_at.is_none() && view.inode != new {
+                view.replaced_at = Some(now);
+            }
+        }
+    }
+
+    /// The name is gone at the server: every broker's next lookup of it
+    /// goes there (negative lookups are not cached).
+    fn forget(&mut self, path: &str) {
+        self.seen.remove(path);
+    }
+
+    /// The names below `dir` are gone (a directory removed).
+    fn forget_below(&mut self, dir: &str) {
+        self.seen.retain(|p, _| p != dir && !is_below(p, dir));
+    }
 }
 
 struct Inner {
@@ -577,6 +654,40 @@ impl State {
         fresh
     }
 
+    /// The file the calling broker's lookup of `path` finds: the server's,
+    /// or, within its cache's age, the version it saw before another
+    /// broker replaced it ([`NameCache`]). `None` if the server has no
+    /// such file (negative lookups are exact).
+    fn resolve(&mut self, path: &str) -> Option<u64> {
+        let current = *self.files.get(path)?;
+        let broker = self.caller();
+        let (Some(broker), Some(cache)) = (broker, self.names.as_mut()) else {
+            return current.into();
+        };
+        let now = (cache.now_ms)();
+        let views = cache.seen.entry(path.to_string()).or_default();
+        if let Some(view) = views.get(&broker) {
+            let within = view
+                .replaced_at
+                .is_some_and(|at| now.saturating_sub(at) < cache.max_age_ms);
+            // A crash may have dropped the old inode with its last handle.
+            if within && view.inode != current && self.inodes.contains_key(&view.inode) {
+                self.stats.stale_file_views += 1;
+                kaas_core::coverage::hit(kaas_core::coverage::Mark::StaleFileViewRead);
+                tracing::debug!(broker, path, "stale file view");
+                return Some(view.inode);
+            }
+        }
+        views.insert(
+            broker,
+            SeenName {
+                inode: current,
+                replaced_at: None,
+            },
+        );
+        Some(current)
+    }
+
     /// Fails with `AlreadyExists` if `path` names a file or a directory.
     fn require_free(&self, path: &str) -> io::Result<()> {
         if path.is_empty() || self.dirs.contains(path) || self.files.contains_key(path) {
@@ -629,6 +740,7 @@ impl SimVolume {
             caller: None,
             writers: BTreeMap::new(),
             listings: None,
+            names: None,
         };
         SimVolume {
             inner: Arc::new(Inner {
@@ -666,6 +778,19 @@ impl SimVolume {
             max_age_ms,
             now_ms,
             entries: BTreeMap::new(),
+        });
+    }
+
+    /// Models each broker's NFS name and attribute caches ([`NameCache`]):
+    /// a broker that looked a name up may read, for up to `max_age_ms` of
+    /// `now_ms` after another broker replaced it by a rename, the version
+    /// it found before. Needs a caller ([`set_caller`](Self::set_caller));
+    /// 0 turns it off (every lookup exact).
+    pub fn set_attr_cache(&self, max_age_ms: u64, now_ms: Box<dyn Fn() -> u64 + Send>) {
+        self.state().names = (max_age_ms > 0).then(|| NameCache {
+            max_age_ms,
+            now_ms,
+            seen: BTreeMap::new(),
         });
     }
 
@@ -806,6 +931,10 @@ impl SimVolume {
         };
         let reachable: BTreeSet<u64> = state.files.values().copied().collect();
         state.inodes.retain(|id, _| reachable.contains(id));
+        // Every client went down with the power: their caches are empty.
+        if let Some(names) = state.names.as_mut() {
+            names.seen.clear();
+        }
         for inode in state.inodes.values_mut() {
             for (start, end) in std::mem::take(&mut inode.poisoned) {
                 let end = end.min(inode.synced);
@@ -862,6 +991,12 @@ impl SimVolume {
     pub fn crash_host(&self, broker: usize, mut rng: Option<&mut dyn RngCore>) -> CrashReport {
         let mut state = self.state();
         let mut report = CrashReport::default();
+        // Its NFS client's caches died with the host.
+        if let Some(names) = state.names.as_mut() {
+            for views in names.seen.values_mut() {
+                views.remove(&broker);
+            }
+        }
         for inode in state.inodes.values_mut() {
             if inode.dirty_by != Some(broker) {
                 continue;
@@ -1010,13 +1145,13 @@ impl Volume for SimVolume {
                 format!("{path:?} is a directory"),
             ));
         }
-        let Some(id) = state.files.get(&path) else {
+        let Some(id) = state.resolve(&path) else {
             return Ok(None);
         };
         let caller = state.caller();
         Ok(state
             .inodes
-            .get(id)
+            .get(&id)
             .map(|inode| Bytes::copy_from_slice(&inode.data[..inode.visible_len(caller)])))
     }
 
@@ -1184,7 +1319,14 @@ impl Volume for SimVolume {
         }
         if from != to {
             state.files.remove(&from);
-            state.files.insert(to.clone(), id);
+            let replaced = state.files.insert(to.clone(), id);
+            let caller = state.caller();
+            if let Some(names) = state.names.as_mut() {
+                names.forget(&from);
+                if replaced.is_some() {
+                    names.replaced(&to, caller, id);
+                }
+            }
             state.wrote(&from, FaultPoint::Remove);
             state.wrote(&to, FaultPoint::Rename);
         }
@@ -1204,6 +1346,9 @@ impl Volume for SimVolume {
             ));
         }
         if state.files.remove(&path).is_some() {
+            if let Some(names) = state.names.as_mut() {
+                names.forget(&path);
+            }
             state.wrote(&path, FaultPoint::Remove);
         }
         Ok(())
@@ -1228,6 +1373,9 @@ impl Volume for SimVolume {
         }
         state.files.retain(|p, _| !is_below(p, &dir));
         state.dirs.retain(|d| d != &dir && !is_below(d, &dir));
+        if let Some(names) = state.names.as_mut() {
+            names.forget_below(&dir);
+        }
         state.changed_entry(&dir);
         let broker = state.caller.as_ref().and_then(|c| c());
         if let (Some(broker), Some(cache)) = (broker, state.listings.as_mut()) {
@@ -1242,7 +1390,7 @@ impl Volume for SimVolume {
         let path = normalize(path)?;
         let mut state = self.state();
         self.reachable(&mut state)?;
-        let existing = state.files.get(&path).copied();
+        let existing = state.resolve(&path);
         let created = existing.is_none() && create;
         let inode = match (existing, create) {
             (Some(id), _) => {
@@ -1463,6 +1611,159 @@ mod tests {
         at(150);
         assert_eq!(v.list("d").unwrap(), ["a"], "a removal shows late too");
         assert!(v.stats().stale_listings >= 2);
+    }
+
+    /// A volume with brokers' name caches of `max_age_ms`: the broker
+    /// issuing operations and the clock are set through the closures.
+    fn volume_with_attr_cache(max_age_ms: u64) -> (SimVolume, impl Fn(usize), impl Fn(u64)) {
+        let (v, who) = volume_with_caller();
+        let clock = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let now = clock.clone();
+        v.set_attr_cache(
+            max_age_ms,
+            Box::new(move || now.load(std::sync::atomic::Ordering::SeqCst)),
+        );
+        let as_broker = move |b: usize| who.store(b, std::sync::atomic::Ordering::SeqCst);
+        let at = move |ms: u64| clock.store(ms, std::sync::atomic::Ordering::SeqCst);
+        (v, as_broker, at)
+    }
+
+    fn read_str(v: &SimVolume, path: &str) -> Option<String> {
+        v.read(path)
+            .unwrap()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// Broker 0 writes "f" = "1", broker 1 reads it (caching the name),
+    /// broker 0 replaces it with "2"; broker 0 is left issuing.
+    fn seen_then_replaced(v: &SimVolume, as_broker: &impl Fn(usize)) {
+        as_broker(0);
+        v.write_atomic("f", b"1").unwrap();
+        as_broker(1);
+        assert_eq!(read_str(v, "f").as_deref(), Some("1"));
+        as_broker(0);
+        v.write_atomic("f", b"2").unwrap();
+    }
+
+    #[test]
+    fn another_broker_reads_a_renamed_over_file_as_it_was_until_its_cache_ages_out() {
+        let (v, as_broker, at) = volume_with_attr_cache(100);
+        at(10);
+        seen_then_replaced(&v, &as_broker);
+        as_broker(1);
+        at(109);
+        assert_eq!(
+            read_str(&v, "f").as_deref(),
+            Some("1"),
+            "stale within the age"
+        );
+        let stale = v.open_segment("f", false).unwrap();
+        assert_eq!(
+            &stale.read_at(0, 10).unwrap()[..],
+            b"1",
+            "an open resolves alike"
+        );
+        at(110);
+        assert_eq!(read_str(&v, "f").as_deref(), Some("2"), "fresh after it");
+        assert_eq!(v.stats().stale_file_views, 2);
+    }
+
+    #[test]
+    fn the_renaming_broker_reads_its_own_replacement_at_once() {
+        let (v, as_broker, _at) = volume_with_attr_cache(100);
+        as_broker(0);
+        v.write_atomic("f", b"old").unwrap();
+        assert_eq!(read_str(&v, "f").as_deref(), Some("old"));
+        as_broker(1);
+        assert_eq!(read_str(&v, "f").as_deref(), Some("old"));
+        v.write_atomic("f", b"new").unwrap();
+        assert_eq!(read_str(&v, "f").as_deref(), Some("new"));
+        as_broker(0);
+        assert_eq!(
+            read_str(&v, "f").as_deref(),
+            Some("old"),
+            "the other one lags"
+        );
+        v.write_atomic("f", b"newer").unwrap();
+        assert_eq!(read_str(&v, "f").as_deref(), Some("newer"));
+    }
+
+    #[test]
+    fn a_name_never_looked_up_before_is_read_as_the_server_has_it() {
+        let (v, as_broker, _at) = volume_with_attr_cache(100);
+        as_broker(0);
+        v.write_atomic("f", b"1").unwrap();
+        v.write_atomic("f", b"2").unwrap();
+        as_broker(1);
+        assert_eq!(read_str(&v, "f").as_deref(), Some("2"));
+        as_broker(2);
+        assert_eq!(read_str(&v, "g"), None, "a missing name is looked up");
+        as_broker(0);
+        v.write_atomic("g", b"new").unwrap();
+        as_broker(2);
+        assert_eq!(
+            read_str(&v, "g").as_deref(),
+            Some("new"),
+            "negative lookups are not cached"
+        );
+        assert_eq!(v.stats().stale_file_views, 0);
+    }
+
+    #[test]
+    fn an_exclusive_create_and_a_removal_are_seen_exactly_by_every_broker() {
+        let (v, as_broker, _at) = volume_with_attr_cache(100);
+        as_broker(1);
+        assert_eq!(read_str(&v, "claim"), None);
+        as_broker(0);
+        v.create_exclusive("claim", b"0").unwrap();
+        as_broker(1);
+        assert_eq!(read_str(&v, "claim").as_deref(), Some("0"));
+        let lost = v.create_exclusive("claim", b"1").unwrap_err();
+        assert_eq!(lost.kind(), io::ErrorKind::AlreadyExists);
+        as_broker(0);
+        v.write_atomic("f", b"1").unwrap();
+        as_broker(1);
+        assert_eq!(read_str(&v, "f").as_deref(), Some("1"));
+        as_broker(0);
+        v.remove("f").unwrap();
+        as_broker(1);
+        assert_eq!(read_str(&v, "f"), None, "a removed name is gone at once");
+        assert_eq!(v.stats().stale_file_views, 0);
+    }
+
+    #[test]
+    fn no_version_outlives_its_replacement_by_more_than_the_cache_age() {
+        let (v, as_broker, at) = volume_with_attr_cache(100);
+        seen_then_replaced(&v, &as_broker);
+        at(60);
+        v.write_atomic("f", b"3").unwrap();
+        as_broker(1);
+        at(99);
+        assert_eq!(read_str(&v, "f").as_deref(), Some("1"));
+        at(100);
+        assert_eq!(
+            read_str(&v, "f").as_deref(),
+            Some("3"),
+            "version 1 was replaced at 0, not at 60"
+        );
+    }
+
+    #[test]
+    fn a_host_crash_empties_its_brokers_cache() {
+        let (v, as_broker, _at) = volume_with_attr_cache(100);
+        seen_then_replaced(&v, &as_broker);
+        v.crash_host(1, None);
+        as_broker(1);
+        assert_eq!(read_str(&v, "f").as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn with_no_attribute_cache_every_lookup_is_exact() {
+        let (v, as_broker, _at) = volume_with_attr_cache(0);
+        seen_then_replaced(&v, &as_broker);
+        as_broker(1);
+        assert_eq!(read_str(&v, "f").as_deref(), Some("2"));
+        assert_eq!(v.stats().stale_file_views, 0);
     }
 
     #[test]
@@ -1990,6 +2291,17 @@ mod tests {
     fn meets_the_volume_contract() {
         kaas_net::volume::contract::run_all(&|| {
             kaas_net::volume::contract::Fresh::new(Arc::new(SimVolume::new()))
+        });
+    }
+
+    /// One broker's cached view is the volume as it is: the contract holds
+    /// for a broker behind a name cache (it sees its own changes at once).
+    #[test]
+    fn meets_the_volume_contract_behind_a_name_cache() {
+        kaas_net::volume::contract::run_all(&|| {
+            let (v, _who) = volume_with_caller();
+            v.set_attr_cache(250, Box::new(|| 0));
+            kaas_net::volume::contract::Fresh::new(Arc::new(v))
         });
     }
 

@@ -53,6 +53,7 @@ const REQUIRED_MARKS: &[Mark] = &[
     Mark::ZombieMemberCommitRefused,
     Mark::CleanedCopySwappedIn,
     Mark::ProcessKillKeptUnsyncedData,
+    Mark::StaleFileViewRead,
     Mark::LowAcksRecordLostByACrash,
     Mark::BuggifyDelayedAPoint,
     Mark::BuggifyFailedAPoint,
