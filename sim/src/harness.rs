@@ -27,6 +27,7 @@ use crate::{compact, eos, eos_input, eos_observer, group_member, idempotent, ret
 use kaas_core::cluster::membership::LeaseBounds;
 use kaas_core::layout;
 use kaas_core::record::{split_batches, Tail};
+use kaas_net::broker::Isolation;
 use kaas_net::config::{BrokerConfig, LogDefaults};
 use kaas_net::env::Env;
 use kaas_net::volume::Volume;
@@ -1622,14 +1623,13 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         })
         .collect();
     // The transactional topic is tailed at both isolation levels.
-    let txn_consumers: Vec<_> = [txn::Isolation::Committed, txn::Isolation::Uncommitted]
-        .into_iter()
-        .filter(|_| params.txn_producers > 0)
-        .map(|isolation| {
+    let mut txn_consumers = Vec::new();
+    if params.txn_producers > 0 {
+        for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
             let consumer = txn::txn_consumer(params, brokers.clone(), shared.clone(), isolation);
-            (isolation, client.spawn(consumer))
-        })
-        .collect();
+            txn_consumers.push((isolation, client.spawn(consumer)));
+        }
+    }
     let eos_tasks = params.eos.then(|| {
         (
             client.spawn(eos_input::eos_input_producer(
@@ -1740,7 +1740,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     for (isolation, c) in txn_consumers {
         if c.await.is_err() {
             problems.push(format!(
-                "the {isolation:?} transactional consumer task died"
+                "the {} transactional consumer task died",
+                isolation.name()
             ));
         }
     }

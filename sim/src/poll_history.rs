@@ -598,16 +598,11 @@ mod tests {
         assert!(v[0].contains("skipped offsets [0, 1, 2]"), "{v:?}");
         // Delivering them all passes.
         let (mut h, c) = started(Reading::TxnUncommitted);
-        h.answer(
-            c,
-            Answer {
-                partition: 0,
-                requested: 0,
-                batches: vec![(0, 2), (3, 3), (4, 5), (6, 6)],
-                delivered: vec![0, 1, 2, 4, 5],
-                next_offset: 7,
-            },
-        );
+        let all = Answer {
+            delivered: vec![0, 1, 2, 4, 5],
+            ..aborted_then_committed()
+        };
+        h.answer(c, all);
         assert!(h.check_final(&judged).is_empty());
     }
 

@@ -23,7 +23,7 @@
 //! at its own address.
 
 use crate::router::{redirects, Leader, Router};
-use crate::txn::{fetch_at, Isolation, PartitionRead};
+use crate::txn::{fetch_at, PartitionRead};
 use crate::workload::{
     ensure_connected, fetch_at_epochs, fetch_once, round_trip, FetchedPartition, RequestError,
     Shared, REQUEST_TIMEOUT, TOPIC,
@@ -31,6 +31,7 @@ use crate::workload::{
 use bytes::Bytes;
 use kaas_core::protocol::messages::{find_coordinator_request, FindCoordinatorRequest};
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_net::broker::Isolation;
 use kaas_net::client::Connection;
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::timeout;
@@ -328,8 +329,14 @@ impl Routes {
         max_wait_ms: i32,
         shared: &Shared,
     ) -> Result<Vec<PartitionRead>, RequestError> {
-        self.fetch_isolated(topic, positions, max_wait_ms, shared, Isolation::Committed)
-            .await
+        self.fetch_isolated(
+            topic,
+            positions,
+            max_wait_ms,
+            shared,
+            Isolation::ReadCommitted,
+        )
+        .await
     }
 
     /// One fetch of `positions` of `topic` at `isolation`: with several

@@ -22,7 +22,7 @@
 //! instance later, and until then the reaper must abort what it left open.
 
 use crate::params::SimParams;
-use crate::poll_history::{self, Reading};
+use crate::poll_history::{self, Logs, Reading};
 use crate::routes::{self, Routes};
 use crate::txn_history::{Txn, TxnEnd, TxnIndex, TXN_TOPIC};
 use crate::workload::{
@@ -41,6 +41,7 @@ use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{
     parse_end_txn_marker, split_batches, BatchBuilder, ControlType, NewRecord,
 };
+use kaas_net::broker::Isolation;
 use kaas_net::client::{decode_response, encode_request, Connection};
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, timeout, Instant};
@@ -69,39 +70,6 @@ pub(crate) fn is_bumped_identity(pid: i64, epoch: i16, next_pid: i64, next_epoch
 const DESCRIBE_TRANSACTIONS_VERSION: i16 = 0;
 const METADATA_VERSION: i16 = 9;
 const FETCH_VERSION: i16 = 12;
-/// The isolation level of a fetch (KIP-98).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isolation {
-    /// Everything below the high watermark, aborted and open transactions'
-    /// records included (the control batches are never delivered).
-    Uncommitted,
-    /// Below the last stable offset, without aborted transactions' records.
-    Committed,
-}
-
-impl Isolation {
-    fn level(self) -> i8 {
-        match self {
-            Isolation::Uncommitted => 0,
-            Isolation::Committed => 1,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Isolation::Uncommitted => "read_uncommitted",
-            Isolation::Committed => "read_committed",
-        }
-    }
-}
-
-/// What the final reads of the transactional topic delivered, per
-/// partition: (offset, value) in offset order.
-#[derive(Debug, Default)]
-pub struct TxnLogs {
-    pub committed: BTreeMap<i32, Vec<(i64, Bytes)>>,
-    pub uncommitted: BTreeMap<i32, Vec<(i64, Bytes)>>,
-}
 const CLIENT_ID: &str = "sim-txn";
 /// How long the acks=all wait of a transactional Produce may take.
 const PRODUCE_TIMEOUT_MS: i32 = 5_000;
@@ -891,6 +859,14 @@ fn produce_outcome(body: ResponseBody, partition: i32) -> Result<(i16, i64), Req
         })
 }
 
+/// What the final reads of the transactional topic delivered at each
+/// isolation level.
+#[derive(Debug, Default)]
+pub struct TxnLogs {
+    pub committed: Logs,
+    pub uncommitted: Logs,
+}
+
 /// One partition of a fetch, as a Kafka client delivers it.
 pub(crate) struct PartitionRead {
     pub(crate) partition: i32,
@@ -971,14 +947,14 @@ fn deliver(
     }
     // At read_uncommitted Kafka answers no aborted list (null): nothing is
     // dropped.
-    let mut aborted = match (isolation, data.aborted_transactions.clone()) {
-        (Isolation::Committed, None) => {
+    let mut aborted = match (isolation, &data.aborted_transactions) {
+        (Isolation::ReadCommitted, None) => {
             return Err(format!(
                 "{topic} partition {p}: a read_committed fetch answered a null aborted_transactions"
             ))
         }
-        (Isolation::Committed, Some(aborted)) => aborted,
-        (Isolation::Uncommitted, _) => Vec::new(),
+        (Isolation::ReadCommitted, Some(aborted)) => aborted.clone(),
+        (Isolation::ReadUncommitted, _) => Vec::new(),
     };
     aborted.sort_by_key(|a| a.first_offset);
     let mut aborted = aborted.into_iter().peekable();
@@ -1036,8 +1012,8 @@ fn deliver(
             })?;
             if record.offset >= requested {
                 let (bound, bound_name) = match isolation {
-                    Isolation::Committed => (data.last_stable_offset, "last stable offset"),
-                    Isolation::Uncommitted => (data.high_watermark, "high watermark"),
+                    Isolation::ReadCommitted => (data.last_stable_offset, "last stable offset"),
+                    Isolation::ReadUncommitted => (data.high_watermark, "high watermark"),
                 };
                 if record.offset >= bound {
                     return Err(format!(
@@ -1074,7 +1050,7 @@ pub(crate) async fn fetch_at(
         max_wait_ms,
         min_bytes: 1,
         max_bytes: FETCH_MAX_BYTES,
-        isolation_level: isolation.level(),
+        isolation_level: isolation.to_wire(),
         topics: vec![fetch_request::FetchTopic {
             topic: topic.into(),
             partitions: positions
@@ -1137,8 +1113,8 @@ pub async fn txn_consumer(
     isolation: Isolation,
 ) {
     let (name, reading) = match isolation {
-        Isolation::Committed => ("txn-consumer", Reading::TxnCommitted),
-        Isolation::Uncommitted => ("txn-uncommitted-consumer", Reading::TxnUncommitted),
+        Isolation::ReadCommitted => ("txn-consumer", Reading::TxnCommitted),
+        Isolation::ReadUncommitted => ("txn-uncommitted-consumer", Reading::TxnUncommitted),
     };
     let mut routes = Routes::new(name, &brokers);
     let mut backoff = Backoff::new();
@@ -1175,11 +1151,11 @@ pub async fn txn_consumer(
             }
             let mut t = shared.txns();
             match isolation {
-                Isolation::Committed => {
+                Isolation::ReadCommitted => {
                     t.read_committed(part.partition, &part.records);
                     t.stats.aborted_batches_dropped += part.aborted_dropped;
                 }
-                Isolation::Uncommitted => {
+                Isolation::ReadUncommitted => {
                     t.read_uncommitted(part.partition, &part.records, part.last_stable_offset)
                 }
             }
@@ -1295,7 +1271,7 @@ pub async fn final_read(
         &shared,
         give_up,
         deadline,
-        Isolation::Committed,
+        Isolation::ReadCommitted,
     )
     .await?;
     let uncommitted = read_to_high_watermark(
@@ -1304,7 +1280,7 @@ pub async fn final_read(
         &shared,
         give_up,
         deadline,
-        Isolation::Uncommitted,
+        Isolation::ReadUncommitted,
     )
     .await?;
     Ok(TxnLogs {
@@ -1324,10 +1300,10 @@ async fn read_to_high_watermark(
     give_up: Instant,
     deadline: Duration,
     isolation: Isolation,
-) -> Result<BTreeMap<i32, Vec<(i64, Bytes)>>, String> {
+) -> Result<Logs, String> {
     let mut last = String::new();
     let mut backoff = Backoff::new();
-    let mut logs: BTreeMap<i32, Vec<(i64, Bytes)>> = BTreeMap::new();
+    let mut logs = Logs::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     while !positions.is_empty() {
         if Instant::now() >= give_up {

@@ -288,17 +288,13 @@ impl TxnHistory {
     /// read_committed returned `records` of `partition` during the run.
     pub fn read_committed(&mut self, partition: i32, records: &[(i64, Bytes)]) {
         self.stats.records_read_during_run += records.len() as u64;
-        for (offset, value) in records {
-            if let Some(earlier) = self.observed.insert((partition, *offset), value.clone()) {
-                if earlier != *value {
-                    self.violations.push(format!(
-                        "{TXN_TOPIC} partition {partition} offset {offset}: read_committed returned {} but earlier {}",
-                        show(value),
-                        show(&earlier)
-                    ));
-                }
-            }
-        }
+        observe(
+            &mut self.observed,
+            &mut self.violations,
+            "read_committed",
+            partition,
+            records,
+        );
     }
 
     /// read_uncommitted returned `records` of `partition` during the run,
@@ -314,18 +310,13 @@ impl TxnHistory {
             .iter()
             .filter(|(offset, _)| *offset >= last_stable_offset)
             .count() as u64;
-        for (offset, value) in records {
-            let earlier = self
-                .observed_uncommitted
-                .insert((partition, *offset), value.clone());
-            if let Some(earlier) = earlier.filter(|e| e != value) {
-                self.violations.push(format!(
-                    "{TXN_TOPIC} partition {partition} offset {offset}: read_uncommitted returned {} but earlier {}",
-                    show(value),
-                    show(&earlier)
-                ));
-            }
-        }
+        observe(
+            &mut self.observed_uncommitted,
+            &mut self.violations,
+            "read_uncommitted",
+            partition,
+            records,
+        );
     }
 
     /// The read_uncommitted rules (module docs) over the final reads at
@@ -340,23 +331,17 @@ impl TxnHistory {
         compacted: bool,
     ) -> Vec<String> {
         let mut v = Vec::new();
-        // Where each value sits in the final read_uncommitted read.
-        let mut found: BTreeMap<&Bytes, Vec<(i32, i64)>> = BTreeMap::new();
-        for (&p, log) in uncommitted {
-            for (offset, value) in log {
-                found.entry(value).or_default().push((p, *offset));
-            }
-        }
-        let at = |p: i32, offset: i64| {
-            let log = uncommitted.get(&p)?;
-            let i = log.binary_search_by_key(&offset, |(o, _)| *o).ok()?;
-            log.get(i).map(|(_, value)| value)
-        };
+        let found = places(uncommitted, "read_uncommitted", &mut v);
+        let by_offset: BTreeMap<(i32, i64), &Bytes> = uncommitted
+            .iter()
+            .flat_map(|(&p, log)| log.iter().map(move |(o, value)| ((p, *o), value)))
+            .collect();
+        let at = |p: i32, offset: i64| by_offset.get(&(p, offset)).copied();
         // What the final read_committed read holds: the outcome of a
         // commit with no definite answer (all or nothing is `check`'s).
         let read_committed: BTreeSet<&Bytes> = logs.values().flatten().map(|(_, v)| v).collect();
         let mut ours: BTreeMap<&Bytes, (i32, bool)> = BTreeMap::new();
-        let mut cleaned = 0;
+        let (mut cleaned, mut not_committed) = (0, 0);
         for (i, t) in self.txns.iter().enumerate() {
             for b in &t.batches {
                 for (k, value) in b.values.iter().enumerate() {
@@ -400,7 +385,7 @@ impl TxnHistory {
                         ));
                     }
                     if !committed {
-                        self.stats.final_uncommitted_not_committed += 1;
+                        not_committed += 1;
                     }
                 }
             }
@@ -431,6 +416,7 @@ impl TxnHistory {
         }
         self.stats.final_uncommitted_records = uncommitted.values().map(|l| l.len() as u64).sum();
         self.stats.uncommitted_cleaned_away = cleaned;
+        self.stats.final_uncommitted_not_committed = not_committed;
         v
     }
 
@@ -518,20 +504,7 @@ impl TxnHistory {
     pub fn check_final(&mut self, logs: &Logs, idempotent_pids: &BTreeSet<i64>) -> Vec<String> {
         let mut v = self.violations.clone();
         v.extend(self.check_grants(idempotent_pids));
-        // Where each value was read.
-        let mut found: BTreeMap<&Bytes, Vec<(i32, i64)>> = BTreeMap::new();
-        for (&p, log) in logs {
-            let mut last = -1;
-            for (offset, value) in log {
-                if *offset <= last {
-                    v.push(format!(
-                        "{TXN_TOPIC} partition {p}: the final read went back from offset {last} to {offset}"
-                    ));
-                }
-                last = *offset;
-                found.entry(value).or_default().push((p, *offset));
-            }
-        }
+        let found = places(logs, "read_committed", &mut v);
         let mut ours: BTreeSet<&Bytes> = BTreeSet::new();
         for (i, t) in self.txns.iter().enumerate() {
             let name = || {
@@ -646,6 +619,51 @@ impl TxnHistory {
         self.stats.hash(&mut h);
         h.finish()
     }
+}
+
+/// Records `records` of `partition`, read at `level` during the run, in
+/// `observed`: a value other than the one read earlier at the same offset
+/// is a violation.
+fn observe(
+    observed: &mut BTreeMap<(i32, i64), Bytes>,
+    violations: &mut Vec<String>,
+    level: &str,
+    partition: i32,
+    records: &[(i64, Bytes)],
+) {
+    for (offset, value) in records {
+        let earlier = observed.insert((partition, *offset), value.clone());
+        if let Some(earlier) = earlier.filter(|e| e != value) {
+            violations.push(format!(
+                "{TXN_TOPIC} partition {partition} offset {offset}: {level} returned {} but earlier {}",
+                show(value),
+                show(&earlier)
+            ));
+        }
+    }
+}
+
+/// Where each value sits in a final read at `level`; offsets that do not
+/// increase within a partition are violations.
+fn places<'a>(
+    logs: &'a Logs,
+    level: &str,
+    v: &mut Vec<String>,
+) -> BTreeMap<&'a Bytes, Vec<(i32, i64)>> {
+    let mut found: BTreeMap<&Bytes, Vec<(i32, i64)>> = BTreeMap::new();
+    for (&p, log) in logs {
+        let mut last = -1;
+        for (offset, value) in log {
+            if *offset <= last {
+                v.push(format!(
+                    "{TXN_TOPIC} partition {p}: the final {level} read went back from offset {last} to {offset}"
+                ));
+            }
+            last = *offset;
+            found.entry(value).or_default().push((p, *offset));
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -867,8 +885,8 @@ mod tests {
         txn(&mut h, TxnEnd::CommitAcked, &[(0, &["a"], Some(0))]);
         txn(&mut h, TxnEnd::Abandoned, &[(0, &["x"], None)]);
         let committed = read(&[(0, 0, "a")]);
-        // Twice in the log, on another partition, unknown, or the two
-        // isolation levels disagreeing on an offset.
+        // Twice in the log, on another partition, unknown, the two
+        // isolation levels disagreeing on an offset, or out of order.
         for (uncommitted, what) in [
             (
                 read(&[(0, 0, "a"), (0, 1, "x"), (0, 2, "x")]),
@@ -877,6 +895,10 @@ mod tests {
             (read(&[(0, 0, "a"), (1, 0, "x")]), "is in the log at"),
             (read(&[(0, 0, "a"), (0, 1, "z")]), "nobody sent"),
             (read(&[(0, 1, "a")]), "read_committed delivered"),
+            (
+                read(&[(0, 1, "x"), (0, 0, "a")]),
+                "final read_uncommitted read went back",
+            ),
         ] {
             let v = h.check_uncommitted(&committed, &uncommitted, false);
             assert!(v.iter().any(|m| m.contains(what)), "{what}: {v:?}");

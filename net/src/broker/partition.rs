@@ -110,6 +110,22 @@ impl Isolation {
             Isolation::ReadUncommitted
         }
     }
+
+    /// The level as a request carries it (what a client sends).
+    pub fn to_wire(self) -> i8 {
+        match self {
+            Isolation::ReadUncommitted => 0,
+            Isolation::ReadCommitted => 1,
+        }
+    }
+
+    /// The consumer's `isolation.level` value naming it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::ReadUncommitted => "read_uncommitted",
+            Isolation::ReadCommitted => "read_committed",
+        }
+    }
 }
 
 /// What [`Partition::open`] needs besides the volume.
@@ -817,6 +833,13 @@ mod tests {
     use super::*;
     use crate::volume::LocalVolume;
     use kaas_core::record::BatchBuilder;
+
+    #[test]
+    fn an_isolation_level_survives_the_wire() {
+        for i in [Isolation::ReadUncommitted, Isolation::ReadCommitted] {
+            assert_eq!(Isolation::from_wire(i.to_wire()), i);
+        }
+    }
 
     fn idempotent(pid: i64, seq: i32, n: usize) -> RecordBatch {
         let mut b = BatchBuilder::idempotent(pid, 0, seq);
