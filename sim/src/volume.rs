@@ -265,6 +265,13 @@ struct State {
     /// `dirs` and `files` as a power loss leaves them: each directory's
     /// entries as of its last sync.
     durable: Entries,
+    /// Directories whose entries may differ from their durable ones: an
+    /// entry in them changed since their last sync, or they were created
+    /// (a directory of a name that existed before may still hold that
+    /// one's durable entries). Syncing any other is a no-op and costs
+    /// nothing, where a partition's directory holds thousands of segment
+    /// files in small-segment seeds and is synced at every roll.
+    unsynced_dirs: BTreeSet<String>,
     /// Directory operations are durable when they return (an NFS server's),
     /// not only once their directory is synced (a local file system's).
     entries_durable_at_once: bool,
@@ -295,6 +302,21 @@ struct State {
 struct Entries {
     dirs: BTreeSet<String>,
     files: BTreeMap<String, u64>,
+}
+
+impl Entries {
+    /// Drops everything strictly below `dir` (a directory that is gone).
+    fn forget_below(&mut self, dir: &str) {
+        let subtree = format!("{dir}/");
+        let files: Vec<String> = below(&self.files, &subtree).cloned().collect();
+        for f in files {
+            self.files.remove(&f);
+        }
+        let dirs: Vec<String> = below(&self.dirs, &subtree).cloned().collect();
+        for d in dirs {
+            self.dirs.remove(&d);
+        }
+    }
 }
 
 /// Directory listings as an NFS client caches them: a broker's `list` of a
@@ -440,6 +462,35 @@ fn below<'a, K: Keys>(keys: &'a K, prefix: &'a str) -> impl Iterator<Item = &'a 
         .take_while(move |k| k.starts_with(prefix))
 }
 
+/// The entries directly in the directory whose keys start with `prefix`
+/// (the directory and a slash; "" for the root), in order. Each
+/// subdirectory's subtree is jumped over by a new range query rather than
+/// walked: every key below `prefix` + `name/` sorts before `prefix` +
+/// `name0`, '0' being the character after '/'. A seed's volume holds
+/// thousands of files, and listing or syncing one directory by walking
+/// all of them was most of a multi-broker seed's time.
+fn children<'a, K: Keys>(keys: &'a K, prefix: &str) -> Vec<&'a String> {
+    let mut found = Vec::new();
+    let mut from = prefix.to_string();
+    'ranges: loop {
+        for key in keys.keys_from(&from) {
+            let Some(rest) = key.strip_prefix(prefix) else {
+                break 'ranges;
+            };
+            match rest.find('/') {
+                None if rest.is_empty() => {}
+                None => found.push(key),
+                Some(slash) => {
+                    from = format!("{prefix}{}0", &rest[..slash]);
+                    continue 'ranges;
+                }
+            }
+        }
+        break;
+    }
+    found
+}
+
 /// Sorted string keys that can be iterated from a starting point.
 trait Keys {
     fn keys_from<'a>(&'a self, start: &str) -> Box<dyn Iterator<Item = &'a String> + 'a>;
@@ -551,7 +602,29 @@ impl State {
             cache.entries.remove(&(broker, parent(path).to_string()));
         }
         if self.entries_durable_at_once {
-            self.sync_entries(parent(path));
+            self.sync_entry(path);
+        } else {
+            self.unsynced_dirs.insert(parent(path).to_string());
+        }
+    }
+
+    /// Makes the one entry `path` durable as it is now. With entries
+    /// durable at once every entry change passes here, so the rest of its
+    /// directory is durable already: this is `sync_entries` of the parent
+    /// without the walk over the siblings.
+    fn sync_entry(&mut self, path: &str) {
+        let durable = &mut self.durable;
+        if let Some(&id) = self.files.get(path) {
+            durable.dirs.remove(path);
+            durable.files.insert(path.to_string(), id);
+        } else if self.dirs.contains(path) {
+            durable.files.remove(path);
+            durable.dirs.insert(path.to_string());
+        } else {
+            durable.files.remove(path);
+            if durable.dirs.remove(path) {
+                durable.forget_below(path);
+            }
         }
     }
 
@@ -559,41 +632,40 @@ impl State {
     /// (`dir` itself only if its own parent is synced too). A directory
     /// removed from it takes its durable subtree along.
     fn sync_entries(&mut self, dir: &str) {
+        if !self.unsynced_dirs.remove(dir) {
+            return;
+        }
         let prefix = if dir.is_empty() {
             String::new()
         } else {
             format!("{dir}/")
         };
-        let child = |p: &str| p.len() > prefix.len() && !p[prefix.len()..].contains('/');
         let durable = &mut self.durable;
-        let gone: Vec<String> = below(&durable.dirs, &prefix)
-            .filter(|d| child(d) && !self.dirs.contains(*d))
+        let gone: Vec<String> = children(&durable.dirs, &prefix)
+            .into_iter()
+            .filter(|d| !self.dirs.contains(*d))
             .cloned()
             .collect();
         for d in gone {
-            let subtree = format!("{d}/");
-            durable.files.retain(|p, _| !p.starts_with(&subtree));
-            durable.dirs.retain(|p| !p.starts_with(&subtree));
+            durable.forget_below(&d);
         }
-        let stale: Vec<String> = below(&durable.files, &prefix)
-            .chain(below(&durable.dirs, &prefix))
-            .filter(|p| child(p))
+        let stale: Vec<String> = children(&durable.files, &prefix)
+            .into_iter()
+            .chain(children(&durable.dirs, &prefix))
             .cloned()
             .collect();
         for p in stale {
             durable.files.remove(&p);
             durable.dirs.remove(&p);
         }
-        for p in below(&self.files, &prefix).filter(|p| child(p)) {
+        for p in children(&self.files, &prefix) {
             if let Some(&id) = self.files.get(p) {
                 durable.files.insert(p.clone(), id);
             }
         }
-        let dirs: Vec<String> = below(&self.dirs, &prefix)
-            .filter(|d| child(d))
-            .cloned()
-            .collect();
-        durable.dirs.extend(dirs);
+        durable
+            .dirs
+            .extend(children(&self.dirs, &prefix).into_iter().cloned());
     }
 
     /// A power loss: each directory goes back to its synced entries, and
@@ -629,6 +701,7 @@ impl State {
         };
         self.dirs = dirs;
         self.files = files;
+        self.unsynced_dirs.clear();
         undone
     }
 
@@ -728,6 +801,7 @@ impl SimVolume {
                 dirs: BTreeSet::from([String::new()]),
                 files: BTreeMap::new(),
             },
+            unsynced_dirs: BTreeSet::new(),
             entries_durable_at_once: false,
             temporaries: 0,
             inodes: BTreeMap::new(),
@@ -761,6 +835,7 @@ impl SimVolume {
         let mut state = self.state();
         state.entries_durable_at_once = at_once;
         if at_once {
+            state.unsynced_dirs.clear();
             state.durable = Entries {
                 dirs: state.dirs.clone(),
                 files: state.files.clone(),
@@ -1243,19 +1318,15 @@ impl Volume for SimVolume {
         if !state.dirs.contains(&dir) {
             return Ok(Vec::new());
         }
-        let child = |p: &String| -> Option<String> {
-            let rest = if dir.is_empty() {
-                p.as_str()
-            } else {
-                p.strip_prefix(&dir)?.strip_prefix('/')?
-            };
-            (!rest.is_empty() && !rest.contains('/')).then(|| rest.to_string())
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
         };
-        let mut names: Vec<String> = state
-            .files
-            .keys()
-            .chain(state.dirs.iter())
-            .filter_map(child)
+        let mut names: Vec<String> = children(&state.files, &prefix)
+            .into_iter()
+            .chain(children(&state.dirs, &prefix))
+            .map(|p| p[prefix.len()..].to_string())
             .filter(|name| !is_temporary(name))
             .collect();
         names.sort();
@@ -1276,6 +1347,9 @@ impl Volume for SimVolume {
         state.require_free(&dir)?;
         state.dirs.insert(dir.clone());
         state.changed_entry(&dir);
+        if !state.entries_durable_at_once {
+            state.unsynced_dirs.insert(dir);
+        }
         Ok(true)
     }
 
