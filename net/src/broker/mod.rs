@@ -1394,10 +1394,7 @@ fn taker(
             },
             just_started,
         )?;
-        let Some(leader) = taken
-            .after
-            .filter(|c| c.broker_id == membership.broker_id())
-        else {
+        let Some(leader) = taken.won else {
             return Ok(TakenPartition::Elsewhere(taken.after));
         };
         Partition::open(
