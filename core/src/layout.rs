@@ -9,7 +9,7 @@
 //! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch, 10 digits>].log       segment
 //! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch, 10 digits>].index     sparse index of a sealed segment
 //! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch, 10 digits>].txnindex  aborted-transactions index
-//! topics/<topic>-<partition>/leader-epoch-checkpoint            where each leader epoch's log starts
+//! topics/<topic>-<partition>/leader-epoch-checkpoint[_<epoch, 10 digits>] where each leader epoch's log starts, one per epoch
 //! topics/<topic>-<partition>/log-start-offset[_<epoch, 10 digits>] log start and first segment, one per leader epoch
 //! topics/<topic>-<partition>/producer-state.snapshot            producer table as of an offset
 //! __cluster/cluster.json                                        cluster id
@@ -160,10 +160,28 @@ pub fn cleaned_index_path(dir: &str, id: SegmentId, by: i32) -> String {
     )
 }
 
-/// The leader-epoch checkpoint of a partition: where each leader epoch's
-/// log starts (`kaas_core::partition::leader_epochs`).
-pub fn leader_epoch_checkpoint_path(dir: &str) -> String {
-    format!("{dir}/{LEADER_EPOCH_CHECKPOINT_FILE}")
+/// The leader-epoch checkpoint the partition's leader at `epoch` writes:
+/// where each leader epoch's log starts
+/// (`kaas_core::partition::leader_epochs`). Each epoch writes its own
+/// file, as with segments and log-start files: a successor finds its
+/// predecessor's by name, never an older version of one shared file that
+/// an NFS client's cache may still hold. Epoch 0 keeps the name every
+/// epoch shared before (epoch 0 itself never takes a partition over, so
+/// never writes one).
+pub fn leader_epoch_checkpoint_path(dir: &str, epoch: i32) -> String {
+    match epoch {
+        0 => format!("{dir}/{LEADER_EPOCH_CHECKPOINT_FILE}"),
+        epoch => {
+            format!("{dir}/{LEADER_EPOCH_CHECKPOINT_FILE}{EPOCH_SEPARATOR}{epoch:0EPOCH_DIGITS$}")
+        }
+    }
+}
+
+/// The leader epoch whose checkpoint is named `name` (an entry of a
+/// partition directory), `None` for any other name. One spelling per
+/// epoch, as [`leader_epoch_checkpoint_path`] writes it.
+pub fn leader_epoch_checkpoint_epoch(name: &str) -> Option<i32> {
+    per_epoch_name(name, LEADER_EPOCH_CHECKPOINT_FILE)
 }
 
 /// The log start (and first segment) the partition's leader at `epoch`
@@ -183,12 +201,16 @@ pub fn log_start_offset_path(dir: &str, epoch: i32) -> String {
 /// partition directory), `None` for any other name. One spelling per
 /// epoch, as [`log_start_offset_path`] writes it.
 pub fn log_start_epoch(name: &str) -> Option<i32> {
-    if name == LOG_START_OFFSET_FILE {
+    per_epoch_name(name, LOG_START_OFFSET_FILE)
+}
+
+/// The epoch of `name` if it is `stem` (epoch 0) or `stem_<epoch>` with a
+/// positive zero-padded epoch.
+fn per_epoch_name(name: &str, stem: &str) -> Option<i32> {
+    if name == stem {
         return Some(0);
     }
-    let epoch = name
-        .strip_prefix(LOG_START_OFFSET_FILE)?
-        .strip_prefix(EPOCH_SEPARATOR)?;
+    let epoch = name.strip_prefix(stem)?.strip_prefix(EPOCH_SEPARATOR)?;
     parse_epoch_file(epoch).filter(|&e| e > 0)
 }
 
@@ -870,6 +892,34 @@ mod tests {
     }
 
     #[test]
+    fn leader_epoch_checkpoint_names_carry_their_epoch_and_parse_back() {
+        assert_eq!(
+            leader_epoch_checkpoint_path("d", 0),
+            "d/leader-epoch-checkpoint"
+        );
+        assert_eq!(
+            leader_epoch_checkpoint_path("d", 3),
+            "d/leader-epoch-checkpoint_0000000003"
+        );
+        for epoch in [0, 1, 3, i32::MAX] {
+            let path = leader_epoch_checkpoint_path("d", epoch);
+            let name = path.rsplit('/').next().unwrap();
+            assert_eq!(leader_epoch_checkpoint_epoch(name), Some(epoch), "{name}");
+            assert_eq!(log_start_epoch(name), None, "{name}");
+            assert_eq!(classify(name), Entry::Other);
+        }
+        for stray in [
+            "leader-epoch-checkpoint_0000000000",
+            "leader-epoch-checkpoint_3",
+            "leader-epoch-checkpoint.tmp",
+            "leader-epoch-checkpoint_0000000003.tmp",
+            "log-start-offset_0000000003",
+        ] {
+            assert_eq!(leader_epoch_checkpoint_epoch(stray), None, "{stray}");
+        }
+    }
+
+    #[test]
     fn log_start_offset_round_trips_and_rejects_garbage() {
         for first_segment in [None, Some(SegmentId::new(40, 3))] {
             let start = LogStart {
@@ -935,7 +985,7 @@ mod tests {
             "topics/orders-3/log-start-offset"
         );
         assert_eq!(
-            leader_epoch_checkpoint_path(&dir),
+            leader_epoch_checkpoint_path(&dir, 0),
             "topics/orders-3/leader-epoch-checkpoint"
         );
         assert_eq!(

@@ -10,8 +10,8 @@ use std::sync::LazyLock;
 /// files (topic `t` with partitions 0 and 1, topic `u`), `t-0`'s segments,
 /// indexes, log start offset and producer snapshot, the PID block file, a
 /// partition directory with no topic file (removed at startup), group
-/// slot files, and `t-0`'s leader-epoch checkpoint and a later epoch's
-/// segment.
+/// slot files, and `t-0`'s leader-epoch checkpoints (the shared name and
+/// epoch 1's) and a later epoch's segment.
 ///
 /// The table is the archive format: index `i` means the same file in every
 /// committed corpus input, so entries are only ever appended. The names come
@@ -44,9 +44,12 @@ pub static PATHS: LazyLock<Vec<String>> = LazyLock::new(|| {
         layout::group_slot_file(0, 0),
         // Leader epochs: `t-0`'s checkpoint and a segment of a later epoch
         // where the epoch-0 segments end (with its index).
-        layout::leader_epoch_checkpoint_path(&t0),
+        layout::leader_epoch_checkpoint_path(&t0, 0),
         layout::segment_path(&t0, 200, 1),
         layout::index_path(&t0, 200, 1),
+        // Epoch 1's own checkpoint (one file per epoch since 2026-12-06;
+        // index 19 is the name every epoch shared before).
+        layout::leader_epoch_checkpoint_path(&t0, 1),
     ]
 });
 

@@ -866,6 +866,13 @@ impl Floors {
     /// these floors.
     pub(crate) fn fetched(&self, part: &FetchedPartition, shared: &Shared) {
         let (durable, start) = self.0.get(&part.partition).copied().unwrap_or((0, 0));
+        tracing::debug!(
+            partition = part.partition,
+            durable,
+            high_watermark = part.high_watermark,
+            log_start = part.log_start_offset,
+            "fetch answered"
+        );
         let mut history = shared.history();
         history.fetched(part.partition, durable, part.high_watermark, &part.records);
         history.fetched_start(part.partition, start, part.log_start_offset, &part.records);

@@ -29,6 +29,9 @@ pub enum EpochFile {
     ProducerSnapshot,
     /// A partition's log start, as its leader at that epoch persisted it.
     LogStart,
+    /// A partition's leader-epoch checkpoint, written by the leader that
+    /// took the partition over at that epoch.
+    LeaderEpochCheckpoint,
     /// A claim file under `__cluster/epochs/` (partition or slot).
     Claim,
     /// A coordinator slot's snapshot or journal (`slot-N.json` /
@@ -59,7 +62,11 @@ pub fn epoch_file(path: &str) -> Option<(EpochFile, i32)> {
         }
         return layout::producer_snapshot_epoch(name)
             .map(|e| (EpochFile::ProducerSnapshot, e))
-            .or_else(|| layout::log_start_epoch(name).map(|e| (EpochFile::LogStart, e)));
+            .or_else(|| layout::log_start_epoch(name).map(|e| (EpochFile::LogStart, e)))
+            .or_else(|| {
+                layout::leader_epoch_checkpoint_epoch(name)
+                    .map(|e| (EpochFile::LeaderEpochCheckpoint, e))
+            });
     }
     if dir.starts_with(layout::EPOCHS_DIR) {
         return layout::parse_epoch_file(name).map(|e| (EpochFile::Claim, e));
@@ -180,15 +187,15 @@ mod tests {
             epoch_file("__cluster/group_state/slot-3.json"),
             Some((EpochFile::SlotState, 0))
         );
-        // Not per epoch: the leader-epoch checkpoint, the broker files.
+        // Not per epoch: the broker files.
         assert_eq!(epoch_file("__cluster/txn_state/slot-3.log.tmp"), None);
         assert_eq!(
             epoch_file("__cluster/group_state/slot-3.e12.json"),
             Some((EpochFile::SlotState, 12))
         );
         assert_eq!(
-            epoch_file(&layout::leader_epoch_checkpoint_path(&dir)),
-            None
+            epoch_file(&layout::leader_epoch_checkpoint_path(&dir, 4)),
+            Some((EpochFile::LeaderEpochCheckpoint, 4))
         );
         assert_eq!(epoch_file(&layout::broker_file(0)), None);
     }

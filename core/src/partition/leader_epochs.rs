@@ -269,6 +269,57 @@ pub fn log_start_epochs(
     epochs
 }
 
+/// How far below its own epoch an opening looks up by name checkpoints
+/// its listing does not show ([`checkpoint_epochs`]). A stale listing
+/// hides only names created within the directory cache's age, in which a
+/// partition changes hands a few times at most; the bound keeps a bogus
+/// epoch from costing an opening billions of lookups.
+pub const CHECKPOINT_PROBES: i32 = 64;
+
+/// The leader epochs whose checkpoint an opening at `opening` may read,
+/// newest first: the checkpoint that counts is the greatest epoch's at or
+/// below the opening's own.
+///
+/// An epoch that takes a partition over writes its own checkpoint file,
+/// durably, before its first segment, and only that epoch ever rewrites it
+/// (to trim entries below the log start). So a successor never reads an
+/// older version of a file another broker replaced, which an NFS client's
+/// attribute cache may serve: it reads a file written once, by name. It
+/// must still find that name when its listing is stale and hides it: every
+/// epoch from the opening's own down to the newest one the listing shows
+/// (a checkpoint's, or a segment file's: an epoch that took over wrote its
+/// checkpoint before its first segment) is looked up by name, at most
+/// [`CHECKPOINT_PROBES`] of them, then the listed checkpoints below that,
+/// then epoch 0's, whose name every epoch shared before files were per
+/// epoch. Listed epochs above the opening's are not candidates: they
+/// depose it ([`open_as`]).
+pub fn checkpoint_epochs(
+    opening: i32,
+    listed_checkpoints: &[i32],
+    listed_segments: &[i32],
+) -> Vec<i32> {
+    let at_or_below = |e: &i32| (0..=opening).contains(e);
+    let newest_listed = listed_checkpoints
+        .iter()
+        .chain(listed_segments)
+        .copied()
+        .filter(at_or_below)
+        .max()
+        .unwrap_or(0);
+    let lowest_probe = newest_listed.max(opening.saturating_sub(CHECKPOINT_PROBES));
+    let mut listed: Vec<i32> = listed_checkpoints
+        .iter()
+        .copied()
+        .filter(|e| at_or_below(e) && *e < lowest_probe)
+        .collect();
+    listed.sort_unstable_by(|a, b| b.cmp(a));
+    let mut epochs: Vec<i32> = (lowest_probe.max(0)..=opening.max(0)).rev().collect();
+    epochs.extend(listed);
+    epochs.push(0);
+    epochs.dedup();
+    epochs
+}
+
 /// OffsetForLeaderEpoch (KIP-101, KIP-279, KIP-320), as Kafka's
 /// `LeaderEpochFileCache.endOffsetFor` answers: for the latest epoch, that
 /// epoch and `end_offset` (the caller passes the high watermark: with one
@@ -309,6 +360,30 @@ pub fn epoch_end_offset(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_opening_looks_up_by_name_the_checkpoints_its_listing_may_hide() {
+        // A takeover at 7: the listing shows checkpoints 3 and 5 and
+        // segments of epoch 5, but 6 may have taken over since and be
+        // hidden. 7, 6 and 5 are looked up by name, then 3, then the
+        // shared epoch-0 name. 9 (a successor's) is not a candidate.
+        assert_eq!(
+            checkpoint_epochs(7, &[3, 5, 9], &[2, 5]),
+            vec![7, 6, 5, 3, 0]
+        );
+        // A listing that shows no checkpoint: down to the newest segment's
+        // epoch (it wrote its checkpoint before that segment, if any).
+        assert_eq!(checkpoint_epochs(4, &[], &[1, 2]), vec![4, 3, 2, 0]);
+        // Nothing listed: every epoch down to 0.
+        assert_eq!(checkpoint_epochs(2, &[], &[]), vec![2, 1, 0]);
+        // One broker, epoch 0: the one name there ever was.
+        assert_eq!(checkpoint_epochs(0, &[0], &[0]), vec![0]);
+        // A stale listing cannot cost more than the bound of lookups.
+        let far = checkpoint_epochs(i32::MAX, &[1], &[]);
+        assert_eq!(far.len(), CHECKPOINT_PROBES as usize + 3);
+        assert_eq!(far[..2], [i32::MAX, i32::MAX - 1]);
+        assert_eq!(far[far.len() - 2..], [1, 0]);
+    }
 
     #[test]
     fn the_log_start_read_is_the_greatest_epochs_at_or_below_the_openings() {

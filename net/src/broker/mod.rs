@@ -176,10 +176,17 @@ impl Broker {
         // below rests on, and the others' records for Metadata.
         volume.create_dir_all(layout::BROKERS_DIR)?;
         crate::cluster::heartbeat::round(volume.as_ref(), env.clock.as_ref(), &membership)?;
+        if !membership.settled(env.clock.monotonic_ms()) {
+            tracing::info!(
+                peers = ?membership.known_peers(),
+                "other brokers may still count this one's previous life: it takes items only once its lease has settled"
+            );
+        }
         // Heartbeats go on from now, also while the rest of the start takes
         // its items (however many): the lease must not run out meanwhile.
         let alive = Arc::new(());
         let rounds = Arc::new(tokio::sync::Notify::new());
+        crate::cluster::wake_when_settled(&env, &membership, &rounds);
         tokio::spawn(crate::cluster::run_heartbeats(
             volume.clone(),
             env.clone(),
@@ -1394,10 +1401,7 @@ fn taker(
             },
             just_started,
         )?;
-        let Some(leader) = taken
-            .after
-            .filter(|c| c.broker_id == membership.broker_id())
-        else {
+        let Some(leader) = taken.won else {
             return Ok(TakenPartition::Elsewhere(taken.after));
         };
         Partition::open(

@@ -110,6 +110,7 @@ impl Decider<'_> {
                 serving,
                 holder_gone,
                 just_started,
+                settled: self.membership.settled(self.now),
             },
         )
     }
@@ -125,12 +126,16 @@ fn item_key(item: &Item<'_>) -> String {
     }
 }
 
-/// An attempt to take an item: the newest claim before it, and the claim
-/// in force after it (this broker's if it won or kept one).
+/// An attempt to take an item: the newest claim before it, the claim in
+/// force after it, and this broker's claim if the rule let it claim and it
+/// won (or kept) one. Only `won` may be served: the newest claim may be this
+/// broker's own and still not be its to serve (its lease has not settled,
+/// simulator seed 74, or the item is placed elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
     pub before: Option<Claim>,
     pub after: Option<Claim>,
+    pub won: Option<Claim>,
 }
 
 /// Takes `item` if the ownership rule says so (it is not served here yet),
@@ -145,22 +150,22 @@ pub fn take(
     just_started: bool,
 ) -> io::Result<Taken> {
     let before = newest(volume, dir, file)?;
-    let after = match decider.step(item, before, None, just_started) {
+    let (after, won) = match decider.step(item, before, None, just_started) {
         Step::Claim(wanted) => match win(volume, dir, file, wanted, before)? {
-            Ok(won) => Some(won),
-            Err(newer) => newer,
+            Ok(won) => (Some(won), Some(won)),
+            Err(newer) => (newer, None),
         },
         Step::Release => match before {
             // Its own claim, not served, placed elsewhere: handed on.
             Some(held) => {
                 release(volume, dir, file, held)?;
-                newest(volume, dir, file)?
+                (newest(volume, dir, file)?, None)
             }
-            None => None,
+            None => (None, None),
         },
-        _ => before,
+        _ => (before, None),
     };
-    Ok(Taken { before, after })
+    Ok(Taken { before, after, won })
 }
 
 /// Tries to make `wanted` the claim in force: kept as it is if it already

@@ -89,8 +89,8 @@ impl Broker {
             &kind.item(slot),
             true,
         )?;
-        match taken.after {
-            Some(claim) if claim.broker_id == self.membership.broker_id() => {
+        match taken.won {
+            Some(claim) => {
                 match load_claimed(self.volume.as_ref(), slot, claim) {
                     Ok(file) => owner.serve(slot, file),
                     // A load refused (a stale listing hid a newer journal
@@ -103,7 +103,7 @@ impl Broker {
                     }
                 }
             }
-            other => owner.follow(slot, other),
+            None => owner.follow(slot, taken.after),
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! ```text
 //! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch>].log    batches, as received, offsets assigned
 //! topics/<topic>-<partition>/<base offset, 20 digits>[_<epoch>].index  sparse index, written when the segment is sealed
-//! topics/<topic>-<partition>/leader-epoch-checkpoint                  where each leader epoch's log starts
+//! topics/<topic>-<partition>/leader-epoch-checkpoint[_<epoch>]        where each leader epoch's log starts, one file per epoch
 //! topics/<topic>-<partition>/log-start-offset                         the log start and first segment, before every deletion
 //! ```
 //!

@@ -31,8 +31,8 @@ use crate::volume::{SegmentFile, Volume};
 use kaas_core::deliberate_bugs::{planted, Bug};
 use kaas_core::layout::{self, Entry, LogStart, SegmentId};
 use kaas_core::partition::leader_epochs::{
-    assign_epoch, decode_checkpoint, encode_checkpoint, file_reach, log_start_epochs, open_as,
-    trim_before_log_start, EpochEntry, FileReach, OpenAs,
+    assign_epoch, checkpoint_epochs, decode_checkpoint, encode_checkpoint, file_reach,
+    log_start_epochs, open_as, trim_before_log_start, EpochEntry, FileReach, OpenAs,
 };
 use kaas_core::partition::txn_index::{decode_index, plausible_entries, ENTRY_BYTES};
 
@@ -68,6 +68,7 @@ pub(crate) fn recover(
     let mut txn_index_ids = Vec::new();
     let mut cleaned = Cleaned::default();
     let mut start_files = Vec::new();
+    let mut checkpoint_files = Vec::new();
     for name in volume.list(dir)? {
         match layout::classify(&name) {
             Entry::Segment(id) => {
@@ -87,18 +88,32 @@ pub(crate) fn recover(
                 // Never renamed into place: an interrupted cleaning.
                 volume.remove(&layout::cleaning_path(dir, id, by))?;
             }
-            Entry::Other => start_files.extend(layout::log_start_epoch(&name)),
+            Entry::Other => {
+                start_files.extend(layout::log_start_epoch(&name));
+                checkpoint_files.extend(layout::leader_epoch_checkpoint_epoch(&name));
+            }
         }
     }
     let listed = Listing {
         segments: ids.clone(),
         opening_epoch: epoch,
     };
-    let mut entries = read_checkpoint(volume, dir)?;
-    let newest_file = ids
+    let segment_epochs: Vec<i32> = ids
         .iter()
         .map(|id| id.epoch)
         .chain(cleaned.copies.iter().map(|&(_, by)| by))
+        .collect();
+    let (mut entries, checkpoint_read) = read_checkpoint(
+        volume,
+        dir,
+        &checkpoint_epochs(epoch, &checkpoint_files, &segment_epochs),
+    )?;
+    let mut checkpoint_by = checkpoint_read;
+    // A newer epoch's checkpoint deposes this opening as its segments do.
+    let newest_file = segment_epochs
+        .iter()
+        .chain(&checkpoint_files)
+        .copied()
         .max();
     let previous = match open_as(&entries, newest_file, epoch) {
         OpenAs::SameEpoch => None,
@@ -380,7 +395,8 @@ pub(crate) fn recover(
                 (recorded, recorded_by) = (own, Some(epoch));
             }
             if changed {
-                write_checkpoint(volume, dir, &entries)?;
+                write_checkpoint(volume, dir, epoch, &entries)?;
+                checkpoint_by = Some(epoch);
                 changed = false;
             }
             segments.extend(last);
@@ -393,7 +409,8 @@ pub(crate) fn recover(
     };
     changed |= trim_before_log_start(&mut entries, log_start_offset);
     if changed {
-        write_checkpoint(volume, dir, &entries)?;
+        write_checkpoint(volume, dir, epoch, &entries)?;
+        checkpoint_by = Some(epoch);
     }
     let mut sealed = segments;
     let mut active = active;
@@ -412,6 +429,18 @@ pub(crate) fn recover(
         // Superseded by this epoch's file, which is durable: no opening at
         // this epoch or later reads them again.
         volume.remove(&layout::log_start_offset_path(dir, older))?;
+    }
+    if checkpoint_by == Some(epoch) {
+        // Superseded the same way by this epoch's durable checkpoint: the
+        // listed ones, and the one read, which a stale listing may hide.
+        let older: BTreeSet<i32> = checkpoint_files
+            .into_iter()
+            .chain(checkpoint_read)
+            .filter(|&e| e < epoch)
+            .collect();
+        for older in older {
+            volume.remove(&layout::leader_epoch_checkpoint_path(dir, older))?;
+        }
     }
     for segment in sealed.iter_mut().chain(std::iter::once(&mut active)) {
         let id = segment.id();
@@ -587,25 +616,37 @@ pub(crate) fn delete_cleaned_files(
     volume.remove(&layout::cleaned_index_path(dir, id, by))
 }
 
-/// The checkpoint's entries; none if there is no checkpoint. An unreadable
-/// one is an error: without it, which files (and how much of each) are
-/// the log is unknown, and guessing could serve a deposed leader's writes.
-fn read_checkpoint(volume: &dyn Volume, dir: &str) -> io::Result<Vec<EpochEntry>> {
-    let path = layout::leader_epoch_checkpoint_path(dir);
-    match volume.read(&path)? {
-        None => Ok(Vec::new()),
-        Some(data) => decode_checkpoint(&data).map_err(|e| invalid_data(format!("{path}: {e}"))),
-    }
-}
-
-/// Replaces the checkpoint atomically and durably.
-pub(crate) fn write_checkpoint(
+/// The entries of the first checkpoint of `epochs` (newest first,
+/// `checkpoint_epochs`) that exists, and the epoch that wrote it; none if
+/// there is no checkpoint. An unreadable one is an error: without it,
+/// which files (and how much of each) are the log is unknown, and guessing
+/// could serve a deposed leader's writes.
+fn read_checkpoint(
     volume: &dyn Volume,
     dir: &str,
+    epochs: &[i32],
+) -> io::Result<(Vec<EpochEntry>, Option<i32>)> {
+    for &epoch in epochs {
+        let path = layout::leader_epoch_checkpoint_path(dir, epoch);
+        if let Some(data) = volume.read(&path)? {
+            let entries =
+                decode_checkpoint(&data).map_err(|e| invalid_data(format!("{path}: {e}")))?;
+            return Ok((entries, Some(epoch)));
+        }
+    }
+    Ok((Vec::new(), None))
+}
+
+/// Writes the checkpoint of the leader at `epoch`, its own file,
+/// atomically and durably.
+fn write_checkpoint(
+    volume: &dyn Volume,
+    dir: &str,
+    epoch: i32,
     entries: &[EpochEntry],
 ) -> io::Result<()> {
     volume.write_atomic(
-        &layout::leader_epoch_checkpoint_path(dir),
+        &layout::leader_epoch_checkpoint_path(dir, epoch),
         &encode_checkpoint(entries),
     )
 }

@@ -896,10 +896,25 @@ fn open_at(fx: &Fixture, config: LogConfig, epoch: i32) -> PartitionLog {
     PartitionLog::open(fx.volume.clone(), DIR.to_string(), config, epoch).unwrap()
 }
 
+/// The epochs whose checkpoint file is in the partition's directory.
+fn checkpoint_files(fx: &Fixture) -> Vec<i32> {
+    fx.volume
+        .list(DIR)
+        .unwrap()
+        .iter()
+        .filter_map(|name| layout::leader_epoch_checkpoint_epoch(name))
+        .collect()
+}
+
+/// The partition's checkpoint: the one file left, the newest epoch's (an
+/// opening that writes its own removes those before it).
 fn checkpoint(fx: &Fixture) -> Vec<EpochEntry> {
+    let [epoch] = checkpoint_files(fx)[..] else {
+        panic!("one checkpoint file, not {:?}", checkpoint_files(fx));
+    };
     let bytes = fx
         .volume
-        .read(&layout::leader_epoch_checkpoint_path(DIR))
+        .read(&layout::leader_epoch_checkpoint_path(DIR, epoch))
         .unwrap()
         .expect("a checkpoint");
     decode_checkpoint(&bytes).unwrap()
@@ -1009,6 +1024,68 @@ fn a_zombies_appends_after_a_takeover_are_never_read() {
     assert!(PartitionLog::open(fx.volume.clone(), DIR.to_string(), small_segments(), 0).is_err());
 }
 
+/// A successor finds its predecessor's checkpoint by name although its
+/// listing hides it (an NFS directory cache younger than the takeover).
+/// Reading the checkpoint the listing shows instead, or none, would make
+/// the zombie's appends past epoch 1's start part of the log. Each
+/// takeover writes its own epoch's file and then removes those before it.
+/// (With one file rewritten at every takeover, a stale view of it hid
+/// epoch 1 the same way: simulator seeds 0-59 at a 5 s attribute cache.)
+#[test]
+fn a_successor_reads_the_checkpoint_its_listing_hides() {
+    let fx = Fixture::new();
+    let mut zombie = open_at(&fx, small_segments(), 0);
+    for i in 0..6 {
+        zombie.append_batch(&batch(2, i * 10, 100)).unwrap();
+    }
+    zombie.sync().unwrap();
+    let handed_over = zombie.end_offset();
+    let mut leader = open_at(&fx, small_segments(), 1);
+    for i in 0..4 {
+        leader.append_batch(&batch(2, 2_000 + i, 100)).unwrap();
+    }
+    leader.sync().unwrap();
+    let end = leader.end_offset();
+    drop(leader);
+    assert_eq!(checkpoint_files(&fx), vec![1]);
+    for i in 0..8 {
+        zombie.append_batch(&batch(2, 1_000 + i, 100)).unwrap();
+    }
+    zombie.sync().unwrap();
+
+    let hidden = layout::leader_epoch_checkpoint_path(DIR, 1)
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let stale: Arc<dyn Volume> = Arc::new(
+        crate::volume::hooked::HookedVolume::new(LocalVolume::new(&fx.root).unwrap(), |_| Ok(()))
+            .hiding_from_listings(move |n| n == hidden),
+    );
+    let successor = PartitionLog::open(stale, DIR.to_string(), small_segments(), 2).unwrap();
+    let epochs = [
+        EpochEntry::new(0, 0),
+        EpochEntry::new(1, handed_over),
+        EpochEntry::new(2, end),
+    ];
+    assert_eq!(successor.end_offset(), end);
+    assert_eq!(successor.leader_epochs(), &epochs[..]);
+    let seen = values(&successor);
+    assert_eq!(seen.len(), 10);
+    assert!(seen
+        .iter()
+        .all(|&(o, e)| e == if o < handed_over { 0 } else { 1 }));
+    let ts: Vec<i64> = read_all(&successor, handed_over)
+        .iter()
+        .map(|b| b.max_timestamp())
+        .collect();
+    assert!(ts.iter().all(|t| (2_000..3_000).contains(t)), "{ts:?}");
+    drop(successor);
+    // Epoch 2's file replaced epoch 1's once it was durable.
+    assert_eq!(checkpoint(&fx), epochs);
+    assert_eq!(checkpoint_files(&fx), vec![2]);
+}
+
 /// A deposed leader that still deletes writes only its own epoch's
 /// log-start file, so it can never move back a start its successor
 /// recorded: not at the successor's restart, nor at the next takeover.
@@ -1116,11 +1193,7 @@ fn reopening_at_the_same_epoch_recovers_and_appends_as_before() {
     log.append_batch(&batch(1, 5, 10)).unwrap();
     assert_eq!(log.segment_ids(), vec![layout::SegmentId::new(0, 0)]);
     assert!(log.leader_epochs().is_empty());
-    assert!(fx
-        .volume
-        .read(&layout::leader_epoch_checkpoint_path(DIR))
-        .unwrap()
-        .is_none());
+    assert!(checkpoint_files(&fx).is_empty());
 }
 
 /// Retention (and DeleteRecords) trims the leader epochs below the new log
@@ -1194,7 +1267,10 @@ fn an_unreadable_checkpoint_fails_the_open() {
     drop(log);
     drop(open_at(&fx, LogConfig::default(), 1));
     fx.volume
-        .write_atomic(&layout::leader_epoch_checkpoint_path(DIR), b"0\n2\n0 0\n")
+        .write_atomic(
+            &layout::leader_epoch_checkpoint_path(DIR, 1),
+            b"0\n2\n0 0\n",
+        )
         .unwrap();
     let err = PartitionLog::open(fx.volume.clone(), DIR.to_string(), LogConfig::default(), 1)
         .err()
