@@ -752,10 +752,7 @@ impl Producer {
             self.shared.history().stats.produce_errors += 1;
             lane.blocked = true;
         } else {
-            let forgot = self.session.is_some_and(|(pid, _)| {
-                let expiries = self.shared.history().expiries();
-                crate::expiries::forgot(&expiries, TOPIC, partition, pid)
-            });
+            let forgot = self.forgot_producer(partition);
             let taken_over = self
                 .lanes
                 .get(partition as usize)
@@ -861,6 +858,8 @@ impl Producer {
         })
         .await;
         let Ok(Ok(frame)) = answer else {
+            // It may have been appended all the same.
+            self.stale_copy_may_have_taken_over(partition);
             return;
         };
         let outcome = decode_response(
@@ -871,20 +870,12 @@ impl Producer {
         )
         .map_err(RequestError::of)
         .and_then(|body| produce_outcome(body, partition));
-        let forgotten = || {
-            let expiries = self.shared.history().expiries();
-            // A local epoch bump keeps the producer id.
-            self.session
-                .is_some_and(|(pid, _)| crate::expiries::forgot(&expiries, TOPIC, partition, pid))
-        };
         match outcome {
             // The partition forgot the producer since the newer epoch
             // wrote (an answer held up longer than the expiration): a
             // late copy is then new to it, in Kafka as here.
-            Ok((0, _)) if forgotten() => {
-                if let Some(lane) = self.lanes.get_mut(partition as usize) {
-                    lane.taken_over_by_stale_copy = true;
-                }
+            Ok((0, _)) if self.forgot_producer(partition) => {
+                self.stale_copy_may_have_taken_over(partition)
             }
             Ok((0, base_offset)) => self.violation(format!(
                 "partition {partition}: a late copy of epoch {}'s first batch, sent after a batch of epoch {} was acknowledged there, was accepted at offset {base_offset}: a fenced epoch wrote after the bump",
@@ -894,8 +885,36 @@ impl Producer {
             Ok((code, _)) if code == ErrorCode::InvalidProducerEpoch.code() => {
                 self.shared.history().idem.stale_epochs_refused += 1;
             }
+            // Appended, not durable in time: it may have taken over all
+            // the same (seed 839: appended after an expiry, answered
+            // REQUEST_TIMED_OUT, and this epoch's retries then rightly got
+            // OUT_OF_ORDER_SEQUENCE_NUMBER). Every other error is a refusal.
+            Ok((code, _)) if code == ErrorCode::RequestTimedOut.code() => {
+                self.stale_copy_may_have_taken_over(partition)
+            }
             _ => {}
         }
+    }
+
+    /// A late copy of an older epoch's first batch may have been appended
+    /// to `partition`: if the partition forgot this producer, it is then
+    /// at that older epoch, and this epoch's next batch is refused with
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER (`expiries::sequence_error_explained`).
+    fn stale_copy_may_have_taken_over(&mut self, partition: i32) {
+        if self.forgot_producer(partition) {
+            if let Some(lane) = self.lanes.get_mut(partition as usize) {
+                lane.taken_over_by_stale_copy = true;
+            }
+        }
+    }
+
+    /// Whether `partition` forgot this session's producer id
+    /// (`producer.id.expiration.ms`); a local epoch bump keeps the id.
+    fn forgot_producer(&self, partition: i32) -> bool {
+        self.session.is_some_and(|(pid, _)| {
+            let expiries = self.shared.history().expiries();
+            crate::expiries::forgot(&expiries, TOPIC, partition, pid)
+        })
     }
 }
 

@@ -58,6 +58,10 @@ struct Own {
     lease_began: Option<i64>,
     /// How many times the lease ran out before a heartbeat renewed it.
     lapses: u64,
+    /// This life has not yet made an ownership round with a settled lease
+    /// (nor lapsed): its own newest claims, left by its previous life, may
+    /// be served again at their epoch once it has settled.
+    resuming: bool,
 }
 
 /// This broker's view of the cluster's membership.
@@ -99,6 +103,7 @@ impl Membership {
                 lease_from: None,
                 lease_began: None,
                 lapses: 0,
+                resuming: true,
             }),
             peers: Mutex::new(BTreeMap::new()),
             claims_seen: Mutex::new(BTreeMap::new()),
@@ -173,6 +178,19 @@ impl Membership {
             .saturating_add(self.bounds.clock_skew_ms);
         let began = self.own().lease_began?;
         u64::try_from(began.saturating_add(settle).saturating_sub(now)).ok()
+    }
+
+    /// Whether this life may still serve its own newest claims at their
+    /// epoch (`next_step`'s `just_started`): from its start until its
+    /// first ownership round with a settled lease, or its first lapse.
+    pub fn resuming(&self) -> bool {
+        self.own().resuming
+    }
+
+    /// The first settled round is done (or the lease lapsed): from now on
+    /// an item not served here is won at a new epoch.
+    pub fn resumed(&self) {
+        self.own().resuming = false;
     }
 
     /// How many times this broker's lease ran out since it started.
