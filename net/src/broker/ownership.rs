@@ -180,6 +180,17 @@ pub fn win(
     current: Option<Claim>,
 ) -> io::Result<Result<Claim, Option<Claim>>> {
     if Some(wanted) == current {
+        // Kept, not won: the claim read when this was decided may have
+        // been superseded since (the slot round decides every slot before
+        // it applies any), so the next epoch is looked up by name, exactly,
+        // right before the caller loads and serves it (simulator seed 130:
+        // another broker won epoch 1 between the decision and the keep).
+        if volume
+            .read(&file(wanted.epoch.saturating_add(1)))?
+            .is_some()
+        {
+            return Ok(Err(newest(volume, dir, file)?));
+        }
         return Ok(Ok(wanted));
     }
     volume.create_dir_all(dir)?;
