@@ -190,6 +190,33 @@ pub fn owner_may_act(last_heartbeat_written_at: Option<i64>, now: i64, lease_ms:
     last_heartbeat_written_at.is_some_and(|at| now < at.saturating_add(lease_ms))
 }
 
+/// Whether a broker whose current lease began with a heartbeat durable at
+/// `began_durable_at` (its own clock; the first of this life, or the first
+/// after a lapse) may claim items at `now`: only from `S + K` after it.
+///
+/// Until then an observer may still read the heartbeat the broker's
+/// previous life (or its lapsed lease) wrote last, count it gone, and claim
+/// the next epoch of an item the broker is about to serve again: both would
+/// act at once, and what the older epoch acknowledged past the newer one's
+/// start would never be read (simulator seed 944, with file views 150 ms
+/// stale). From `S` after the new heartbeat is durable every observer reads
+/// it, and a new life or a higher count restarts its silence clock
+/// ([`observe`]); `K` covers the two clocks' rates over that wait. A broker
+/// that has read no other broker's record (`alone`) waits for nobody: an
+/// observer that appears later watches it for a whole silence bound before
+/// it may claim, and reads the new heartbeat long before that.
+pub fn lease_settled(
+    began_durable_at: Option<i64>,
+    now: i64,
+    bounds: &LeaseBounds,
+    alone: bool,
+) -> bool {
+    let settle_ms = bounds
+        .volume_staleness_ms
+        .saturating_add(bounds.clock_skew_ms);
+    began_durable_at.is_some_and(|at| alone || now >= at.saturating_add(settle_ms))
+}
+
 /// The lease after a heartbeat that started at `written_at` became durable
 /// at `durable_at` (both on the owner's monotonic clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -435,6 +462,32 @@ mod tests {
     }
 
     #[test]
+    fn a_new_lease_claims_nothing_until_every_observer_reads_it() {
+        let bounds = LeaseBounds {
+            lease_ms: 1_000,
+            clock_skew_ms: 50,
+            volume_staleness_ms: 300,
+        };
+        // No lease yet: nothing, alone or not.
+        assert!(!lease_settled(None, 5_000, &bounds, false));
+        assert!(!lease_settled(None, 5_000, &bounds, true));
+        // Durable at 1_000: observers may read the older heartbeat until
+        // 1_300, and the clocks may disagree by 50 over that.
+        assert!(!lease_settled(Some(1_000), 1_000, &bounds, false));
+        assert!(!lease_settled(Some(1_000), 1_349, &bounds, false));
+        assert!(lease_settled(Some(1_000), 1_350, &bounds, false));
+        // Nobody else's record read: nobody can be counting it gone.
+        assert!(lease_settled(Some(1_000), 1_000, &bounds, true));
+        // No overflow near the end of the clock's range.
+        assert!(!lease_settled(
+            Some(i64::MAX - 1),
+            i64::MAX - 1,
+            &bounds,
+            false
+        ));
+    }
+
+    #[test]
     fn a_lapsed_lease_is_not_revived_by_a_late_heartbeat() {
         // Durable while the lease from 1_000 still runs: it continues.
         assert_eq!(
@@ -631,8 +684,11 @@ mod tests {
     }
 
     /// Plays a scenario and returns the first moment (real microseconds)
-    /// the observer may claim while the owner may still act, if any.
-    fn first_overlap(s: &Scenario, bounds: &LeaseBounds) -> Option<i64> {
+    /// the observer may claim while the owner may still act, if any. After
+    /// a lapse the owner wins the item anew, once its new lease has settled
+    /// (`lease_settled`) or, with `settles` false, as soon as the new lease
+    /// begins (what a restarted broker did before simulator seed 944).
+    fn first_overlap(s: &Scenario, bounds: &LeaseBounds, settles: bool) -> Option<i64> {
         let lease = bounds.lease_ms;
         let read = |(offset, rate): (i64, i64), real_us: i64| offset + real_us * rate / 1_000_000;
         // The first real instant at which a clock reads `ms` or more.
@@ -642,7 +698,9 @@ mod tests {
         // the lease; collect the real intervals it may act in.
         let mut real = 0i64;
         let mut lease_from: Option<i64> = None;
-        let mut acting: Vec<(i64, i64)> = Vec::new();
+        // (won at, acting from, acting until), real microseconds.
+        let mut acting: Vec<(i64, i64, i64)> = Vec::new();
+        let mut won_at = 0i64;
         let mut visible: Vec<(i64, u64)> = Vec::new();
         for (k, &(pause, took)) in s.writes.iter().enumerate() {
             real += pause * 1_000;
@@ -655,11 +713,24 @@ mod tests {
             match renew_lease(lease_from, written_at, read(s.owner_clock, durable), lease) {
                 Renewal::Continued { written_at } => lease_from = Some(written_at),
                 // Its first heartbeat starts its lease, and it wins the item
-                // right then.
-                Renewal::Lapsed { written_at } if k == 0 => lease_from = Some(written_at),
-                // Later, what it held is lost; a lapsed owner acts again
-                // only for items it wins anew at a new epoch (not modelled).
-                Renewal::Lapsed { .. } => break,
+                // right then (nobody watches it yet).
+                Renewal::Lapsed { written_at } if k == 0 => {
+                    lease_from = Some(written_at);
+                    won_at = durable;
+                }
+                // Later, what it held is lost: it wins the item anew once
+                // its new lease has settled, unless the observer claimed it
+                // first (below).
+                Renewal::Lapsed { written_at } => {
+                    lease_from = Some(written_at);
+                    let durable_at = read(s.owner_clock, durable);
+                    let settled = (durable_at..)
+                        .find(|&now| {
+                            !settles || lease_settled(Some(durable_at), now, bounds, false)
+                        })
+                        .unwrap_or(durable_at);
+                    won_at = real_at(s.owner_clock, settled).max(durable);
+                }
             }
             let until = real_at(s.owner_clock, written_at + lease);
             assert!(!owner_may_act(
@@ -667,8 +738,9 @@ mod tests {
                 read(s.owner_clock, until),
                 lease
             ));
-            if until > durable {
-                acting.push((durable, until));
+            let from = durable.max(won_at);
+            if until > from {
+                acting.push((won_at, from, until));
             }
         }
         // The observer learns the item is the owner's from its epoch file,
@@ -686,7 +758,12 @@ mod tests {
             let o = observe(obs, newest.map(record).as_ref(), now);
             obs = Some(o);
             if may_claim(&o, bounds) {
-                return acting.iter().any(|&(_, until)| until > t).then_some(t);
+                // The claim is an exclusive create at `t`: an owner winning
+                // the item anew at or after it finds it and follows.
+                return acting
+                    .iter()
+                    .any(|&(won, _, until)| won < t && until > t)
+                    .then_some(t);
             }
             t += s.poll_ms * 1_000;
         }
@@ -711,17 +788,38 @@ mod tests {
     #[test]
     fn each_lease_bound_is_needed() {
         let bounds = LeaseBounds::default();
-        assert_eq!(first_overlap(&tightest(), &bounds), None);
+        assert_eq!(first_overlap(&tightest(), &bounds, true), None);
         let no_skew = LeaseBounds {
             clock_skew_ms: 0,
             ..bounds
         };
-        assert!(first_overlap(&tightest(), &no_skew).is_some());
+        assert!(first_overlap(&tightest(), &no_skew, true).is_some());
         let no_staleness = LeaseBounds {
             volume_staleness_ms: 0,
             ..bounds
         };
-        assert!(first_overlap(&tightest(), &no_staleness).is_some());
+        assert!(first_overlap(&tightest(), &no_staleness, true).is_some());
+    }
+
+    /// The owner's lease lapses (its second heartbeat starts 12 s after
+    /// the first) and the observer reads that heartbeat only after the full
+    /// staleness. Winning the item back as soon as the new lease begins, the
+    /// owner acts while the observer, still reading the old heartbeat,
+    /// counts it gone and claims; waiting for the lease to settle, it finds
+    /// the observer's claim instead.
+    #[test]
+    fn a_lapsed_owner_wins_its_items_again_only_once_its_lease_has_settled() {
+        let lapse = Scenario {
+            writes: vec![(0, 1), (12_000, 1), (3_000, 1), (3_000, 1)],
+            visible: vec![0, 1_000],
+            staleness_ms: 3_000,
+            owner_clock: (0, 1_000),
+            observer_clock: (0, 1_000),
+            poll_ms: 10,
+        };
+        let bounds = LeaseBounds::default();
+        assert!(first_overlap(&lapse, &bounds, false).is_some());
+        assert_eq!(first_overlap(&lapse, &bounds, true), None);
     }
 
     proptest! {
@@ -743,7 +841,7 @@ mod tests {
 
         #[test]
         fn an_owner_stops_before_an_observer_may_claim(s in scenario()) {
-            prop_assert_eq!(first_overlap(&s, &LeaseBounds::default()), None);
+            prop_assert_eq!(first_overlap(&s, &LeaseBounds::default(), true), None);
         }
     }
 }

@@ -142,6 +142,9 @@ pub struct Holding {
     /// This broker just started (its process lock proves its previous life
     /// is dead), so its own newest claim may be served again unchanged.
     pub just_started: bool,
+    /// Its lease is visible to every observer (`membership::lease_settled`):
+    /// until then it claims nothing, its own items included.
+    pub settled: bool,
 }
 
 /// The ownership rule: a broker serves an item only at the newest epoch,
@@ -149,6 +152,7 @@ pub struct Holding {
 /// broker only once that broker released it or is gone. A claim of its own
 /// is kept over a restart; after its lease lapsed (not a fresh start) it
 /// must win a new epoch, since others may have counted it gone meanwhile.
+/// A broker claims nothing before its lease has settled.
 pub fn next_step(me: i32, h: &Holding) -> Step {
     if let Some(serving) = h.serving {
         if h.newest != Some(serving) {
@@ -168,6 +172,10 @@ pub fn next_step(me: i32, h: &Holding) -> Step {
             Some(c) if c.broker_id == me => Step::Release,
             _ => Step::Follow,
         };
+    }
+    if !h.settled {
+        // An observer may still be counting it gone and claiming.
+        return Step::Follow;
     }
     match h.newest {
         None => Step::Claim(next_claim(None, me)),
@@ -338,6 +346,7 @@ mod tests {
             serving: serving.map(claim),
             holder_gone: false,
             just_started: false,
+            settled: true,
         }
     }
 
@@ -418,6 +427,40 @@ mod tests {
             claim(1, 5)
         );
         assert_eq!(next_step(1, &own), claim(1, 6));
+    }
+
+    #[test]
+    fn a_broker_claims_nothing_before_its_lease_settles() {
+        let unsettled = |h: Holding| Holding {
+            settled: false,
+            ..h
+        };
+        let own = holding(1, Some((1, 5)), None);
+        for h in [
+            own,
+            Holding {
+                just_started: true,
+                ..own
+            },
+            holding(1, None, None),
+            holding(1, Some((RELEASED, 6)), None),
+            Holding {
+                holder_gone: true,
+                ..holding(1, Some((2, 5)), None)
+            },
+        ] {
+            assert_eq!(next_step(1, &unsettled(h)), Step::Follow, "{h:?}");
+        }
+        // What it may still do: hand on its own claim placed elsewhere, and
+        // stop serving what another won.
+        assert_eq!(
+            next_step(1, &unsettled(holding(2, Some((1, 3)), None))),
+            Step::Release
+        );
+        assert_eq!(
+            next_step(1, &unsettled(holding(1, Some((2, 4)), Some((1, 3))))),
+            Step::Depose
+        );
     }
 
     #[test]

@@ -176,10 +176,17 @@ impl Broker {
         // below rests on, and the others' records for Metadata.
         volume.create_dir_all(layout::BROKERS_DIR)?;
         crate::cluster::heartbeat::round(volume.as_ref(), env.clock.as_ref(), &membership)?;
+        if !membership.settled(env.clock.monotonic_ms()) {
+            tracing::info!(
+                peers = ?membership.known_peers(),
+                "other brokers may still count this one's previous life: it takes items only once its lease has settled"
+            );
+        }
         // Heartbeats go on from now, also while the rest of the start takes
         // its items (however many): the lease must not run out meanwhile.
         let alive = Arc::new(());
         let rounds = Arc::new(tokio::sync::Notify::new());
+        crate::cluster::wake_when_settled(&env, &membership, &rounds);
         tokio::spawn(crate::cluster::run_heartbeats(
             volume.clone(),
             env.clone(),
@@ -761,6 +768,14 @@ impl Broker {
             .lapses_seen
             .swap(lapses, std::sync::atomic::Ordering::AcqRel)
             != lapses;
+        if lapsed {
+            self.membership.resumed();
+        }
+        // A start among other brokers takes nothing until its lease has
+        // settled; then its own claims are served again at their epochs,
+        // as a start alone does at once.
+        let resuming = self.membership.resuming();
+        let settled = self.membership.settled(self.env.clock.monotonic_ms());
         let volume = self.volume.clone();
         let files = match self
             .env
@@ -803,18 +818,27 @@ impl Broker {
         }
         for topic in self.topics() {
             for seat in &topic.partitions {
-                if let Err(e) = self.reconcile_seat(&topic, seat, lapsed).await {
+                if let Err(e) = self.reconcile_seat(&topic, seat, lapsed, resuming).await {
                     tracing::warn!(topic = %topic.name, partition = seat.index, error = %e, "ownership round failed");
                 }
             }
         }
-        self.reconcile_slots(lapsed).await;
+        self.reconcile_slots(lapsed, resuming).await;
+        if settled {
+            self.membership.resumed();
+        }
         drop(_admin);
         self.follow_dynamic_default().await;
     }
 
     /// One partition's part of [`reconcile`](Self::reconcile).
-    async fn reconcile_seat(&self, topic: &Topic, seat: &Seat, lapsed: bool) -> io::Result<()> {
+    async fn reconcile_seat(
+        &self,
+        topic: &Topic,
+        seat: &Seat,
+        lapsed: bool,
+        resuming: bool,
+    ) -> io::Result<()> {
         let mut led = seat.led();
         if lapsed {
             if let Some(p) = led.take() {
@@ -842,7 +866,7 @@ impl Broker {
                     topic: &name,
                     partition: index,
                 };
-                Ok((newest, decider.step(&item, newest, serving, false)))
+                Ok((newest, decider.step(&item, newest, serving, resuming)))
             })
             .await?;
         match (step, led) {
@@ -865,7 +889,7 @@ impl Broker {
                 tracing::info!(topic = %topic.name, partition = seat.index, epoch = held.epoch, "released the partition to its new place");
             }
             (Step::Claim(_), None) => {
-                let take = taker(self, &topic.configs, false);
+                let take = taker(self, &topic.configs, resuming);
                 let name = topic.name.clone();
                 let taken = self
                     .env

@@ -110,6 +110,7 @@ impl Decider<'_> {
                 serving,
                 holder_gone,
                 just_started,
+                settled: self.membership.settled(self.now),
             },
         )
     }
@@ -127,9 +128,9 @@ fn item_key(item: &Item<'_>) -> String {
 
 /// An attempt to take an item: the newest claim before it, the claim in
 /// force after it, and this broker's claim if the rule let it claim and it
-/// won (or kept) one. Only `won` may be served: the newest claim being this
-/// broker's own does not make it this broker's to serve; the rule's answer
-/// does.
+/// won (or kept) one. Only `won` may be served: the newest claim may be this
+/// broker's own and still not be its to serve (its lease has not settled,
+/// simulator seed 74, or the item is placed elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
     pub before: Option<Claim>,
@@ -179,6 +180,17 @@ pub fn win(
     current: Option<Claim>,
 ) -> io::Result<Result<Claim, Option<Claim>>> {
     if Some(wanted) == current {
+        // Kept, not won: the claim read when this was decided may have
+        // been superseded since (the slot round decides every slot before
+        // it applies any), so the next epoch is looked up by name, exactly,
+        // right before the caller loads and serves it (simulator seed 130:
+        // another broker won epoch 1 between the decision and the keep).
+        if volume
+            .read(&file(wanted.epoch.saturating_add(1)))?
+            .is_some()
+        {
+            return Ok(Err(newest(volume, dir, file)?));
+        }
         return Ok(Ok(wanted));
     }
     volume.create_dir_all(dir)?;

@@ -112,7 +112,7 @@ impl Broker {
     /// all slots are read in one pass on the IO runner (two hundred small
     /// reads, not two hundred hops); acting on them may load or release
     /// slots one by one.
-    pub(super) async fn reconcile_slots(&self, lapsed: bool) {
+    pub(super) async fn reconcile_slots(&self, lapsed: bool, resuming: bool) {
         if lapsed {
             for slot in 0..COORDINATOR_SLOTS {
                 if self.groups.serving(slot).is_some() {
@@ -157,7 +157,7 @@ impl Broker {
                             continue;
                         }
                     };
-                    let step = decider.step(&kind.item(slot), newest, serving, false);
+                    let step = decider.step(&kind.item(slot), newest, serving, resuming);
                     decided.push(Decided {
                         kind,
                         slot,

@@ -52,8 +52,16 @@ struct Own {
     /// Write start of the last heartbeat that became durable while the
     /// lease held (`renew_lease`); `None` before the first.
     lease_from: Option<i64>,
+    /// When the heartbeat that began the current lease (the first of this
+    /// life, or the first after a lapse) became durable: claims wait for
+    /// it to be visible to everyone (`lease_settled`).
+    lease_began: Option<i64>,
     /// How many times the lease ran out before a heartbeat renewed it.
     lapses: u64,
+    /// This life has not yet made an ownership round with a settled lease
+    /// (nor lapsed): its own newest claims, left by its previous life, may
+    /// be served again at their epoch once it has settled.
+    resuming: bool,
 }
 
 /// This broker's view of the cluster's membership.
@@ -93,7 +101,9 @@ impl Membership {
                     leaving: false,
                 },
                 lease_from: None,
+                lease_began: None,
                 lapses: 0,
+                resuming: true,
             }),
             peers: Mutex::new(BTreeMap::new()),
             claims_seen: Mutex::new(BTreeMap::new()),
@@ -131,8 +141,11 @@ impl Membership {
         let mut own = self.own();
         let renewal =
             rules::renew_lease(own.lease_from, written_at, durable_at, self.bounds.lease_ms);
-        if matches!(renewal, Renewal::Lapsed { .. }) && own.lease_from.is_some() {
-            own.lapses += 1;
+        if matches!(renewal, Renewal::Lapsed { .. }) {
+            if own.lease_from.is_some() {
+                own.lapses += 1;
+            }
+            own.lease_began = Some(durable_at);
         }
         own.lease_from = Some(written_at);
         renewal
@@ -142,6 +155,42 @@ impl Membership {
     /// owns only then.
     pub fn may_act(&self, now: i64) -> bool {
         rules::owner_may_act(self.own().lease_from, now, self.bounds.lease_ms)
+    }
+
+    /// Whether this broker may claim items at `now`: its current lease is
+    /// visible to every other broker (`lease_settled`), or it has read no
+    /// other broker's record.
+    pub fn settled(&self, now: i64) -> bool {
+        let me = self.broker_id();
+        let alone = self.peers().keys().all(|&id| id == me);
+        rules::lease_settled(self.own().lease_began, now, &self.bounds, alone)
+    }
+
+    /// How long from `now` until [`settled`](Self::settled) turns true
+    /// (on this broker's clock), if it is false now and will.
+    pub fn settles_in_ms(&self, now: i64) -> Option<u64> {
+        if self.settled(now) {
+            return None;
+        }
+        let settle = self
+            .bounds
+            .volume_staleness_ms
+            .saturating_add(self.bounds.clock_skew_ms);
+        let began = self.own().lease_began?;
+        u64::try_from(began.saturating_add(settle).saturating_sub(now)).ok()
+    }
+
+    /// Whether this life may still serve its own newest claims at their
+    /// epoch (`next_step`'s `just_started`): from its start until its
+    /// first ownership round with a settled lease, or its first lapse.
+    pub fn resuming(&self) -> bool {
+        self.own().resuming
+    }
+
+    /// The first settled round is done (or the lease lapsed): from now on
+    /// an item not served here is won at a new epoch.
+    pub fn resumed(&self) {
+        self.own().resuming = false;
     }
 
     /// How many times this broker's lease ran out since it started.

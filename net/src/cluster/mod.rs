@@ -51,15 +51,34 @@ pub async fn run_heartbeats(
             rounds.notify_one();
             continue;
         }
-        let (volume, clock, membership) = (volume.clone(), env.clock.clone(), membership.clone());
+        let lapses = membership.lapses();
+        let (volume, clock, member) = (volume.clone(), env.clock.clone(), membership.clone());
         // Errors are logged by the round; the next one tries again.
         let _ = env
             .blocking(IoKind::Fsync, move || {
-                heartbeat::round(volume.as_ref(), clock.as_ref(), &membership)
+                heartbeat::round(volume.as_ref(), clock.as_ref(), &member)
             })
             .await;
+        if membership.lapses() != lapses {
+            wake_when_settled(&env, &membership, &rounds);
+        }
         rounds.notify_one();
     }
+}
+
+/// Wakes the ownership round once this broker's new lease has settled
+/// (`Membership::settled`): a start among other brokers, or a lapse, takes
+/// nothing until then, and waiting for the next heartbeat on top would
+/// leave its items unserved for up to a third of a lease longer.
+pub fn wake_when_settled(env: &Env, membership: &Arc<Membership>, rounds: &Arc<Notify>) {
+    let Some(wait) = membership.settles_in_ms(env.clock.monotonic_ms()) else {
+        return;
+    };
+    let rounds = rounds.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(wait.saturating_add(1))).await;
+        rounds.notify_one();
+    });
 }
 
 /// The ownership round ([`Broker::reconcile`]) after each heartbeat, until
