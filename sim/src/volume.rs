@@ -307,15 +307,31 @@ struct Entries {
 impl Entries {
     /// Drops everything strictly below `dir` (a directory that is gone).
     fn forget_below(&mut self, dir: &str) {
-        let subtree = format!("{dir}/");
-        let files: Vec<String> = below(&self.files, &subtree).cloned().collect();
-        for f in files {
-            self.files.remove(&f);
-        }
-        let dirs: Vec<String> = below(&self.dirs, &subtree).cloned().collect();
-        for d in dirs {
-            self.dirs.remove(&d);
-        }
+        forget_subtree(&mut self.files, &mut self.dirs, dir);
+    }
+}
+
+/// Removes every file and directory strictly below `dir`, by range queries
+/// over that subtree only.
+fn forget_subtree(files: &mut BTreeMap<String, u64>, dirs: &mut BTreeSet<String>, dir: &str) {
+    let subtree = child_prefix(dir);
+    let gone: Vec<String> = below(files, &subtree).cloned().collect();
+    for f in gone {
+        files.remove(&f);
+    }
+    let gone: Vec<String> = below(dirs, &subtree).cloned().collect();
+    for d in gone {
+        dirs.remove(&d);
+    }
+}
+
+/// What the keys of `dir`'s entries start with: `dir` and a slash, or
+/// nothing for the root.
+fn child_prefix(dir: &str) -> String {
+    if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
     }
 }
 
@@ -635,11 +651,7 @@ impl State {
         if !self.unsynced_dirs.remove(dir) {
             return;
         }
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
+        let prefix = child_prefix(dir);
         let durable = &mut self.durable;
         let gone: Vec<String> = children(&durable.dirs, &prefix)
             .into_iter()
@@ -1318,11 +1330,7 @@ impl Volume for SimVolume {
         if !state.dirs.contains(&dir) {
             return Ok(Vec::new());
         }
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
+        let prefix = child_prefix(&dir);
         let mut names: Vec<String> = children(&state.files, &prefix)
             .into_iter()
             .chain(children(&state.dirs, &prefix))
@@ -1445,8 +1453,9 @@ impl Volume for SimVolume {
                 format!("{dir:?} is not a directory"),
             ));
         }
-        state.files.retain(|p, _| !is_below(p, &dir));
-        state.dirs.retain(|d| d != &dir && !is_below(d, &dir));
+        let State { files, dirs, .. } = &mut *state;
+        forget_subtree(files, dirs, &dir);
+        dirs.remove(&dir);
         if let Some(names) = state.names.as_mut() {
             names.forget_below(&dir);
         }
@@ -2206,6 +2215,50 @@ mod tests {
         v.write_atomic("d/sub/g", b"g").unwrap();
         assert_eq!(v.crash().entries_undone, 0);
         assert_eq!(v.read("d/sub/g").unwrap().unwrap(), &b"g"[..]);
+    }
+
+    /// A directory removed and created again under its name starts empty:
+    /// syncing it (not its parent) makes that durable, so the synced
+    /// entries of the one before do not come back with a power loss.
+    #[test]
+    fn a_directory_created_again_and_synced_keeps_none_of_the_old_ones_entries() {
+        let v = SimVolume::new();
+        v.create_dir_all("d/sub").unwrap();
+        v.sync_dir("").unwrap();
+        v.sync_dir("d").unwrap();
+        v.write_atomic("d/sub/f", b"f").unwrap();
+        v.sync_dir("d/sub").unwrap();
+        v.remove_dir_all("d/sub").unwrap();
+        assert!(v.create_dir("d/sub").unwrap());
+        v.sync_dir("d/sub").unwrap();
+        v.crash();
+        assert_eq!(v.list("d").unwrap(), ["sub"], "d was not synced since");
+        assert!(v.list("d/sub").unwrap().is_empty(), "f came back");
+    }
+
+    /// `children` answers what walking every key would, jumping over
+    /// subtrees: names sorting just before and after `name/` ('-', '.',
+    /// '0') included.
+    #[test]
+    fn children_are_the_direct_entries_of_a_directory_and_nothing_below() {
+        let keys: BTreeSet<String> = [
+            "a", "a-b", "a.c", "a/x", "a/x/y", "a/x/y/z", "a/x-1", "a/x0", "a/y", "a0", "ab",
+            "b/c", "b/c/d", "b0",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        for dir in ["", "a", "a/x", "a/x/y", "b", "b/c", "none"] {
+            let prefix = child_prefix(dir);
+            let walked: Vec<&String> = keys
+                .iter()
+                .filter(|k| {
+                    k.strip_prefix(&prefix)
+                        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+                })
+                .collect();
+            assert_eq!(children(&keys, &prefix), walked, "{dir:?}");
+        }
     }
 
     #[test]

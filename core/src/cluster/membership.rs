@@ -211,10 +211,16 @@ pub fn lease_settled(
     bounds: &LeaseBounds,
     alone: bool,
 ) -> bool {
+    lease_settles_at(began_durable_at, bounds).is_some_and(|at| alone || now >= at)
+}
+
+/// When a lease that began with a heartbeat durable at `began_durable_at`
+/// settles among other brokers ([`lease_settled`]): `S + K` after it.
+pub fn lease_settles_at(began_durable_at: Option<i64>, bounds: &LeaseBounds) -> Option<i64> {
     let settle_ms = bounds
         .volume_staleness_ms
         .saturating_add(bounds.clock_skew_ms);
-    began_durable_at.is_some_and(|at| alone || now >= at.saturating_add(settle_ms))
+    began_durable_at.map(|at| at.saturating_add(settle_ms))
 }
 
 /// The lease after a heartbeat that started at `written_at` became durable
@@ -724,10 +730,8 @@ mod tests {
                 Renewal::Lapsed { written_at } => {
                     lease_from = Some(written_at);
                     let durable_at = read(s.owner_clock, durable);
-                    let settled = (durable_at..)
-                        .find(|&now| {
-                            !settles || lease_settled(Some(durable_at), now, bounds, false)
-                        })
+                    let settled = lease_settles_at(Some(durable_at), bounds)
+                        .filter(|_| settles)
                         .unwrap_or(durable_at);
                     won_at = real_at(s.owner_clock, settled).max(durable);
                 }

@@ -313,7 +313,7 @@ pub fn checkpoint_epochs(
         .filter(|e| at_or_below(e) && *e < lowest_probe)
         .collect();
     listed.sort_unstable_by(|a, b| b.cmp(a));
-    let mut epochs: Vec<i32> = (lowest_probe.max(0)..=opening.max(0)).rev().collect();
+    let mut epochs: Vec<i32> = (lowest_probe..=opening).rev().collect();
     epochs.extend(listed);
     epochs.push(0);
     epochs.dedup();

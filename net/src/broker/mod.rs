@@ -259,7 +259,7 @@ impl Broker {
         let mut known_dirs = std::collections::BTreeSet::new();
         for file in files {
             let Some(id) = file.id() else { continue };
-            let take = taker(&broker, &file.configs, true);
+            let take = taker(&broker, &file.configs);
             let mut partitions = Vec::new();
             for index in 0..file.partitions {
                 known_dirs.insert(partition_dir(&file.name, index));
@@ -431,7 +431,7 @@ impl Broker {
         file: &TopicFile,
         range: std::ops::Range<i32>,
     ) -> Result<Vec<Arc<Seat>>, AdminError> {
-        let take = taker(self, &file.configs, false);
+        let take = taker(self, &file.configs);
         let name = file.name.clone();
         let taken = self
             .env
@@ -772,9 +772,8 @@ impl Broker {
             self.membership.resumed();
         }
         // A start among other brokers takes nothing until its lease has
-        // settled; then its own claims are served again at their epochs,
-        // as a start alone does at once.
-        let resuming = self.membership.resuming();
+        // settled; then, in this round, its own claims are served again at
+        // their epochs (`Decider::resuming`), as a start alone does at once.
         let settled = self.membership.settled(self.env.clock.monotonic_ms());
         let volume = self.volume.clone();
         let files = match self
@@ -818,12 +817,12 @@ impl Broker {
         }
         for topic in self.topics() {
             for seat in &topic.partitions {
-                if let Err(e) = self.reconcile_seat(&topic, seat, lapsed, resuming).await {
+                if let Err(e) = self.reconcile_seat(&topic, seat, lapsed).await {
                     tracing::warn!(topic = %topic.name, partition = seat.index, error = %e, "ownership round failed");
                 }
             }
         }
-        self.reconcile_slots(lapsed, resuming).await;
+        self.reconcile_slots(lapsed).await;
         if settled {
             self.membership.resumed();
         }
@@ -832,13 +831,7 @@ impl Broker {
     }
 
     /// One partition's part of [`reconcile`](Self::reconcile).
-    async fn reconcile_seat(
-        &self,
-        topic: &Topic,
-        seat: &Seat,
-        lapsed: bool,
-        resuming: bool,
-    ) -> io::Result<()> {
+    async fn reconcile_seat(&self, topic: &Topic, seat: &Seat, lapsed: bool) -> io::Result<()> {
         let mut led = seat.led();
         if lapsed {
             if let Some(p) = led.take() {
@@ -866,7 +859,7 @@ impl Broker {
                     topic: &name,
                     partition: index,
                 };
-                Ok((newest, decider.step(&item, newest, serving, resuming)))
+                Ok((newest, decider.step(&item, newest, serving)))
             })
             .await?;
         match (step, led) {
@@ -889,7 +882,7 @@ impl Broker {
                 tracing::info!(topic = %topic.name, partition = seat.index, epoch = held.epoch, "released the partition to its new place");
             }
             (Step::Claim(_), None) => {
-                let take = taker(self, &topic.configs, resuming);
+                let take = taker(self, &topic.configs);
                 let name = topic.name.clone();
                 let taken = self
                     .env
@@ -1398,7 +1391,6 @@ enum TakenPartition {
 fn taker(
     broker: &Broker,
     configs: &BTreeMap<String, String>,
-    just_started: bool,
 ) -> impl Fn(&str, i32) -> io::Result<TakenPartition> + Send + 'static {
     let volume = broker.volume.clone();
     let env = broker.env.clone();
@@ -1416,7 +1408,6 @@ fn taker(
                 topic,
                 partition: index,
             },
-            just_started,
         )?;
         let Some(leader) = taken.won else {
             return Ok(TakenPartition::Elsewhere(taken.after));

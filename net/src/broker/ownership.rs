@@ -64,21 +64,30 @@ pub fn newest(
 }
 
 /// What one ownership decision rests on: this broker's membership, the
-/// live set it computed, and the time (its monotonic clock).
+/// live set it computed, its lease's state, and the time (its monotonic
+/// clock).
 pub struct Decider<'a> {
     pub membership: &'a Membership,
     /// The brokers items may be placed on (`Membership::placement_ids`).
     pub live: Vec<i32>,
+    /// Its own newest claims may be served again at their epochs
+    /// (`Membership::resuming`, `next_step`'s `just_started`).
+    pub resuming: bool,
+    /// Its lease is visible to every other broker (`Membership::settled`).
+    pub settled: bool,
     pub now: i64,
 }
 
 impl Decider<'_> {
     /// The decider of `membership` at `now` (its monotonic clock): the
-    /// placement set computed once for every item decided with it.
+    /// placement set and the lease's state computed once for every item
+    /// decided with it.
     pub fn at(membership: &Membership, now: i64) -> Decider<'_> {
         Decider {
             membership,
             live: membership.placement_ids(now),
+            resuming: membership.resuming(),
+            settled: membership.settled(now),
             now,
         }
     }
@@ -86,13 +95,7 @@ impl Decider<'_> {
     /// The ownership rule (`kaas_core::cluster::next_step`) for `item`,
     /// whose newest claim is `newest`, served here at `serving`. A holder
     /// named by the claim is watched from now on, so its silence is counted.
-    pub fn step(
-        &self,
-        item: &Item<'_>,
-        newest: Option<Claim>,
-        serving: Option<Claim>,
-        just_started: bool,
-    ) -> Step {
+    pub fn step(&self, item: &Item<'_>, newest: Option<Claim>, serving: Option<Claim>) -> Step {
         let me = self.membership.broker_id();
         let holder_gone = match newest {
             Some(c) if c.broker_id != me && c.broker_id != RELEASED => {
@@ -109,8 +112,8 @@ impl Decider<'_> {
                 newest,
                 serving,
                 holder_gone,
-                just_started,
-                settled: self.membership.settled(self.now),
+                just_started: self.resuming,
+                settled: self.settled,
             },
         )
     }
@@ -147,10 +150,9 @@ pub fn take(
     file: &dyn Fn(i32) -> String,
     decider: &Decider<'_>,
     item: &Item<'_>,
-    just_started: bool,
 ) -> io::Result<Taken> {
     let before = newest(volume, dir, file)?;
-    let (after, won) = match decider.step(item, before, None, just_started) {
+    let (after, won) = match decider.step(item, before, None) {
         Step::Claim(wanted) => match win(volume, dir, file, wanted, before)? {
             Ok(won) => (Some(won), Some(won)),
             Err(newer) => (newer, None),
@@ -182,16 +184,16 @@ pub fn win(
     if Some(wanted) == current {
         // Kept, not won: the claim read when this was decided may have
         // been superseded since (the slot round decides every slot before
-        // it applies any), so the next epoch is looked up by name, exactly,
-        // right before the caller loads and serves it (simulator seed 130:
-        // another broker won epoch 1 between the decision and the keep).
-        if volume
-            .read(&file(wanted.epoch.saturating_add(1)))?
-            .is_some()
-        {
-            return Ok(Err(newest(volume, dir, file)?));
-        }
-        return Ok(Ok(wanted));
+        // it applies any), so it is read again right before the caller
+        // loads and serves it; `newest` looks the next epochs up by name,
+        // exactly (simulator seed 130: another broker won epoch 1 between
+        // the decision and the keep).
+        let now = newest(volume, dir, file)?;
+        return Ok(if now == Some(wanted) {
+            Ok(wanted)
+        } else {
+            Err(now)
+        });
     }
     volume.create_dir_all(dir)?;
     let json = serde_json::to_vec(&EpochFile {

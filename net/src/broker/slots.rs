@@ -1,6 +1,6 @@
 //! Coordinator slots follow ownership as partitions do: the ownership rule
 //! (`kaas_core::cluster::next_step`) is applied to every group slot and
-//! every transaction slot, at start (`just_started`) and after every
+//! every transaction slot, at start (`Decider::resuming`) and after every
 //! heartbeat (`Broker::reconcile`).
 //!
 //! - Claim: the slot's epoch file is won (or this broker's own newest claim
@@ -87,7 +87,6 @@ impl Broker {
             &|epoch| kind.epoch_file(slot, epoch),
             &decider,
             &kind.item(slot),
-            true,
         )?;
         match taken.won {
             Some(claim) => {
@@ -112,7 +111,7 @@ impl Broker {
     /// all slots are read in one pass on the IO runner (two hundred small
     /// reads, not two hundred hops); acting on them may load or release
     /// slots one by one.
-    pub(super) async fn reconcile_slots(&self, lapsed: bool, resuming: bool) {
+    pub(super) async fn reconcile_slots(&self, lapsed: bool) {
         if lapsed {
             for slot in 0..COORDINATOR_SLOTS {
                 if self.groups.serving(slot).is_some() {
@@ -157,7 +156,7 @@ impl Broker {
                             continue;
                         }
                     };
-                    let step = decider.step(&kind.item(slot), newest, serving, resuming);
+                    let step = decider.step(&kind.item(slot), newest, serving);
                     decided.push(Decided {
                         kind,
                         slot,

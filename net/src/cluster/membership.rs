@@ -172,12 +172,8 @@ impl Membership {
         if self.settled(now) {
             return None;
         }
-        let settle = self
-            .bounds
-            .volume_staleness_ms
-            .saturating_add(self.bounds.clock_skew_ms);
-        let began = self.own().lease_began?;
-        u64::try_from(began.saturating_add(settle).saturating_sub(now)).ok()
+        let at = rules::lease_settles_at(self.own().lease_began, &self.bounds)?;
+        u64::try_from(at.saturating_sub(now)).ok()
     }
 
     /// Whether this life may still serve its own newest claims at their
