@@ -72,6 +72,13 @@ const TXN_OFFSET_COMMIT_VERSION_V2: i16 = 5;
 const OFFSET_FETCH_VERSION: i16 = 7;
 const METADATA_VERSION: i16 = 9;
 const CLIENT_ID: &str = "sim-eos";
+/// Once this many transactions committed with no instance resumed from
+/// committed offsets yet, the next transaction's instance stalls for good
+/// (not as a zombie), so the next one must resume: the `MIN_EOS_RESUMES`
+/// gate. Left to the stall draw alone (3-12 % of transactions), a dozen
+/// seeds in a thousand never resumed, and the count moved with any change
+/// of schedule.
+const RESUME_OWED_AFTER_COMMITS: u64 = 5;
 const PRODUCE_TIMEOUT_MS: i32 = 5_000;
 /// Input records one transaction takes per partition: large batches keep
 /// the loop's share of the seed's run time small.
@@ -174,6 +181,9 @@ struct Instance {
     backoff: Backoff,
     /// Paused mid-transaction and back: finishes that one and goes away.
     zombie: bool,
+    /// The stall drawn for this transaction is owed to the resume gate
+    /// ([`RESUME_OWED_AFTER_COMMITS`]): it is never a zombie's.
+    stall_owed: bool,
     /// Speaks transaction version 2 (KIP-890 part 2): Produce v12 and
     /// TxnOffsetCommit v5 add the partition and the group themselves (no
     /// AddPartitionsToTxn, no AddOffsetsToTxn), and EndTxn v5 bumps the
@@ -208,6 +218,7 @@ impl Instance {
             positions: None,
             backoff: Backoff::new(),
             zombie: false,
+            stall_owed: false,
             v2,
             reports,
             zombies,
@@ -501,7 +512,9 @@ impl Instance {
             let mut rng = thread_rng();
             let commit = rng.gen_range(0..100) >= self.params.eos_abort_percent;
             let churn = !self.shared.faults_over.load(Ordering::Relaxed) && !self.zombie;
-            let stall = churn && rng.gen_range(0..100) < self.params.eos_stall_percent;
+            self.stall_owed = churn && self.resume_owed();
+            let stall =
+                self.stall_owed || churn && rng.gen_range(0..100) < self.params.eos_stall_percent;
             (commit, stall.then(|| rng.gen_range(0..3)))
         };
         let offsets: BTreeMap<i32, i64> = batch.keys().map(|p| (*p, next[p])).collect();
@@ -651,7 +664,7 @@ impl Instance {
         }
         self.shared.eos().stats.stalls += 1;
         self.routes.disconnect_all();
-        let zombie = percent(self.params.eos_zombie_percent);
+        let zombie = percent(self.params.eos_zombie_percent) && !self.stall_owed;
         if zombie {
             self.zombie = true;
             self.zombies.fetch_add(1, Ordering::Relaxed);
@@ -673,6 +686,13 @@ impl Instance {
         let pause = thread_rng().gen_range(0..=2 * self.params.eos_txn_timeout_ms as u64);
         sleep(Duration::from_millis(pause)).await;
         None
+    }
+
+    /// Enough transactions committed and no instance has resumed from
+    /// committed offsets yet ([`RESUME_OWED_AFTER_COMMITS`]).
+    fn resume_owed(&self) -> bool {
+        let eos = self.shared.eos();
+        eos.stats.resumes == 0 && eos.stats.commits_acked >= RESUME_OWED_AFTER_COMMITS
     }
 
     fn fenced(&mut self, index: EosTxnIndex) -> Step {
