@@ -341,6 +341,75 @@ async fn partitions_spread_over_the_brokers_and_move_with_a_stopped_one_and_back
     }
 }
 
+/// A broker that restarts among others before anyone counts it gone takes
+/// its partitions back at new epochs, won by create, not at the epochs its
+/// previous life served (`membership::resumes_its_claims`): an observer
+/// still reading its old heartbeat may be about to create the next epoch,
+/// and only a create of its own meets that one.
+#[tokio::test]
+async fn a_broker_restarting_among_others_wins_its_partitions_back_at_new_epochs() {
+    const PARTITIONS: i32 = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let mut brokers = BTreeMap::new();
+    for id in 0..2 {
+        brokers.insert(id, start(dir.path(), id, "r").await);
+    }
+    let addr = |brokers: &BTreeMap<i32, support::SharedBroker>, id: i32| brokers[&id].addr;
+    for id in 0..2 {
+        until_listed(addr(&brokers, id), &[0, 1]).await;
+    }
+    brokers[&0]
+        .broker
+        .create_topic("r", PARTITIONS, 1, BTreeMap::new())
+        .await
+        .unwrap();
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let first = until_led(&all, "r", &[0, 1]).await;
+    let Some(gone) = first.first().map(|(leader, _)| *leader) else {
+        panic!("no partition led: {first:?}");
+    };
+    for (p, (leader, _)) in first.iter().enumerate() {
+        let p = p as i32;
+        assert_eq!(
+            produce(addr(&brokers, *leader), "r", p, &format!("a{p}")).await,
+            0
+        );
+    }
+    // Stopped and started again at once: well inside the 1.8 s of silence
+    // the other counts before it could take anything over.
+    brokers.remove(&gone).unwrap().stop().await;
+    brokers.insert(gone, start(dir.path(), gone, "r").await);
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let mut back = Vec::new();
+    for _ in 0..200 {
+        back = until_led(&all, "r", &[0, 1]).await;
+        let settled = first
+            .iter()
+            .zip(&back)
+            .all(|((before, e0), (now, e1))| now == before && (*before != gone || e1 > e0));
+        if settled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (p, ((before, epoch_before), (now, epoch_now))) in first.iter().zip(&back).enumerate() {
+        let p = p as i32;
+        assert_eq!(now, before, "partition {p} is led where placement puts it");
+        if *before == gone {
+            assert!(
+                epoch_now > epoch_before,
+                "partition {p} came back at a new epoch: {epoch_before} then {epoch_now}"
+            );
+        } else {
+            assert_eq!(epoch_now, epoch_before, "partition {p} stayed");
+        }
+        assert_eq!(
+            values(addr(&brokers, *now), "r", p).await,
+            vec![format!("a{p}")]
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_graceful_hand_over_moves_partitions_and_slots_without_waiting_for_the_lease() {
     const PARTITIONS: i32 = 6;

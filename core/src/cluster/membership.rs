@@ -214,6 +214,25 @@ pub fn lease_settled(
     lease_settles_at(began_durable_at, bounds).is_some_and(|at| alone || now >= at)
 }
 
+/// Whether a broker that has just started may serve its own newest claims
+/// again at their epochs, without winning new ones: only in its first
+/// ownership round (`first_round`) and only while it has read no other
+/// broker's record (`alone`). Among others a restart wins a new epoch of
+/// each item by exclusive create, as after a lapse. An observer whose last
+/// read of the broker's file predates the restart may have decided to
+/// claim the next epoch of the same item on that read and create it later
+/// (its round decides every item before it applies any); a claim kept at
+/// the old epoch does not meet that create, so both would serve. A claim
+/// won by create does: of two creates of one epoch exactly one succeeds,
+/// and the observer that loses reads the broker's new claim, a sign of
+/// its life ([`saw_new_claim`]). So an ownership decision may be applied
+/// any time after the read it rests on, and nothing assumes a create
+/// follows closely on its read. A broker alone on its volume keeps its
+/// epochs, so a single broker serves epoch 0 for ever.
+pub fn resumes_its_claims(first_round: bool, alone: bool) -> bool {
+    first_round && alone
+}
+
 /// When a lease that began with a heartbeat durable at `began_durable_at`
 /// settles among other brokers ([`lease_settled`]): `S + K` after it.
 pub fn lease_settles_at(began_durable_at: Option<i64>, bounds: &LeaseBounds) -> Option<i64> {
@@ -494,6 +513,17 @@ mod tests {
     }
 
     #[test]
+    fn a_restart_among_others_wins_new_epochs_rather_than_resuming() {
+        // Alone on the volume, its first round serves its claims again.
+        assert!(resumes_its_claims(true, true));
+        // Among others it wins new epochs by create, from the first round.
+        assert!(!resumes_its_claims(true, false));
+        // After the first round (or a lapse) nothing is resumed.
+        assert!(!resumes_its_claims(false, true));
+        assert!(!resumes_its_claims(false, false));
+    }
+
+    #[test]
     fn a_lapsed_lease_is_not_revived_by_a_late_heartbeat() {
         // Durable while the lease from 1_000 still runs: it continues.
         assert_eq!(
@@ -659,6 +689,9 @@ mod tests {
         owner_clock: (i64, i64),
         observer_clock: (i64, i64),
         poll_ms: i64,
+        /// How long after the read it decided on the observer's exclusive
+        /// create lands, in ms (its round decides every item first).
+        create_delay_ms: i64,
     }
 
     fn scenario() -> impl Strategy<Value = Scenario> {
@@ -676,25 +709,50 @@ mod tests {
             clock.clone(),
             clock,
             ms(3_000),
+            prop_oneof![Just(0i64), ms(20_000)],
         )
             .prop_map(
-                |(writes, visible, owner_clock, observer_clock, poll_ms)| Scenario {
-                    writes,
-                    visible,
-                    staleness_ms: LeaseBounds::default().volume_staleness_ms,
-                    owner_clock,
-                    observer_clock,
-                    poll_ms,
+                |(writes, visible, owner_clock, observer_clock, poll_ms, create_delay_ms)| {
+                    Scenario {
+                        writes,
+                        visible,
+                        staleness_ms: LeaseBounds::default().volume_staleness_ms,
+                        owner_clock,
+                        observer_clock,
+                        poll_ms,
+                        create_delay_ms,
+                    }
                 },
             )
     }
 
+    /// How the owner gets its item back after its lease lapsed (a lapse,
+    /// or a restart: both start a new lease).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Rewin {
+        /// Its own claim served again at its epoch as soon as the new lease
+        /// begins (what a restart did before simulator seed 944).
+        ResumeAtOnce,
+        /// The same, once the new lease has settled (`lease_settled`;
+        /// before a restart among others won new epochs).
+        ResumeSettled,
+        /// The next epoch won by exclusive create once the new lease has
+        /// settled (`resumes_its_claims`: a restart among others, a lapse).
+        CreateSettled,
+        /// The next epoch won by exclusive create at once.
+        CreateAtOnce,
+    }
+
     /// Plays a scenario and returns the first moment (real microseconds)
-    /// the observer may claim while the owner may still act, if any. After
-    /// a lapse the owner wins the item anew, once its new lease has settled
-    /// (`lease_settled`) or, with `settles` false, as soon as the new lease
-    /// begins (what a restarted broker did before simulator seed 944).
-    fn first_overlap(s: &Scenario, bounds: &LeaseBounds, settles: bool) -> Option<i64> {
+    /// the observer acts on its claim while the owner still acts on the
+    /// item, if any. The observer claims the epoch after the one it read
+    /// when it started watching, by an exclusive create `create_delay_ms`
+    /// after the read it decided on; after each lapse the owner wins the
+    /// item back as `rewin` says. An owner that resumes its epoch checks
+    /// for a newer claim first (`ownership::win`), so only a resume before
+    /// the observer's create acts; of two creates of one epoch the first
+    /// wins and the other acts on nothing.
+    fn first_overlap(s: &Scenario, bounds: &LeaseBounds, rewin: Rewin) -> Option<i64> {
         let lease = bounds.lease_ms;
         let read = |(offset, rate): (i64, i64), real_us: i64| offset + real_us * rate / 1_000_000;
         // The first real instant at which a clock reads `ms` or more.
@@ -704,9 +762,11 @@ mod tests {
         // the lease; collect the real intervals it may act in.
         let mut real = 0i64;
         let mut lease_from: Option<i64> = None;
-        // (won at, acting from, acting until), real microseconds.
-        let mut acting: Vec<(i64, i64, i64)> = Vec::new();
-        let mut won_at = 0i64;
+        // (won at, epoch, acting from, acting until), real microseconds.
+        let mut acting: Vec<(i64, i32, i64, i64)> = Vec::new();
+        // Every epoch the owner won by create, with when.
+        let mut created: Vec<(i64, i32)> = Vec::new();
+        let (mut won_at, mut epoch) = (0i64, 0i32);
         let mut visible: Vec<(i64, u64)> = Vec::new();
         for (k, &(pause, took)) in s.writes.iter().enumerate() {
             real += pause * 1_000;
@@ -724,16 +784,19 @@ mod tests {
                     lease_from = Some(written_at);
                     won_at = durable;
                 }
-                // Later, what it held is lost: it wins the item anew once
-                // its new lease has settled, unless the observer claimed it
-                // first (below).
+                // Later, what it held is lost: it wins the item back.
                 Renewal::Lapsed { written_at } => {
                     lease_from = Some(written_at);
                     let durable_at = read(s.owner_clock, durable);
+                    let settles = matches!(rewin, Rewin::ResumeSettled | Rewin::CreateSettled);
                     let settled = lease_settles_at(Some(durable_at), bounds)
                         .filter(|_| settles)
                         .unwrap_or(durable_at);
                     won_at = real_at(s.owner_clock, settled).max(durable);
+                    if matches!(rewin, Rewin::CreateSettled | Rewin::CreateAtOnce) {
+                        epoch += 1;
+                        created.push((won_at, epoch));
+                    }
                 }
             }
             let until = real_at(s.owner_clock, written_at + lease);
@@ -744,7 +807,7 @@ mod tests {
             ));
             let from = durable.max(won_at);
             if until > from {
-                acting.push((won_at, from, until));
+                acting.push((won_at, epoch, from, until));
             }
         }
         // The observer learns the item is the owner's from its epoch file,
@@ -762,12 +825,18 @@ mod tests {
             let o = observe(obs, newest.map(record).as_ref(), now);
             obs = Some(o);
             if may_claim(&o, bounds) {
-                // The claim is an exclusive create at `t`: an owner winning
-                // the item anew at or after it finds it and follows.
+                // It creates epoch 1: lost if the owner created it first.
+                let create = t + s.create_delay_ms * 1_000;
+                if created.iter().any(|&(at, e)| e == 1 && at < create) {
+                    return None;
+                }
+                // Won: the owner's epoch-0 acting that began before the
+                // create and lasts past it overlaps; one that would begin
+                // after it finds the newer claim and follows.
                 return acting
                     .iter()
-                    .any(|&(won, _, until)| won < t && until > t)
-                    .then_some(t);
+                    .any(|&(won, e, _, until)| e == 0 && won < create && until > create)
+                    .then_some(create);
             }
             t += s.poll_ms * 1_000;
         }
@@ -786,44 +855,73 @@ mod tests {
             owner_clock: (5_000, 970),
             observer_clock: (-7_000, 1_030),
             poll_ms: 10,
+            create_delay_ms: 0,
         }
     }
 
     #[test]
     fn each_lease_bound_is_needed() {
         let bounds = LeaseBounds::default();
-        assert_eq!(first_overlap(&tightest(), &bounds, true), None);
+        assert_eq!(
+            first_overlap(&tightest(), &bounds, Rewin::CreateSettled),
+            None
+        );
         let no_skew = LeaseBounds {
             clock_skew_ms: 0,
             ..bounds
         };
-        assert!(first_overlap(&tightest(), &no_skew, true).is_some());
+        assert!(first_overlap(&tightest(), &no_skew, Rewin::CreateSettled).is_some());
         let no_staleness = LeaseBounds {
             volume_staleness_ms: 0,
             ..bounds
         };
-        assert!(first_overlap(&tightest(), &no_staleness, true).is_some());
+        assert!(first_overlap(&tightest(), &no_staleness, Rewin::CreateSettled).is_some());
     }
 
     /// The owner's lease lapses (its second heartbeat starts 12 s after
     /// the first) and the observer reads that heartbeat only after the full
-    /// staleness. Winning the item back as soon as the new lease begins, the
-    /// owner acts while the observer, still reading the old heartbeat,
-    /// counts it gone and claims; waiting for the lease to settle, it finds
-    /// the observer's claim instead.
-    #[test]
-    fn a_lapsed_owner_wins_its_items_again_only_once_its_lease_has_settled() {
-        let lapse = Scenario {
+    /// staleness, counts the owner gone and claims the next epoch.
+    fn lapse(create_delay_ms: i64) -> Scenario {
+        Scenario {
             writes: vec![(0, 1), (12_000, 1), (3_000, 1), (3_000, 1)],
             visible: vec![0, 1_000],
             staleness_ms: 3_000,
             owner_clock: (0, 1_000),
             observer_clock: (0, 1_000),
             poll_ms: 10,
-        };
+            create_delay_ms,
+        }
+    }
+
+    /// Serving its epoch again as soon as the new lease begins, the owner
+    /// acts while the observer, still reading the old heartbeat, claims;
+    /// waiting for the lease to settle, it finds the observer's claim
+    /// instead, as long as the observer creates right after its read.
+    #[test]
+    fn a_lapsed_owner_wins_its_items_again_only_once_its_lease_has_settled() {
         let bounds = LeaseBounds::default();
-        assert!(first_overlap(&lapse, &bounds, false).is_some());
-        assert_eq!(first_overlap(&lapse, &bounds, true), None);
+        assert!(first_overlap(&lapse(0), &bounds, Rewin::ResumeAtOnce).is_some());
+        assert_eq!(
+            first_overlap(&lapse(0), &bounds, Rewin::ResumeSettled),
+            None
+        );
+    }
+
+    /// An observer's create that lands a while after the read it decided on
+    /// (4 s here) meets a resume at the old epoch too late, settled or not:
+    /// both act. Won by create, the epoch goes to one of them.
+    #[test]
+    fn a_restart_among_others_wins_new_epochs_so_a_late_create_cannot_overlap_it() {
+        let bounds = LeaseBounds::default();
+        assert!(first_overlap(&lapse(4_000), &bounds, Rewin::ResumeSettled).is_some());
+        assert_eq!(
+            first_overlap(&lapse(4_000), &bounds, Rewin::CreateSettled),
+            None
+        );
+        assert_eq!(
+            first_overlap(&lapse(4_000), &bounds, Rewin::CreateAtOnce),
+            None
+        );
     }
 
     proptest! {
@@ -845,7 +943,7 @@ mod tests {
 
         #[test]
         fn an_owner_stops_before_an_observer_may_claim(s in scenario()) {
-            prop_assert_eq!(first_overlap(&s, &LeaseBounds::default(), true), None);
+            prop_assert_eq!(first_overlap(&s, &LeaseBounds::default(), Rewin::CreateSettled), None);
         }
     }
 }

@@ -84,8 +84,8 @@ pub struct Claim {
 }
 
 /// The epoch a broker claims for an item whose newest claim is `newest`:
-/// its own newest claim is kept (a restart of the owner does not move the
-/// item); anything else is taken over at the next epoch, which the broker
+/// its own newest claim is kept (a restart of a broker alone does not move
+/// the item); anything else is taken over at the next epoch, which the broker
 /// must then win by exclusive create.
 pub fn next_claim(newest: Option<Claim>, broker_id: i32) -> Claim {
     match newest {
@@ -140,7 +140,8 @@ pub struct Holding {
     /// of the last read of its file (`membership::may_claim`).
     pub holder_gone: bool,
     /// This broker just started (its process lock proves its previous life
-    /// is dead), so its own newest claim may be served again unchanged.
+    /// is dead) alone on the volume, so its own newest claim may be served
+    /// again unchanged (`membership::resumes_its_claims`).
     pub just_started: bool,
     /// Its lease is visible to every observer (`membership::lease_settled`):
     /// until then it claims nothing, its own items included.
@@ -150,8 +151,9 @@ pub struct Holding {
 /// The ownership rule: a broker serves an item only at the newest epoch,
 /// takes an item only where placement puts it, and takes it from another
 /// broker only once that broker released it or is gone. A claim of its own
-/// is kept over a restart; after its lease lapsed (not a fresh start) it
-/// must win a new epoch, since others may have counted it gone meanwhile.
+/// is kept over a restart alone on the volume; otherwise (a restart among
+/// others, a lapse) it must win a new epoch, since others may have counted
+/// it gone meanwhile and be about to create the next one.
 /// A broker claims nothing before its lease has settled.
 pub fn next_step(me: i32, h: &Holding) -> Step {
     if let Some(serving) = h.serving {

@@ -772,8 +772,9 @@ impl Broker {
             self.membership.resumed();
         }
         // A start among other brokers takes nothing until its lease has
-        // settled; then, in this round, its own claims are served again at
-        // their epochs (`Decider::resuming`), as a start alone does at once.
+        // settled, and then wins new epochs of its own items by create; a
+        // start alone serves them again at their epochs in its first round
+        // (`Decider::resuming`).
         let settled = self.membership.settled(self.env.clock.monotonic_ms());
         let volume = self.volume.clone();
         let files = match self

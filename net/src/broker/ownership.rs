@@ -70,8 +70,9 @@ pub struct Decider<'a> {
     pub membership: &'a Membership,
     /// The brokers items may be placed on (`Membership::placement_ids`).
     pub live: Vec<i32>,
-    /// Its own newest claims may be served again at their epochs
-    /// (`Membership::resuming`, `next_step`'s `just_started`).
+    /// Its own newest claims may be served again at their epochs (its
+    /// first round, alone on the volume: `Membership::resuming`,
+    /// `next_step`'s `just_started`).
     pub resuming: bool,
     /// Its lease is visible to every other broker (`Membership::settled`).
     pub settled: bool,

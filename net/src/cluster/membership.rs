@@ -60,8 +60,9 @@ struct Own {
     lapses: u64,
     /// This life has not yet made an ownership round with a settled lease
     /// (nor lapsed): its own newest claims, left by its previous life, may
-    /// be served again at their epoch once it has settled.
-    resuming: bool,
+    /// be served again at their epoch in that round if it is alone
+    /// ([`Membership::resuming`]).
+    first_round: bool,
 }
 
 /// This broker's view of the cluster's membership.
@@ -103,7 +104,7 @@ impl Membership {
                 lease_from: None,
                 lease_began: None,
                 lapses: 0,
-                resuming: true,
+                first_round: true,
             }),
             peers: Mutex::new(BTreeMap::new()),
             claims_seen: Mutex::new(BTreeMap::new()),
@@ -161,9 +162,16 @@ impl Membership {
     /// visible to every other broker (`lease_settled`), or it has read no
     /// other broker's record.
     pub fn settled(&self, now: i64) -> bool {
+        // One lock at a time: `alone` takes `own` too.
+        let alone = self.alone();
+        let began = self.own().lease_began;
+        rules::lease_settled(began, now, &self.bounds, alone)
+    }
+
+    /// It has read no other broker's record (nor seen another's file).
+    fn alone(&self) -> bool {
         let me = self.broker_id();
-        let alone = self.peers().keys().all(|&id| id == me);
-        rules::lease_settled(self.own().lease_began, now, &self.bounds, alone)
+        self.peers().keys().all(|&id| id == me)
     }
 
     /// How long from `now` until [`settled`](Self::settled) turns true
@@ -178,15 +186,18 @@ impl Membership {
 
     /// Whether this life may still serve its own newest claims at their
     /// epoch (`next_step`'s `just_started`): from its start until its
-    /// first ownership round with a settled lease, or its first lapse.
+    /// first ownership round with a settled lease, or its first lapse, and
+    /// only while it is alone on the volume (`resumes_its_claims`): among
+    /// others a restart wins new epochs.
     pub fn resuming(&self) -> bool {
-        self.own().resuming
+        let first_round = self.own().first_round;
+        rules::resumes_its_claims(first_round, self.alone())
     }
 
     /// The first settled round is done (or the lease lapsed): from now on
     /// an item not served here is won at a new epoch.
     pub fn resumed(&self) {
-        self.own().resuming = false;
+        self.own().first_round = false;
     }
 
     /// How many times this broker's lease ran out since it started.
