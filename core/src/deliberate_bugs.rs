@@ -105,6 +105,10 @@ crate::named_enum! {
         /// position moves past a batch it never received, as a stale or
         /// off-by-one read position kept across the wait would make it.
         FetchSkipsABatch,
+        /// The reaper never finds a transaction past its timeout: one its
+        /// producer abandoned stays open, and the last stable offset of
+        /// its partitions stays behind it for ever.
+        ReaperNeverAborts,
     }
 }
 

@@ -164,6 +164,16 @@ impl BatchSummary {
             .collect()
     }
 
+    /// The `required` counters no passing seed counted above zero, or that
+    /// no seed reported at all (a counter renamed without its requirement).
+    pub fn missing_counts<'a>(&self, required: &[&'a str]) -> Vec<&'a str> {
+        required
+            .iter()
+            .copied()
+            .filter(|name| self.tallies.get(*name).is_none_or(|t| t.sum == 0))
+            .collect()
+    }
+
     /// The summary table, with the run's real time and parallelism.
     pub fn table(&self, elapsed: Duration, jobs: usize) -> Table<'_> {
         Table {
@@ -292,6 +302,19 @@ mod tests {
             decode_counts("a=1;junk;b=x;c = 2"),
             vec![("a".into(), 1), ("c".into(), 2)]
         );
+    }
+
+    #[test]
+    fn a_required_count_is_missing_when_zero_everywhere_or_never_reported() {
+        let mut b = BatchSummary::default();
+        b.passed(0, &counts(&[("reaped", 0), ("refused", 3)], &[]));
+        b.passed(1, &counts(&[("reaped", 0), ("refused", 0)], &[]));
+        assert_eq!(
+            b.missing_counts(&["reaped", "refused", "renamed"]),
+            vec!["reaped", "renamed"]
+        );
+        b.passed(2, &counts(&[("reaped", 1)], &[]));
+        assert_eq!(b.missing_counts(&["reaped", "refused"]), Vec::<&str>::new());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use super::entry::{TxnEntry, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use super::state::TxnState;
 use crate::coverage::{self, Mark};
+use crate::deliberate_bugs::{planted, Bug};
 use crate::protocol::ErrorCode;
 use regex::{Regex, RegexBuilder};
 
@@ -369,6 +370,9 @@ pub fn complete(entry: &TxnEntry, now_ms: i64) -> Option<TxnEntry> {
 /// The reaper's test: an Ongoing transaction past its start plus its
 /// timeout is aborted.
 pub fn has_timed_out(entry: &TxnEntry, now_ms: i64) -> bool {
+    if planted(Bug::ReaperNeverAborts) {
+        return false;
+    }
     entry.state == TxnState::Ongoing && is_past_timeout(entry, now_ms)
 }
 
