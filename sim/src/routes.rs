@@ -406,7 +406,14 @@ impl Routes {
     ) -> Result<Vec<FetchedPartition>, RequestError> {
         if !self.multi() {
             let addr = self.first();
-            return fetch_once(self.conn(addr), addr, positions, max_wait_ms).await;
+            return fetch_once(
+                self.conn(addr),
+                addr,
+                positions,
+                max_wait_ms,
+                Isolation::ReadUncommitted,
+            )
+            .await;
         }
         type Asked = (BTreeMap<i32, i64>, BTreeMap<i32, i32>);
         let mut by_leader: BTreeMap<SocketAddr, Asked> = BTreeMap::new();
@@ -422,7 +429,16 @@ impl Routes {
             }
         }
         for (addr, (asked, epochs)) in by_leader {
-            match fetch_at_epochs(self.conn(addr), addr, &asked, &epochs, max_wait_ms).await {
+            match fetch_at_epochs(
+                self.conn(addr),
+                addr,
+                &asked,
+                &epochs,
+                max_wait_ms,
+                Isolation::ReadUncommitted,
+            )
+            .await
+            {
                 Ok(parts) => {
                     for part in parts {
                         self.partition_outcome(TOPIC, Some(part.error_code), shared);

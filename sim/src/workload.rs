@@ -24,6 +24,7 @@ use kaas_core::compression::MAX_DECOMPRESSED_BATCH_BYTES;
 use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest};
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{split_batches, BatchBuilder, Compression, NewRecord, RecordBatch};
+use kaas_net::broker::Isolation;
 use kaas_net::client::{
     decode_response, encode_request, single_partition_produce, ClientError, Connection,
 };
@@ -581,10 +582,15 @@ async fn write_unacknowledged(
     Ok(())
 }
 
-pub(crate) fn fetch_request(positions: &BTreeMap<i32, i64>, max_wait_ms: i32) -> RequestBody {
+pub(crate) fn fetch_request(
+    positions: &BTreeMap<i32, i64>,
+    max_wait_ms: i32,
+    isolation: Isolation,
+) -> RequestBody {
     RequestBody::Fetch(FetchRequest {
         replica_id: -1,
         max_wait_ms,
+        isolation_level: isolation.to_wire(),
         min_bytes: 1,
         max_bytes: FETCH_MAX_BYTES,
         topics: vec![fetch_request::FetchTopic {
@@ -614,6 +620,8 @@ pub(crate) struct FetchedPartition {
     pub(crate) requested: i64,
     pub(crate) error_code: i16,
     pub(crate) high_watermark: i64,
+    /// -1 with an error.
+    pub(crate) last_stable_offset: i64,
     /// The log start the answer showed (-1 with an error).
     pub(crate) log_start_offset: i64,
     /// Records at or after the requested offset, in order.
@@ -632,6 +640,7 @@ impl FetchedPartition {
             requested,
             error_code: -1,
             high_watermark: -1,
+            last_stable_offset: -1,
             log_start_offset: -1,
             records: Vec::new(),
             next_offset: requested,
@@ -666,6 +675,7 @@ fn decode_fetched(
         requested,
         error_code: data.error_code,
         high_watermark: data.high_watermark,
+        last_stable_offset: data.last_stable_offset,
         log_start_offset: data.log_start_offset,
         records: Vec::new(),
         next_offset: requested,
@@ -726,8 +736,9 @@ pub(crate) async fn fetch_once(
     addr: SocketAddr,
     positions: &BTreeMap<i32, i64>,
     max_wait_ms: i32,
+    isolation: Isolation,
 ) -> Result<Vec<FetchedPartition>, RequestError> {
-    let body = fetch_request(positions, max_wait_ms);
+    let body = fetch_request(positions, max_wait_ms, isolation);
     fetch_with(conn, addr, &body, positions).await
 }
 
@@ -740,8 +751,9 @@ pub(crate) async fn fetch_at_epochs(
     positions: &BTreeMap<i32, i64>,
     epochs: &BTreeMap<i32, i32>,
     max_wait_ms: i32,
+    isolation: Isolation,
 ) -> Result<Vec<FetchedPartition>, RequestError> {
-    let mut body = fetch_request(positions, max_wait_ms);
+    let mut body = fetch_request(positions, max_wait_ms, isolation);
     if let RequestBody::Fetch(f) = &mut body {
         for p in f.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
             p.current_leader_epoch = epochs.get(&p.partition).copied().unwrap_or(-1);
@@ -801,6 +813,7 @@ async fn fetch_routed(
     conns: &mut BTreeMap<i32, Option<Connection>>,
     positions: &BTreeMap<i32, i64>,
     max_wait_ms: i32,
+    isolation: Isolation,
     shared: &Shared,
     errors: &mut Vec<String>,
 ) -> Result<Vec<FetchedPartition>, String> {
@@ -821,7 +834,7 @@ async fn fetch_routed(
     let mut out = Vec::new();
     for (broker, (addr, asked, epochs)) in by_leader {
         let conn = conns.entry(broker).or_default();
-        match fetch_at_epochs(conn, addr, &asked, &epochs, max_wait_ms).await {
+        match fetch_at_epochs(conn, addr, &asked, &epochs, max_wait_ms, isolation).await {
             Ok(parts) => {
                 for part in parts {
                     if redirects(part.error_code) {
@@ -938,7 +951,15 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
     let me = polling("tailing consumer", Reading::Main, &positions, &shared);
     while !shared.stop_fetching.load(Ordering::Relaxed) {
         let floors = Floors::now(&positions, &shared);
-        let fetched = match fetch_once(&mut conn, addr, &positions, FETCH_MAX_WAIT_MS).await {
+        let fetched = match fetch_once(
+            &mut conn,
+            addr,
+            &positions,
+            FETCH_MAX_WAIT_MS,
+            Isolation::ReadUncommitted,
+        )
+        .await
+        {
             Ok(f) => f,
             Err(e) => {
                 if let RequestError::Malformed(e) = e {
@@ -1007,6 +1028,7 @@ async fn consumer_routed(
             &mut conns,
             &positions,
             FETCH_MAX_WAIT_MS,
+            Isolation::ReadUncommitted,
             &shared,
             &mut errors,
         )
@@ -1062,8 +1084,30 @@ async fn consumer_routed(
     }
 }
 
+/// The final reads of [`TOPIC`] are at read_committed: every acknowledged
+/// record must be readable there (issue 13 item 9). No transaction writes
+/// the topic, so every answer's last stable offset must be its high
+/// watermark ([`lso_is_the_high_watermark`]), and read_committed returns
+/// exactly what read_uncommitted would; the tailing consumer and the
+/// group members read at read_uncommitted during the run.
+const FINAL_READ: Isolation = Isolation::ReadCommitted;
+
+/// A final read's answer for `part`, on a topic no transaction writes:
+/// its last stable offset must be its high watermark, or read_committed
+/// would stop short of records every other consumer may read.
+fn lso_is_the_high_watermark(part: &FetchedPartition) -> Result<(), String> {
+    if part.last_stable_offset == part.high_watermark {
+        return Ok(());
+    }
+    Err(format!(
+        "final read_committed read of {TOPIC} partition {}: last stable offset {} but high watermark {}, and no transaction writes the topic",
+        part.partition, part.last_stable_offset, part.high_watermark
+    ))
+}
+
 /// After the faults: reads every partition from offset 0 to its high
-/// watermark. Retries through errors until `deadline`.
+/// watermark, at read_committed ([`FINAL_READ`]). Retries through errors
+/// until `deadline`.
 pub async fn read_everything(
     params: SimParams,
     addr: SocketAddr,
@@ -1083,7 +1127,7 @@ pub async fn read_everything(
             ));
         }
         let floors = Floors::now(&positions, &shared);
-        let fetched = match fetch_once(&mut conn, addr, &positions, 0).await {
+        let fetched = match fetch_once(&mut conn, addr, &positions, 0, FINAL_READ).await {
             Ok(f) => f,
             Err(RequestError::Malformed(e)) => return Err(format!("final read: {e}")),
             Err(RequestError::Network(e)) => {
@@ -1123,6 +1167,7 @@ pub async fn read_everything(
                 continue;
             }
             floors.fetched(&part, &shared);
+            lso_is_the_high_watermark(&part)?;
             let position = position.max(final_start_moved(
                 &mut logs,
                 part.partition,
@@ -1211,9 +1256,17 @@ pub async fn read_everything_routed(
         }
         let mut errors = Vec::new();
         let floors = Floors::now(&positions, &shared);
-        let fetched = fetch_routed(&mut router, &mut conns, &positions, 0, &shared, &mut errors)
-            .await
-            .map_err(|e| format!("final read: {e}"))?;
+        let fetched = fetch_routed(
+            &mut router,
+            &mut conns,
+            &positions,
+            0,
+            FINAL_READ,
+            &shared,
+            &mut errors,
+        )
+        .await
+        .map_err(|e| format!("final read: {e}"))?;
         if let Some(e) = errors.pop() {
             last_error = e;
         }
@@ -1257,6 +1310,7 @@ pub async fn read_everything_routed(
                 continue;
             }
             floors.fetched(&part, &shared);
+            lso_is_the_high_watermark(&part)?;
             let position = position.max(final_start_moved(
                 &mut logs,
                 part.partition,
