@@ -348,23 +348,9 @@ async fn partitions_spread_over_the_brokers_and_move_with_a_stopped_one_and_back
 /// and only a create of its own meets that one.
 #[tokio::test]
 async fn a_broker_restarting_among_others_wins_its_partitions_back_at_new_epochs() {
-    const PARTITIONS: i32 = 6;
     let dir = tempfile::tempdir().unwrap();
-    let mut brokers = BTreeMap::new();
-    for id in 0..2 {
-        brokers.insert(id, start(dir.path(), id, "r").await);
-    }
+    let (mut brokers, _, first) = brokers_with_topic(dir.path(), &[0, 1], "r").await;
     let addr = |brokers: &BTreeMap<i32, support::SharedBroker>, id: i32| brokers[&id].addr;
-    for id in 0..2 {
-        until_listed(addr(&brokers, id), &[0, 1]).await;
-    }
-    brokers[&0]
-        .broker
-        .create_topic("r", PARTITIONS, 1, BTreeMap::new())
-        .await
-        .unwrap();
-    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
-    let first = until_led(&all, "r", &[0, 1]).await;
     let Some(gone) = first.first().map(|(leader, _)| *leader) else {
         panic!("no partition led: {first:?}");
     };
@@ -479,20 +465,33 @@ async fn three_brokers_with_topic(
     Vec<SocketAddr>,
     Vec<(i32, i32)>,
 ) {
+    brokers_with_topic(dir, &[0, 1, 2], topic).await
+}
+
+/// [`three_brokers_with_topic`] with the brokers `ids`.
+async fn brokers_with_topic(
+    dir: &std::path::Path,
+    ids: &[i32],
+    topic: &str,
+) -> (
+    BTreeMap<i32, support::SharedBroker>,
+    Vec<SocketAddr>,
+    Vec<(i32, i32)>,
+) {
     let mut brokers = BTreeMap::new();
-    for id in 0..3 {
+    for &id in ids {
         brokers.insert(id, start(dir, id, "r").await);
     }
     for b in brokers.values() {
-        until_listed(b.addr, &[0, 1, 2]).await;
+        until_listed(b.addr, ids).await;
     }
-    brokers[&0]
+    brokers[&ids[0]]
         .broker
         .create_topic(topic, 6, 1, BTreeMap::new())
         .await
         .unwrap();
     let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
-    let led = until_led(&all, topic, &[0, 1, 2]).await;
+    let led = until_led(&all, topic, ids).await;
     (brokers, all, led)
 }
 
