@@ -109,6 +109,11 @@ crate::named_enum! {
         /// producer abandoned stays open, and the last stable offset of
         /// its partitions stays behind it for ever.
         ReaperNeverAborts,
+        /// The group coordinator keeps a generation's sync deadline after
+        /// every member synced, and when it passes sends the Stable group
+        /// back to rebalance: the group never settles, though its members
+        /// still consume and commit between rebalances.
+        SyncDeadlineRebalancesAStableGroup,
     }
 }
 

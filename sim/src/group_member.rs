@@ -29,6 +29,7 @@
 //! refused one must never be read back.
 
 use crate::group_history::{CommitId, CommitOutcome, ZombieAnswer};
+use crate::group_settle::{Described, Settling};
 use crate::params::SimParams;
 use crate::poll_history::{ConsumerId, Reading, Seek};
 use crate::retention::{reset_to_earliest, Reset};
@@ -36,11 +37,12 @@ use crate::routes::{self, Routes};
 use crate::workload::{polling, Backoff, Floors, RequestError, Shared, TOPIC};
 use bytes::{Bytes, BytesMut};
 use kaas_core::protocol::messages::{
-    consumer_protocol_assignment, find_coordinator_request, heartbeat_request, join_group_request,
-    leave_group_request, offset_commit_request, offset_fetch_request, sync_group_request,
-    ConsumerProtocolAssignment, ConsumerProtocolSubscription, FindCoordinatorRequest,
-    HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetFetchRequest, SyncGroupRequest,
+    consumer_protocol_assignment, describe_groups_request, find_coordinator_request,
+    heartbeat_request, join_group_request, leave_group_request, offset_commit_request,
+    offset_fetch_request, sync_group_request, ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription, DescribeGroupsRequest, FindCoordinatorRequest, HeartbeatRequest,
+    JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest, SyncGroupRequest,
 };
 use kaas_core::protocol::{ErrorCode, Reader, RequestBody, ResponseBody, Writer};
 use madsim::rand::{thread_rng, Rng};
@@ -62,6 +64,7 @@ const HEARTBEAT_VERSION: i16 = 3;
 const LEAVE_VERSION: i16 = 3;
 const OFFSET_COMMIT_VERSION: i16 = 7;
 const OFFSET_FETCH_VERSION: i16 = 7;
+const DESCRIBE_GROUPS_VERSION: i16 = 5;
 const SUBSCRIPTION_VERSION: i16 = 1;
 const ASSIGNMENT_VERSION: i16 = 0;
 /// Beyond the rebalance timeout, how long a parked JoinGroup or SyncGroup
@@ -1132,6 +1135,74 @@ fn offset_fetch_body(partitions: &[i32]) -> RequestBody {
         require_stable: true,
         ..Default::default()
     })
+}
+
+/// After the faults, once the members' commits caught up with the log:
+/// waits until the coordinator describes the group as settled
+/// (`group_settle`), the same Stable answer with every partition assigned
+/// once for `quiet` (and no newer generation handed out meanwhile), or
+/// fails the seed's liveness at `deadline`. The members are still running.
+/// Returns how many answers it read.
+pub async fn await_settled_group(
+    params: SimParams,
+    brokers: Vec<SocketAddr>,
+    shared: Arc<Shared>,
+    quiet: Duration,
+    deadline: Duration,
+) -> Result<u64, String> {
+    let started = Instant::now();
+    let mut routes = Routes::new("group-settle", &brokers);
+    let key = (routes::KEY_GROUP, GROUP.to_string());
+    let mut backoff = Backoff::new();
+    let mut settling = Settling::new(params.partitions, quiet.as_millis() as i64);
+    let body = RequestBody::DescribeGroups(DescribeGroupsRequest {
+        groups: vec![GROUP.into()],
+        ..Default::default()
+    });
+    loop {
+        if started.elapsed() >= deadline {
+            return Err(format!(
+                "liveness: the group did not settle within {deadline:?} after its commits caught up ({} answers, {} times unsettled again): {}",
+                settling.answers,
+                settling.restarts,
+                settling.why_not()
+            ));
+        }
+        let answer = routes
+            .ask_coordinator(
+                &key,
+                describe_groups_request::API_KEY,
+                DESCRIBE_GROUPS_VERSION,
+                &body,
+                &shared,
+            )
+            .await;
+        let group = match answer {
+            Ok(ResponseBody::DescribeGroups(r)) => r.groups.into_iter().next(),
+            Ok(other) => return Err(format!("DescribeGroups answered {other:?}")),
+            Err(_) => None,
+        };
+        let Some(group) = group.filter(|g| g.error_code == 0) else {
+            backoff.wait().await;
+            continue;
+        };
+        backoff.reset();
+        let mut members = BTreeMap::new();
+        for m in &group.members {
+            let assigned = decode_assignment(&m.member_assignment)
+                .map_err(|e| format!("DescribeGroups: {}'s assignment: {e}", m.member_id))?;
+            members.insert(m.member_id.clone(), assigned);
+        }
+        let described = Described {
+            state: group.group_state,
+            members,
+            generation: shared.groups().newest_stored_generation(),
+        };
+        if settling.observe(described, started.elapsed().as_millis() as i64) {
+            return Ok(settling.answers);
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// After everything stopped: reads the group's committed offsets of every

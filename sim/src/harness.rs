@@ -1883,6 +1883,25 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             sleep(Duration::from_millis(100)).await;
         }
     }
+    if params.group_members > 0 {
+        // Two sessions: a member gone for good is dropped after one, and a
+        // coordinator that rebalances by itself does it within one.
+        let quiet = Duration::from_millis(2 * params.session_timeout_ms as u64);
+        let settled = client
+            .spawn(group_member::await_settled_group(
+                params,
+                brokers.clone(),
+                shared.clone(),
+                quiet,
+                step_deadline(),
+            ))
+            .await;
+        match settled {
+            Ok(Ok(_answers)) => {}
+            Ok(Err(e)) => problems.push(e),
+            Err(_) => problems.push("the group's settle watcher died".to_string()),
+        }
+    }
     shared.stop_group.store(true, Relaxed);
     for m in members {
         if m.await.is_err() {

@@ -7,7 +7,8 @@
 //! - [`volume`]: the in-memory volume with crash and torn-write semantics.
 //! - [`checker`]: the history of a run and the rules it must satisfy.
 //! - [`group_history`]: the same for the consumer group (commits, offset
-//!   fetches, assignments).
+//!   fetches, assignments); [`group_settle`]: whether the group settles
+//!   once the faults are over.
 //! - [`txn_history`]: the same for the transactional workload (what
 //!   read_committed may return, atomicity, epochs).
 //! - [`eos_history`]: the same for the exactly-once consume-transform-
@@ -37,7 +38,7 @@
 //!   compacted topic, a DeleteRecords actor), where each request goes with several brokers, and
 //!   running many seeds.
 //!
-//! Without `--cfg madsim` only the first thirteen exist, and their unit tests
+//! Without `--cfg madsim` only the first fourteen exist, and their unit tests
 //! (including the real partition log recovering on `SimVolume`) run in a
 //! normal `cargo test`.
 
@@ -51,6 +52,7 @@ pub mod env;
 pub mod eos_history;
 pub mod expiries;
 pub mod group_history;
+pub mod group_settle;
 pub mod low_acks;
 pub mod params;
 pub mod poll_history;

@@ -1247,7 +1247,7 @@ impl Group {
 
     fn remove_pending_sync_member(&mut self, member_id: &str) {
         self.pending_sync.remove(member_id);
-        if self.pending_sync.is_empty() {
+        if self.pending_sync.is_empty() && !planted(Bug::SyncDeadlineRebalancesAStableGroup) {
             self.sync_deadline_ms = None;
         }
     }
@@ -1404,9 +1404,9 @@ impl Group {
             .values()
             .filter(|m| m.is_new || !(m.is_awaiting_join() || m.is_awaiting_sync()))
             .map(|m| m.heartbeat_deadline_ms);
-        let sync = self
-            .sync_deadline_ms
-            .filter(|_| !self.pending_sync.is_empty());
+        let sync = self.sync_deadline_ms.filter(|_| {
+            !self.pending_sync.is_empty() || planted(Bug::SyncDeadlineRebalancesAStableGroup)
+        });
         members
             .chain(self.pending_members.values().copied())
             .chain(self.join_deadline_ms)
@@ -1456,10 +1456,12 @@ impl Group {
         }
         if self.sync_deadline_ms.is_some_and(|d| d <= now_ms) {
             self.sync_deadline_ms = None;
+            let someone_missing =
+                !self.pending_sync.is_empty() || planted(Bug::SyncDeadlineRebalancesAStableGroup);
             if matches!(
                 self.state,
                 GroupState::CompletingRebalance | GroupState::Stable
-            ) && !self.pending_sync.is_empty()
+            ) && someone_missing
             {
                 let missing: Vec<String> = self.pending_sync.iter().cloned().collect();
                 for id in missing {
