@@ -500,6 +500,7 @@ pub fn coordinator_moved(body: &ResponseBody) -> bool {
         ResponseBody::DescribeTransactions(r) => {
             r.transaction_states.iter().map(|s| s.error_code).collect()
         }
+        ResponseBody::DescribeGroups(r) => r.groups.iter().map(|g| g.error_code).collect(),
         _ => Vec::new(),
     };
     codes.iter().any(|&c| {
