@@ -34,6 +34,7 @@ use kaas_core::protocol::messages::{
 };
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{split_batches, BatchBuilder, Compression, NewRecord};
+use kaas_net::broker::Isolation;
 use kaas_net::client::{single_partition_produce, Connection};
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, Instant};
@@ -398,7 +399,7 @@ pub async fn compact_reader(params: SimParams, brokers: Vec<SocketAddr>, shared:
     let Some(c) = params.compaction else {
         return;
     };
-    let mut reader = Reader::new(&brokers);
+    let mut reader = Reader::new(&brokers, Isolation::ReadUncommitted);
     while !shared.stop_fetching.load(Relaxed) {
         if shared.compact_topic_created.load(Relaxed) {
             let (read, _) = reader.read(&shared, Instant::now() + READ_DEADLINE).await;
@@ -421,7 +422,9 @@ pub async fn final_read(
     if params.compaction.is_none() || !shared.compact_topic_created.load(Relaxed) {
         return Ok(());
     }
-    let mut reader = Reader::new(&brokers);
+    // At read_committed: no transaction writes the topic, so it must
+    // deliver what read_uncommitted would, up to the high watermark.
+    let mut reader = Reader::new(&brokers, Isolation::ReadCommitted);
     let give_up = Instant::now() + deadline;
     loop {
         let (read, complete) = reader.read(&shared, give_up).await;
@@ -448,14 +451,16 @@ struct Reader {
     router: Router,
     conn: Option<Connection>,
     backoff: Backoff,
+    isolation: Isolation,
 }
 
 impl Reader {
-    fn new(brokers: &[SocketAddr]) -> Reader {
+    fn new(brokers: &[SocketAddr], isolation: Isolation) -> Reader {
         Reader {
             router: Router::for_topic("compact-reader", brokers, COMPACT_TOPIC),
             conn: None,
             backoff: Backoff::new(),
+            isolation,
         }
     }
 
@@ -475,7 +480,7 @@ impl Reader {
                 leader.addr,
                 fetch_request::API_KEY,
                 FETCH_VERSION,
-                &fetch(read.end, leader.epoch),
+                &fetch(read.end, leader.epoch, self.isolation),
                 |m| shared.compact().violation(format!("compact: {m}")),
             )
             .await;
@@ -508,6 +513,13 @@ impl Reader {
                 self.backoff.wait().await;
                 continue;
             }
+            if data.last_stable_offset != data.high_watermark {
+                shared.compact().violation(format!(
+                    "compact reader: last stable offset {} but high watermark {}, and no transaction writes the topic",
+                    data.last_stable_offset, data.high_watermark
+                ));
+                return (None, false);
+            }
             let before = read.end;
             read.high_watermark = read.high_watermark.max(data.high_watermark);
             if let Err(e) = take_records(data.records.clone(), &mut read) {
@@ -529,10 +541,11 @@ impl Reader {
     }
 }
 
-fn fetch(offset: i64, leader_epoch: i32) -> RequestBody {
+fn fetch(offset: i64, leader_epoch: i32, isolation: Isolation) -> RequestBody {
     RequestBody::Fetch(FetchRequest {
         replica_id: -1,
         max_wait_ms: 0,
+        isolation_level: isolation.to_wire(),
         min_bytes: 1,
         max_bytes: FETCH_MAX_BYTES,
         topics: vec![fetch_request::FetchTopic {

@@ -130,14 +130,12 @@ fn item_key(item: &Item<'_>) -> String {
     }
 }
 
-/// An attempt to take an item: the newest claim before it, the claim in
-/// force after it, and this broker's claim if the rule let it claim and it
-/// won (or kept) one. Only `won` may be served: the newest claim may be this
+/// An attempt to take an item: the claim in force after it, and this
+/// broker's claim if the rule let it claim and it won (or kept) one. Only `won` may be served: the newest claim may be this
 /// broker's own and still not be its to serve (its lease has not settled,
 /// simulator seed 74, or the item is placed elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
-    pub before: Option<Claim>,
     pub after: Option<Claim>,
     pub won: Option<Claim>,
 }
@@ -168,7 +166,7 @@ pub fn take(
         },
         _ => (before, None),
     };
-    Ok(Taken { before, after, won })
+    Ok(Taken { after, won })
 }
 
 /// Tries to make `wanted` the claim in force: kept as it is if it already
