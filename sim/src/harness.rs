@@ -321,8 +321,16 @@ impl SeedReport {
                 "of them of transactions that did not commit",
                 t.final_uncommitted_not_committed,
             ),
+            (
+                "aborted batches dropped by read_committed",
+                t.aborted_batches_dropped + t.final_aborted_batches_dropped,
+            ),
             ("EOS transactions committed", e.commits_acked),
             ("EOS transactions aborted", e.aborts_acked),
+            (
+                "EOS offset observations during a commit",
+                e.observations_in_flight,
+            ),
             (
                 "EOS input copies appended after the drain",
                 e.late_input_copies,
@@ -346,6 +354,7 @@ impl SeedReport {
                 "zombie commits accepted in their generation",
                 g.zombie_commits_accepted,
             ),
+            ("per-epoch files with one writer", self.writers.epoch_files),
             ("seeds that buggify", u64::from(self.buggifying)),
             (
                 "seeds settled over a minute after the faults",

@@ -84,6 +84,9 @@ const REQUIRED_COUNTS: &[&str] = &[
     "stale listings answered",
     "stale file versions read",
     "ownership takeovers",
+    "aborted batches dropped by read_committed",
+    "EOS offset observations during a commit",
+    "per-epoch files with one writer",
 ];
 /// The seed whose determinism is always checked.
 const DETERMINISM_SEED: u64 = 7;
