@@ -722,10 +722,37 @@ impl History {
     }
 }
 
+/// On a topic no transaction writes, every fetch answer's last stable
+/// offset is its high watermark: read_committed must deliver what
+/// read_uncommitted does there (issue 13 item 9, "every acknowledged record
+/// is readable by read_committed"). `Err` says where it was not.
+pub fn lso_is_the_high_watermark(
+    topic: &str,
+    partition: i32,
+    last_stable_offset: i64,
+    high_watermark: i64,
+) -> Result<(), String> {
+    if last_stable_offset == high_watermark {
+        return Ok(());
+    }
+    Err(format!(
+        "{topic} partition {partition}: last stable offset {last_stable_offset} but high watermark {high_watermark}, and no transaction writes the topic"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::retention_history::DeleteOutcome;
+
+    #[test]
+    fn a_topic_without_transactions_answers_its_high_watermark_as_its_last_stable_offset() {
+        assert_eq!(lso_is_the_high_watermark("sim", 0, 42, 42), Ok(()));
+        assert_eq!(
+            lso_is_the_high_watermark("sim", 1, 41, 42),
+            Err("sim partition 1: last stable offset 41 but high watermark 42, and no transaction writes the topic".to_string())
+        );
+    }
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())

@@ -19,6 +19,7 @@
 //! Both report to [`CompactHistory`](crate::compact_history), whose rules
 //! say which records compaction may take.
 
+use crate::checker::lso_is_the_high_watermark;
 use crate::compact_history::{FullRead, KeyedRecord, COMPACT_TOPIC};
 use crate::params::{CompactionParams, SimParams};
 use crate::router::{redirects, Router};
@@ -513,11 +514,13 @@ impl Reader {
                 self.backoff.wait().await;
                 continue;
             }
-            if data.last_stable_offset != data.high_watermark {
-                shared.compact().violation(format!(
-                    "compact reader: last stable offset {} but high watermark {}, and no transaction writes the topic",
-                    data.last_stable_offset, data.high_watermark
-                ));
+            if let Err(e) = lso_is_the_high_watermark(
+                COMPACT_TOPIC,
+                PARTITION,
+                data.last_stable_offset,
+                data.high_watermark,
+            ) {
+                shared.compact().violation(format!("compact reader: {e}"));
                 return (None, false);
             }
             let before = read.end;

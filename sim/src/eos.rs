@@ -80,6 +80,16 @@ const CLIENT_ID: &str = "sim-eos";
 /// them because every commit came after the faults.
 const RESUME_OWED_AFTER_COMMITS: u64 = 5;
 const PRODUCE_TIMEOUT_MS: i32 = 5_000;
+
+/// Where a transaction's instance stalls (0: before it produces, 1:
+/// before it commits the offsets, 2: before EndTxn), and whether the stall
+/// is owed to the resume gate ([`RESUME_OWED_AFTER_COMMITS`]), so never a
+/// zombie's.
+#[derive(Debug, Clone, Copy)]
+struct Stall {
+    at: u32,
+    owed: bool,
+}
 /// Input records one transaction takes per partition: large batches keep
 /// the loop's share of the seed's run time small.
 const MAX_RECORDS_PER_PARTITION: usize = 500;
@@ -181,9 +191,6 @@ struct Instance {
     backoff: Backoff,
     /// Paused mid-transaction and back: finishes that one and goes away.
     zombie: bool,
-    /// The stall drawn for this transaction is owed to the resume gate
-    /// ([`RESUME_OWED_AFTER_COMMITS`]): it is never a zombie's.
-    stall_owed: bool,
     /// Speaks transaction version 2 (KIP-890 part 2): Produce v12 and
     /// TxnOffsetCommit v5 add the partition and the group themselves (no
     /// AddPartitionsToTxn, no AddOffsetsToTxn), and EndTxn v5 bumps the
@@ -218,7 +225,6 @@ impl Instance {
             positions: None,
             backoff: Backoff::new(),
             zombie: false,
-            stall_owed: false,
             v2,
             reports,
             zombies,
@@ -514,10 +520,15 @@ impl Instance {
             let churn = !self.shared.faults_over.load(Ordering::Relaxed) && !self.zombie;
             // Owed even after the faults: in some seeds every commit
             // comes after them (seed 55: the first commits were fenced).
-            self.stall_owed = !self.zombie && self.resume_owed();
-            let stall =
-                self.stall_owed || churn && rng.gen_range(0..100) < self.params.eos_stall_percent;
-            (commit, stall.then(|| rng.gen_range(0..3)))
+            let owed = !self.zombie && self.resume_owed();
+            let stall = owed || churn && rng.gen_range(0..100) < self.params.eos_stall_percent;
+            (
+                commit,
+                stall.then(|| Stall {
+                    at: rng.gen_range(0..3),
+                    owed,
+                }),
+            )
         };
         let offsets: BTreeMap<i32, i64> = batch.keys().map(|p| (*p, next[p])).collect();
         let index = {
@@ -657,16 +668,14 @@ impl Instance {
     /// a pause and carries on.
     async fn maybe_stall(
         &mut self,
-        stall_at: Option<u32>,
+        stall_at: Option<Stall>,
         here: u32,
         index: EosTxnIndex,
     ) -> Option<Step> {
-        if stall_at != Some(here) {
-            return None;
-        }
+        let stall = stall_at.filter(|s| s.at == here)?;
         self.shared.eos().stats.stalls += 1;
         self.routes.disconnect_all();
-        let zombie = percent(self.params.eos_zombie_percent) && !self.stall_owed;
+        let zombie = percent(self.params.eos_zombie_percent) && !stall.owed;
         if zombie {
             self.zombie = true;
             self.zombies.fetch_add(1, Ordering::Relaxed);

@@ -1142,14 +1142,13 @@ fn offset_fetch_body(partitions: &[i32]) -> RequestBody {
 /// (`group_settle`), the same Stable answer with every partition assigned
 /// once for `quiet` (and no newer generation handed out meanwhile), or
 /// fails the seed's liveness at `deadline`. The members are still running.
-/// Returns how many answers it read.
 pub async fn await_settled_group(
     params: SimParams,
     brokers: Vec<SocketAddr>,
     shared: Arc<Shared>,
     quiet: Duration,
     deadline: Duration,
-) -> Result<u64, String> {
+) -> Result<(), String> {
     let started = Instant::now();
     let mut routes = Routes::new("group-settle", &brokers);
     let key = (routes::KEY_GROUP, GROUP.to_string());
@@ -1199,7 +1198,7 @@ pub async fn await_settled_group(
             generation: shared.groups().newest_stored_generation(),
         };
         if settling.observe(described, started.elapsed().as_millis() as i64) {
-            return Ok(settling.answers);
+            return Ok(());
         }
         sleep(Duration::from_millis(200)).await;
     }

@@ -1906,7 +1906,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             ))
             .await;
         match settled {
-            Ok(Ok(_answers)) => {}
+            Ok(Ok(())) => {}
             Ok(Err(e)) => problems.push(e),
             Err(_) => problems.push("the group's settle watcher died".to_string()),
         }

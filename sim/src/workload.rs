@@ -7,7 +7,7 @@
 //! network step has a timeout and every retry a bounded, jittered backoff,
 //! so a dead broker costs time, never a hung run.
 
-use crate::checker::{History, PartitionLog};
+use crate::checker::{lso_is_the_high_watermark, History, PartitionLog};
 use crate::cluster_history::ClusterHistory;
 use crate::cluster_history::FetchedBatch;
 use crate::compact_history::CompactHistory;
@@ -1087,23 +1087,10 @@ async fn consumer_routed(
 /// The final reads of [`TOPIC`] are at read_committed: every acknowledged
 /// record must be readable there (issue 13 item 9). No transaction writes
 /// the topic, so every answer's last stable offset must be its high
-/// watermark ([`lso_is_the_high_watermark`]), and read_committed returns
+/// watermark (`checker::lso_is_the_high_watermark`), and read_committed returns
 /// exactly what read_uncommitted would; the tailing consumer and the
 /// group members read at read_uncommitted during the run.
 const FINAL_READ: Isolation = Isolation::ReadCommitted;
-
-/// A final read's answer for `part`, on a topic no transaction writes:
-/// its last stable offset must be its high watermark, or read_committed
-/// would stop short of records every other consumer may read.
-fn lso_is_the_high_watermark(part: &FetchedPartition) -> Result<(), String> {
-    if part.last_stable_offset == part.high_watermark {
-        return Ok(());
-    }
-    Err(format!(
-        "final read_committed read of {TOPIC} partition {}: last stable offset {} but high watermark {}, and no transaction writes the topic",
-        part.partition, part.last_stable_offset, part.high_watermark
-    ))
-}
 
 /// After the faults: reads every partition from offset 0 to its high
 /// watermark, at read_committed ([`FINAL_READ`]). Retries through errors
@@ -1167,7 +1154,13 @@ pub async fn read_everything(
                 continue;
             }
             floors.fetched(&part, &shared);
-            lso_is_the_high_watermark(&part)?;
+            lso_is_the_high_watermark(
+                TOPIC,
+                part.partition,
+                part.last_stable_offset,
+                part.high_watermark,
+            )
+            .map_err(|e| format!("final read_committed read of {e}"))?;
             let position = position.max(final_start_moved(
                 &mut logs,
                 part.partition,
@@ -1310,7 +1303,13 @@ pub async fn read_everything_routed(
                 continue;
             }
             floors.fetched(&part, &shared);
-            lso_is_the_high_watermark(&part)?;
+            lso_is_the_high_watermark(
+                TOPIC,
+                part.partition,
+                part.last_stable_offset,
+                part.high_watermark,
+            )
+            .map_err(|e| format!("final read_committed read of {e}"))?;
             let position = position.max(final_start_moved(
                 &mut logs,
                 part.partition,

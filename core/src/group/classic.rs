@@ -1247,9 +1247,15 @@ impl Group {
 
     fn remove_pending_sync_member(&mut self, member_id: &str) {
         self.pending_sync.remove(member_id);
-        if self.pending_sync.is_empty() && !planted(Bug::SyncDeadlineRebalancesAStableGroup) {
+        if !self.sync_deadline_armed() {
             self.sync_deadline_ms = None;
         }
+    }
+
+    /// The sync deadline matters while some member of the generation has
+    /// not synced yet.
+    fn sync_deadline_armed(&self) -> bool {
+        !self.pending_sync.is_empty() || planted(Bug::SyncDeadlineRebalancesAStableGroup)
     }
 
     fn reset_and_propagate_assignment_with_error(
@@ -1404,9 +1410,7 @@ impl Group {
             .values()
             .filter(|m| m.is_new || !(m.is_awaiting_join() || m.is_awaiting_sync()))
             .map(|m| m.heartbeat_deadline_ms);
-        let sync = self.sync_deadline_ms.filter(|_| {
-            !self.pending_sync.is_empty() || planted(Bug::SyncDeadlineRebalancesAStableGroup)
-        });
+        let sync = self.sync_deadline_ms.filter(|_| self.sync_deadline_armed());
         members
             .chain(self.pending_members.values().copied())
             .chain(self.join_deadline_ms)
@@ -1456,12 +1460,10 @@ impl Group {
         }
         if self.sync_deadline_ms.is_some_and(|d| d <= now_ms) {
             self.sync_deadline_ms = None;
-            let someone_missing =
-                !self.pending_sync.is_empty() || planted(Bug::SyncDeadlineRebalancesAStableGroup);
             if matches!(
                 self.state,
                 GroupState::CompletingRebalance | GroupState::Stable
-            ) && someone_missing
+            ) && self.sync_deadline_armed()
             {
                 let missing: Vec<String> = self.pending_sync.iter().cloned().collect();
                 for id in missing {

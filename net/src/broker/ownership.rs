@@ -131,9 +131,10 @@ fn item_key(item: &Item<'_>) -> String {
 }
 
 /// An attempt to take an item: the claim in force after it, and this
-/// broker's claim if the rule let it claim and it won (or kept) one. Only `won` may be served: the newest claim may be this
-/// broker's own and still not be its to serve (its lease has not settled,
-/// simulator seed 74, or the item is placed elsewhere).
+/// broker's claim if the rule let it claim and it won (or kept) one. Only
+/// `won` may be served: the newest claim may be this broker's own and
+/// still not be its to serve (its lease has not settled, simulator seed
+/// 74, or the item is placed elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
     pub after: Option<Claim>,
