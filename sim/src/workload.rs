@@ -1092,6 +1092,18 @@ async fn consumer_routed(
 /// group members read at read_uncommitted during the run.
 const FINAL_READ: Isolation = Isolation::ReadCommitted;
 
+/// A final read's answer: [`TOPIC`] has no transactions, so its last
+/// stable offset is its high watermark (`lso_is_the_high_watermark`).
+fn final_answer_is_stable(part: &FetchedPartition) -> Result<(), String> {
+    lso_is_the_high_watermark(
+        TOPIC,
+        part.partition,
+        part.last_stable_offset,
+        part.high_watermark,
+    )
+    .map_err(|e| format!("final read_committed read of {e}"))
+}
+
 /// After the faults: reads every partition from offset 0 to its high
 /// watermark, at read_committed ([`FINAL_READ`]). Retries through errors
 /// until `deadline`.
@@ -1154,13 +1166,7 @@ pub async fn read_everything(
                 continue;
             }
             floors.fetched(&part, &shared);
-            lso_is_the_high_watermark(
-                TOPIC,
-                part.partition,
-                part.last_stable_offset,
-                part.high_watermark,
-            )
-            .map_err(|e| format!("final read_committed read of {e}"))?;
+            final_answer_is_stable(&part)?;
             let position = position.max(final_start_moved(
                 &mut logs,
                 part.partition,
@@ -1303,13 +1309,7 @@ pub async fn read_everything_routed(
                 continue;
             }
             floors.fetched(&part, &shared);
-            lso_is_the_high_watermark(
-                TOPIC,
-                part.partition,
-                part.last_stable_offset,
-                part.high_watermark,
-            )
-            .map_err(|e| format!("final read_committed read of {e}"))?;
+            final_answer_is_stable(&part)?;
             let position = position.max(final_start_moved(
                 &mut logs,
                 part.partition,
