@@ -36,10 +36,10 @@ def _ends(delivery):
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def _stored_codecs(kaas, topic):
-    """{codec id: batch count} over the topic's segment files, read as v2 record batches
-    (<data>/topics/<topic>-<p>/<base offset>.log, DESIGN.md section 4), or None when
-    that layout is not found."""
+def _stored_batches(kaas, topic):
+    """[(codec id, record count)] of every batch in the topic's segment files, read as v2
+    record batches (<data>/topics/<topic>-<p>/<base offset>.log, DESIGN.md section 4), or
+    None when that layout is not found."""
     pattern = re.compile(re.escape(topic) + r"-\d+")
     topics_dir = kaas.data_dir / "topics"
     seen = None
@@ -47,7 +47,7 @@ def _stored_codecs(kaas, topic):
         if not pattern.fullmatch(d.name):
             continue
         for f in sorted(d.glob("*.log")):
-            seen = seen or {}
+            seen = seen or []
             data = f.read_bytes()
             pos = 0
             while pos + 61 <= len(data):
@@ -56,18 +56,26 @@ def _stored_codecs(kaas, topic):
                 if batch_len <= 0 or magic != 2:
                     break  # preallocated or foreign tail: stop reading this file
                 (attrs,) = struct.unpack_from(">h", data, pos + 21)
-                seen[attrs & 7] = seen.get(attrs & 7, 0) + 1
+                (records,) = struct.unpack_from(">i", data, pos + 57)
+                seen.append((attrs & 7, records))
                 pos += 12 + batch_len
     return seen
 
 
 def _check_stored_codec(kaas, topic, codec):
-    stored = _stored_codecs(kaas, topic)
-    if stored is None:
+    """The broker stored the producer's batches as they came: compressed with `codec`.
+    librdkafka sends a batch uncompressed where compressing it would not shrink it
+    (rd_kafka_msgset_writer_compress); with this test's compressible values that is only a
+    batch of one record without one (an empty or null value), which linger.ms now and then
+    leaves alone, so such a batch may be stored uncompressed too."""
+    batches = _stored_batches(kaas, topic)
+    if batches is None:
         return  # layout unknown: the round trip above is the test
-    assert stored and set(stored) == {CODEC_IDS[codec]}, (
-        "segment files hold batches with codecs %s (ids), expected only %s=%d%s"
-        % (stored, codec, CODEC_IDS[codec],
+    want = CODEC_IDS[codec]
+    others = [(c, n) for c, n in batches if c != want and not (c == 0 and n == 1)]
+    assert any(c == want for c, _ in batches) and not others, (
+        "segment files hold batches (codec id, records) %s besides %s=%d ones%s"
+        % (others, codec, want,
            " -- librdkafka only enables LZ4 when the broker advertises FindCoordinator (API 10)"
            if codec == "lz4" else ""))
 
