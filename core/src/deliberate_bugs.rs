@@ -66,6 +66,10 @@ crate::named_enum! {
         /// A read_committed fetch is bounded by the high watermark, not the
         /// last stable offset: open transactions' records are served.
         ReadCommittedPastTheLso,
+        /// A read_uncommitted fetch is bounded by the last stable offset, not
+        /// the high watermark: open transactions' records, which Kafka
+        /// serves at read_uncommitted, are held back as if read_committed.
+        ReadUncommittedStopsAtTheLso,
         /// `write_atomic` and `create_exclusive` rename (or link) their
         /// temporary without syncing its content first: a power loss may
         /// leave the name on an empty file.

@@ -740,10 +740,60 @@ pub fn lso_is_the_high_watermark(
     ))
 }
 
+/// One partition of a fetch answer, as [`starved_partitions`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct AnsweredPartition {
+    pub error_code: i16,
+    /// The offset the fetch asked for.
+    pub requested: i64,
+    /// The isolation level's bound the answer named: its last stable
+    /// offset at read_committed, its high watermark at read_uncommitted.
+    pub bound: i64,
+    /// How many batches it returned, control and aborted ones included.
+    pub batches: usize,
+}
+
+/// Which partitions one fetch answer starved. Kafka returns at least the
+/// first batch of the first partition that has one below its bound,
+/// whatever `max_bytes` says (KIP-74), so an answer holding no batch at
+/// all, where a partition asked below its bound without error, withheld
+/// data it had to give (a read_uncommitted fetch stopped at the last
+/// stable offset, say). Only an answer with no batch anywhere is judged:
+/// the response's byte limit may rightly leave any other partition empty.
+/// On a compacted topic the cleaner may have removed every record between
+/// a position and the bound; its readers do not apply the rule.
+pub fn starved_partitions(answer: &[AnsweredPartition]) -> Vec<bool> {
+    let any_batch = answer.iter().any(|p| p.batches > 0);
+    answer
+        .iter()
+        .map(|p| !any_batch && p.error_code == 0 && p.requested < p.bound)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::retention_history::DeleteOutcome;
+
+    #[test]
+    fn a_fetch_answer_with_no_batch_starves_the_partitions_asked_below_their_bound() {
+        let part = |error_code, requested, bound, batches| AnsweredPartition {
+            error_code,
+            requested,
+            bound,
+            batches,
+        };
+        // Nothing at all, though partition 0 asked below its bound.
+        assert_eq!(
+            starved_partitions(&[part(0, 5, 8, 0), part(0, 8, 8, 0), part(6, 0, 9, 0)]),
+            vec![true, false, false]
+        );
+        // One batch anywhere: the byte limit may have left the rest empty.
+        assert_eq!(
+            starved_partitions(&[part(0, 5, 8, 0), part(0, 0, 9, 1)]),
+            vec![false, false]
+        );
+    }
 
     #[test]
     fn a_topic_without_transactions_answers_its_high_watermark_as_its_last_stable_offset() {

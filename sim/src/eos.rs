@@ -40,7 +40,7 @@ use crate::txn::{
     END_TXN_VERSION_V2, PRODUCE_VERSION_V2,
 };
 use crate::txn_history::TxnEnd;
-use crate::workload::{retriable, Backoff, RequestError, Shared, PRODUCE_VERSION};
+use crate::workload::{produce_outcome, retriable, Backoff, RequestError, Shared, PRODUCE_VERSION};
 use bytes::Bytes;
 use kaas_core::protocol::messages::{
     add_offsets_to_txn_request, add_partitions_to_txn_request, end_txn_request,
@@ -51,6 +51,7 @@ use kaas_core::protocol::messages::{
 };
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{BatchBuilder, NewRecord};
+use kaas_net::broker::Isolation;
 use kaas_net::client::{decode_response, encode_request};
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, Instant};
@@ -639,6 +640,9 @@ impl Instance {
                     out.failed = true;
                     continue;
                 }
+                if let Some(v) = part.starved_violation(EOS_INPUT_TOPIC, Isolation::ReadCommitted) {
+                    self.violation(v);
+                }
                 if round == 0 {
                     out.at_end &= part.records.is_empty() && at >= part.high_watermark;
                 }
@@ -967,17 +971,20 @@ impl Instance {
                 Ok(response) => {
                     decode_response(produce_request::API_KEY, version, correlation_id, response)
                         .map_err(RequestError::of)
-                        .and_then(|b| produce_outcome(b, partition))
+                        .and_then(|b| produce_outcome(b, EOS_OUTPUT_TOPIC, partition))
                 }
                 Err(e) => Err(e),
             };
             let code = match outcome {
-                Ok(0) => {
+                Ok((0, base_offset)) => {
                     self.seqs.insert(partition, seq.wrapping_add(count));
                     self.backoff.reset();
+                    self.shared
+                        .eos()
+                        .output_acked(index, partition, base_offset, &values);
                     return None;
                 }
-                Ok(code) => code,
+                Ok((code, _)) => code,
                 Err(RequestError::Malformed(e)) => {
                     self.violation(format!("malformed produce answer: {e}"));
                     self.routes.disconnect_all();
@@ -1123,22 +1130,4 @@ impl Instance {
         self.shared.eos_committing.store(false, Ordering::Relaxed);
         step
     }
-}
-
-/// The error code of the one output partition a produce carried.
-fn produce_outcome(body: ResponseBody, partition: i32) -> Result<i16, RequestError> {
-    let ResponseBody::Produce(resp) = body else {
-        return Err(RequestError::Malformed(
-            "produce answered with another response type".into(),
-        ));
-    };
-    resp.responses
-        .iter()
-        .filter(|t| t.name == EOS_OUTPUT_TOPIC)
-        .flat_map(|t| &t.partition_responses)
-        .find(|p| p.index == partition)
-        .map(|p| p.error_code)
-        .ok_or_else(|| {
-            RequestError::Malformed(format!("produce response lacks partition {partition}"))
-        })
 }

@@ -27,6 +27,7 @@
 //! - what the observer read of the output is in the final read, at the
 //!   same offset; what the loop read of the input is in the final input.
 
+use crate::poll_history::Logs;
 use crate::txn_history::TxnEnd;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
@@ -119,6 +120,13 @@ pub struct EosStats {
     pub input_acked: u64,
     /// Records in the final read of the output.
     pub final_records: u64,
+    /// Output records Produce acknowledged, whatever their transaction's
+    /// end.
+    pub outputs_acked: u64,
+    /// Records in the final read_uncommitted read of the output, and of
+    /// them those of transactions that did not commit.
+    pub final_uncommitted_records: u64,
+    pub final_uncommitted_not_committed: u64,
     /// Input records past the drained loop's committed offset that repeat
     /// an earlier input batch (a late copy of a given-up attempt).
     pub late_input_copies: u64,
@@ -136,6 +144,9 @@ pub struct EosHistory {
     uncovered: BTreeSet<(i32, i64)>,
     /// (output partition, offset) -> value, from the observer's reads.
     output_seen: BTreeMap<(i32, i64), Bytes>,
+    /// (output partition, offset) -> (transaction, value), of every output
+    /// record Produce acknowledged.
+    output_acked: BTreeMap<(i32, i64), (EosTxnIndex, Bytes)>,
     /// Per input partition, every OffsetFetch answer in the order they
     /// arrived: (when, the highest offset answered so far).
     answers: BTreeMap<i32, Vec<(u64, i64)>>,
@@ -224,6 +235,95 @@ impl EosHistory {
             TxnEnd::Fenced => self.stats.fenced += 1,
             TxnEnd::Abandoned | TxnEnd::AbortUnknown | TxnEnd::Open => {}
         }
+    }
+
+    /// Produce acknowledged `values` of transaction `txn` on output
+    /// `partition` at `base_offset` onwards.
+    pub fn output_acked(
+        &mut self,
+        txn: EosTxnIndex,
+        partition: i32,
+        base_offset: i64,
+        values: &[Bytes],
+    ) {
+        self.stats.outputs_acked += values.len() as u64;
+        for (i, value) in values.iter().enumerate() {
+            let at = (partition, base_offset + i as i64);
+            if let Some((other, _)) = self.output_acked.insert(at, (txn, value.clone())) {
+                if other != txn {
+                    self.violations.push(format!(
+                        "{EOS_OUTPUT_TOPIC} partition {partition} offset {}: Produce acknowledged records of EOS transactions {other} and {txn} there",
+                        at.1
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Checks the final read_uncommitted read of the output (`uncommitted`)
+    /// against the read_committed one (`committed`, already checked by
+    /// [`check_final`](Self::check_final)): every acknowledged output record
+    /// is there at the offset Produce named, whatever its transaction's end
+    /// (Kafka removes aborted data only by retention or compaction, and the
+    /// output has neither); every record is one the loop wrote; and the
+    /// read_committed read is the read_uncommitted one less the records of
+    /// transactions that did not commit, offset for offset. A commit with
+    /// no definite answer took the end the read_committed read shows.
+    pub fn check_uncommitted(&mut self, committed: &Logs, uncommitted: &Logs) -> Vec<String> {
+        let mut v = Vec::new();
+        let at = |logs: &Logs| -> BTreeMap<(i32, i64), Bytes> {
+            logs.iter()
+                .flat_map(|(&p, log)| log.iter().map(move |(o, b)| ((p, *o), b.clone())))
+                .collect()
+        };
+        let (committed_at, uncommitted_at) = (at(committed), at(uncommitted));
+        for (&(p, offset), (txn, value)) in &self.output_acked {
+            if uncommitted_at.get(&(p, offset)) != Some(value) {
+                v.push(format!(
+                    "{EOS_OUTPUT_TOPIC} partition {p} offset {offset}: EOS transaction {txn}'s output {} was acknowledged there, but read_uncommitted finds {:?}: a lost write",
+                    show(value),
+                    uncommitted_at.get(&(p, offset)).map(show)
+                ));
+            }
+        }
+        let seen_committed: BTreeSet<EosTxnIndex> = committed_at
+            .values()
+            .filter_map(parse_output)
+            .map(|o| o.txn)
+            .collect();
+        let visible = |txn: EosTxnIndex| match self.txns.get(txn).map(|t| t.end) {
+            Some(TxnEnd::CommitAcked) => true,
+            Some(TxnEnd::CommitUnknown) => seen_committed.contains(&txn),
+            _ => false,
+        };
+        let mut not_committed = 0;
+        let mut expected: BTreeMap<(i32, i64), &Bytes> = BTreeMap::new();
+        for (&(p, offset), value) in &uncommitted_at {
+            match parse_output(value) {
+                Some(o) if visible(o.txn) => {
+                    expected.insert((p, offset), value);
+                }
+                Some(_) => not_committed += 1,
+                None => v.push(format!(
+                    "{EOS_OUTPUT_TOPIC} partition {p} offset {offset}: read_uncommitted returned a record the loop never wrote: {}",
+                    show(value)
+                )),
+            }
+        }
+        let differs = expected
+            .keys()
+            .chain(committed_at.keys())
+            .find(|k| expected.get(k).copied() != committed_at.get(k));
+        if let Some(&(p, offset)) = differs {
+            v.push(format!(
+                "{EOS_OUTPUT_TOPIC} partition {p} offset {offset}: read_committed delivered {:?}, but read_uncommitted less what did not commit has {:?}",
+                committed_at.get(&(p, offset)).map(show),
+                expected.get(&(p, offset)).map(|b| show(b))
+            ));
+        }
+        self.stats.final_uncommitted_records = uncommitted_at.len() as u64;
+        self.stats.final_uncommitted_not_committed = not_committed;
+        v
     }
 
     /// The observer read `records` of output `partition` at read_committed.
@@ -460,6 +560,7 @@ impl EosHistory {
         output.hash(&mut h);
         self.txns.hash(&mut h);
         self.output_seen.hash(&mut h);
+        self.output_acked.hash(&mut h);
         self.answers.hash(&mut h);
         self.stats.hash(&mut h);
         h.finish()
@@ -504,6 +605,63 @@ mod tests {
             .enumerate()
             .map(|(i, v)| (i as i64, v.clone()))
             .collect()
+    }
+
+    #[test]
+    fn read_uncommitted_holds_every_acknowledged_output_and_committed_is_it_less_the_aborted() {
+        let mut h = EosHistory::default();
+        let aborted = txn(&mut h, 0, 2, TxnEnd::AbortAcked);
+        let committed = txn(&mut h, 2, 4, TxnEnd::CommitAcked);
+        h.output_acked(0, 0, 0, &aborted);
+        h.output_acked(1, 0, 3, &committed);
+        // Offset 2 holds the abort marker, which no client delivers.
+        let uncommitted = BTreeMap::from([(
+            0,
+            vec![
+                (0, aborted[0].clone()),
+                (1, aborted[1].clone()),
+                (3, committed[0].clone()),
+                (4, committed[1].clone()),
+            ],
+        )]);
+        let read_committed = BTreeMap::from([(
+            0,
+            vec![(3, committed[0].clone()), (4, committed[1].clone())],
+        )]);
+        assert_eq!(
+            h.check_uncommitted(&read_committed, &uncommitted),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            (
+                h.stats.final_uncommitted_records,
+                h.stats.final_uncommitted_not_committed
+            ),
+            (4, 2)
+        );
+    }
+
+    #[test]
+    fn an_acknowledged_output_missing_at_read_uncommitted_or_an_aborted_one_committed_fails() {
+        let mut h = EosHistory::default();
+        let aborted = txn(&mut h, 0, 2, TxnEnd::AbortAcked);
+        h.output_acked(0, 0, 0, &aborted);
+        // The aborted transaction's second record is gone.
+        let uncommitted = BTreeMap::from([(0, vec![(0, aborted[0].clone())])]);
+        let v = h.check_uncommitted(&BTreeMap::new(), &uncommitted);
+        assert!(
+            v.iter()
+                .any(|m| m.contains("offset 1") && m.contains("a lost write")),
+            "{v:?}"
+        );
+        // Delivered at read_committed, though its transaction aborted.
+        let uncommitted = BTreeMap::from([(0, log(&aborted))]);
+        let v = h.check_uncommitted(&uncommitted, &uncommitted);
+        assert!(
+            v.iter()
+                .any(|m| m.contains("read_uncommitted less what did not commit has None")),
+            "{v:?}"
+        );
     }
 
     #[test]

@@ -10,11 +10,13 @@
 
 use crate::eos_history::{EOS_GROUP, EOS_INPUT_TOPIC, EOS_OUTPUT_TOPIC};
 use crate::params::SimParams;
+use crate::poll_history::Logs;
 use crate::routes::{self, Routes};
+use crate::txn::{read_to_high_watermark, ReadToTheEnd};
 use crate::workload::{Backoff, RequestError, Shared};
-use bytes::Bytes;
 use kaas_core::protocol::messages::{offset_fetch_request, OffsetFetchRequest};
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
+use kaas_net::broker::Isolation;
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, timeout, Instant};
 use std::collections::BTreeMap;
@@ -104,6 +106,9 @@ async fn read_output(
                 pending.remove(&part.partition);
                 continue;
             }
+            if let Some(v) = part.starved_violation(EOS_OUTPUT_TOPIC, Isolation::ReadCommitted) {
+                shared.eos().violation(v);
+            }
             shared.eos().output_read(part.partition, &part.records);
             let at = positions.entry(part.partition).or_insert(0);
             *at = (*at).max(part.next_offset);
@@ -184,17 +189,20 @@ pub async fn offset_observer(params: SimParams, brokers: Vec<SocketAddr>, shared
     }
 }
 
-/// What the final reads found: the group's committed offsets, and the
-/// input and the output as read_committed delivers them.
+/// What the final reads found: the group's committed offsets, the input
+/// and the output as read_committed delivers them, and the output as
+/// read_uncommitted does.
 pub struct FinalRead {
     pub committed: BTreeMap<i32, i64>,
-    pub input: BTreeMap<i32, Vec<(i64, Bytes)>>,
-    pub output: BTreeMap<i32, Vec<(i64, Bytes)>>,
+    pub input: Logs,
+    pub output: Logs,
+    pub output_uncommitted: Logs,
 }
 
 /// After the loop drained: the group's committed offsets
 /// (require_stable, retried while unstable), then the whole input and
-/// output read at read_committed up to their high watermarks.
+/// output read at read_committed up to their high watermarks, and the
+/// output again at read_uncommitted.
 pub async fn final_read(
     params: SimParams,
     brokers: Vec<SocketAddr>,
@@ -244,79 +252,35 @@ pub async fn final_read(
         }
         backoff.wait().await;
     };
-    let input = read_to_end(&mut routes, EOS_INPUT_TOPIC, &partitions, give_up, &shared).await?;
-    let output = read_to_end(&mut routes, EOS_OUTPUT_TOPIC, &partitions, give_up, &shared).await?;
+    let read = |topic, isolation| ReadToTheEnd {
+        topic,
+        partitions: &partitions,
+        isolation,
+        compacted: false,
+        give_up,
+    };
+    let input = read_to_high_watermark(
+        &mut routes,
+        &read(EOS_INPUT_TOPIC, Isolation::ReadCommitted),
+        &shared,
+    )
+    .await?;
+    let output = read_to_high_watermark(
+        &mut routes,
+        &read(EOS_OUTPUT_TOPIC, Isolation::ReadCommitted),
+        &shared,
+    )
+    .await?;
+    let output_uncommitted = read_to_high_watermark(
+        &mut routes,
+        &read(EOS_OUTPUT_TOPIC, Isolation::ReadUncommitted),
+        &shared,
+    )
+    .await?;
     Ok(FinalRead {
         committed,
-        input,
-        output,
+        input: input.logs,
+        output: output.logs,
+        output_uncommitted: output_uncommitted.logs,
     })
-}
-
-/// Reads `topic` at read_committed from 0 up to each partition's high
-/// watermark (the last stable offset must catch up), until `give_up`.
-async fn read_to_end(
-    routes: &mut Routes,
-    topic: &str,
-    partitions: &[i32],
-    give_up: Instant,
-    shared: &Shared,
-) -> Result<BTreeMap<i32, Vec<(i64, Bytes)>>, String> {
-    let mut backoff = Backoff::new();
-    let mut last = String::new();
-    let mut logs: BTreeMap<i32, Vec<(i64, Bytes)>> = BTreeMap::new();
-    let mut positions: BTreeMap<i32, i64> = partitions.iter().map(|&p| (p, 0)).collect();
-    while !positions.is_empty() {
-        if Instant::now() >= give_up {
-            return Err(format!(
-                "liveness: could not read {topic} at read_committed up to its high watermark in time (positions {positions:?}; {last})"
-            ));
-        }
-        let fetched = match routes.fetch_committed(topic, &positions, 0, shared).await {
-            Ok(f) => f,
-            Err(RequestError::Malformed(e)) => return Err(format!("final read of {topic}: {e}")),
-            Err(RequestError::Network(e)) => {
-                last = e;
-                backoff.wait().await;
-                continue;
-            }
-        };
-        let mut progressed = false;
-        for part in fetched {
-            let Some(&position) = positions.get(&part.partition) else {
-                continue;
-            };
-            if part.error_code == ErrorCode::UnknownTopicOrPartition.code() && position == 0 {
-                // Never created: nothing was written.
-                positions.remove(&part.partition);
-                progressed = true;
-                continue;
-            }
-            if part.error_code != 0 {
-                last = format!("partition {} error {}", part.partition, part.error_code);
-                continue;
-            }
-            logs.entry(part.partition)
-                .or_default()
-                .extend(part.records.iter().cloned());
-            if part.next_offset > position {
-                progressed = true;
-                positions.insert(part.partition, part.next_offset);
-            } else if position >= part.high_watermark {
-                positions.remove(&part.partition);
-                progressed = true;
-            } else {
-                last = format!(
-                    "partition {}: read_committed stuck at {position}, last stable offset {}, high watermark {}",
-                    part.partition, part.last_stable_offset, part.high_watermark
-                );
-            }
-        }
-        if progressed {
-            backoff.reset();
-        } else {
-            sleep(Duration::from_millis(100)).await;
-        }
-    }
-    Ok(logs)
 }

@@ -325,11 +325,20 @@ impl SeedReport {
                 "aborted batches dropped by read_committed",
                 t.aborted_batches_dropped + t.final_aborted_batches_dropped,
             ),
+            (
+                "read_committed answers with open data held back",
+                t.open_data_hidden,
+            ),
+            ("transactional grant pairs compared", t.grant_pairs_compared),
             ("EOS transactions committed", e.commits_acked),
             ("EOS transactions aborted", e.aborts_acked),
             (
                 "EOS offset observations during a commit",
                 e.observations_in_flight,
+            ),
+            (
+                "EOS output records read uncommitted, not committed",
+                e.final_uncommitted_not_committed,
             ),
             (
                 "EOS input copies appended after the drain",
@@ -490,7 +499,7 @@ impl fmt::Display for SeedReport {
             let t = &self.txns;
             write!(
                 f,
-                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} ended at version 2, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, read_uncommitted {} records during the run ({} past the last stable offset) and {} at the end ({} not committed, {} cleaned away), settled {} ms after the stop ({} left open, {} of them aborted by the reaper) | ",
+                "txn: {} begun, {} committed ({} commits unknown, {} of them found committed), {} aborted ({} acked, {} fenced, {} abandoned), {} zombies, {} fences seen, {} inits, {} produce retries, {} refusals, {} EndTxn retries, {} ended at version 2, {} records read during the run, {} at the end, aborted batches dropped {} + {} at the end, {} answers with open data held back, {} grant pairs compared, read_uncommitted {} records during the run ({} past the last stable offset) and {} at the end ({} not committed, {} cleaned away), settled {} ms after the stop ({} left open, {} of them aborted by the reaper) | ",
                 t.begun,
                 t.commits_acked,
                 t.commits_unknown,
@@ -510,6 +519,8 @@ impl fmt::Display for SeedReport {
                 t.final_records,
                 t.aborted_batches_dropped,
                 t.final_aborted_batches_dropped,
+                t.open_data_hidden,
+                t.grant_pairs_compared,
                 t.uncommitted_read_during_run,
                 t.uncommitted_read_past_the_lso,
                 t.final_uncommitted_records,
@@ -524,7 +535,7 @@ impl fmt::Display for SeedReport {
             let e = &self.eos;
             write!(
                 f,
-                "eos: {} input records, {} begun, {} committed ({} unknown), {} aborted, {} fenced, {} stalls ({} zombies), {} inits, {} resumes, {} unstable, {} records transformed, {} offset observations ({} during a commit), {} output records | ",
+                "eos: {} input records, {} begun, {} committed ({} unknown), {} aborted, {} fenced, {} stalls ({} zombies), {} inits, {} resumes, {} unstable, {} records transformed, {} offset observations ({} during a commit), {} output records ({} acknowledged; at read_uncommitted {}, {} of them not committed) | ",
                 e.input_acked,
                 e.begun,
                 e.commits_acked,
@@ -540,6 +551,9 @@ impl fmt::Display for SeedReport {
                 e.observations,
                 e.observations_in_flight,
                 e.final_records,
+                e.outputs_acked,
+                e.final_uncommitted_records,
+                e.final_uncommitted_not_committed,
             )?;
         }
         if let Some(d) = &p.compaction {
@@ -2024,6 +2038,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let mut eos_history = shared.eos();
     if let Some(read) = &eos_read {
         problems.extend(eos_history.check_final(&read.input, &read.output, &read.committed));
+        problems.extend(eos_history.check_uncommitted(&read.output, &read.output_uncommitted));
     }
     if params.eos {
         let e = eos_history.stats;

@@ -21,13 +21,14 @@
 //! an instance stops mid-transaction without a word; the slot starts a new
 //! instance later, and until then the reaper must abort what it left open.
 
+use crate::checker;
 use crate::params::SimParams;
 use crate::poll_history::{self, Logs, Reading};
 use crate::routes::{self, Routes};
 use crate::txn_history::{Txn, TxnEnd, TxnIndex, TXN_TOPIC};
 use crate::workload::{
-    ensure_connected, polling, retriable, Backoff, RequestError, Shared, FETCH_MAX_BYTES,
-    PRODUCE_VERSION, REQUEST_TIMEOUT,
+    ensure_connected, polling, produce_outcome, retriable, Backoff, RequestError, Shared,
+    FETCH_MAX_BYTES, PRODUCE_VERSION, REQUEST_TIMEOUT,
 };
 use bytes::Bytes;
 use kaas_core::protocol::messages::describe_transactions_response::TransactionState;
@@ -704,7 +705,7 @@ impl Instance {
                 Ok(response) => {
                     decode_response(produce_request::API_KEY, version, correlation_id, response)
                         .map_err(RequestError::of)
-                        .and_then(|b| produce_outcome(b, partition))
+                        .and_then(|b| produce_outcome(b, TXN_TOPIC, partition))
                 }
                 Err(e) => Err(e),
             };
@@ -841,24 +842,6 @@ impl Instance {
     }
 }
 
-/// The (error code, base offset) of the one partition a produce carried.
-fn produce_outcome(body: ResponseBody, partition: i32) -> Result<(i16, i64), RequestError> {
-    let ResponseBody::Produce(resp) = body else {
-        return Err(RequestError::Malformed(
-            "produce answered with another response type".into(),
-        ));
-    };
-    resp.responses
-        .iter()
-        .filter(|t| t.name == TXN_TOPIC)
-        .flat_map(|t| &t.partition_responses)
-        .find(|p| p.index == partition)
-        .map(|p| (p.error_code, p.base_offset))
-        .ok_or_else(|| {
-            RequestError::Malformed(format!("produce response lacks partition {partition}"))
-        })
-}
-
 /// What the final reads of the transactional topic delivered at each
 /// isolation level.
 #[derive(Debug, Default)]
@@ -885,6 +868,12 @@ pub(crate) struct PartitionRead {
     /// Every batch returned, (base offset, last offset): control and
     /// aborted ones included.
     pub(crate) batches: Vec<(i64, i64)>,
+    /// The isolation level's bound this answer named: the last stable
+    /// offset at read_committed, the high watermark at read_uncommitted.
+    pub(crate) bound: i64,
+    /// The whole answer held no batch, though this partition asked below
+    /// its bound without error ([`checker::starved_partitions`]).
+    pub(crate) starved: bool,
 }
 
 impl PartitionRead {
@@ -901,7 +890,25 @@ impl PartitionRead {
             next_offset: requested,
             aborted_dropped: 0,
             batches: Vec::new(),
+            bound: -1,
+            starved: false,
         }
+    }
+
+    /// What was wrong with this answer if it starved the partition
+    /// ([`mark_starved`]), for the reader's history.
+    pub(crate) fn starved_violation(&self, topic: &str, isolation: Isolation) -> Option<String> {
+        self.starved.then(|| {
+            format!(
+                "{topic} partition {}: a {} fetch at {} was answered with no batch at all, though its bound was {} (high watermark {}, last stable offset {}): Kafka returns at least one batch below the bound",
+                self.partition,
+                isolation.name(),
+                self.requested,
+                self.bound,
+                self.high_watermark,
+                self.last_stable_offset
+            )
+        })
     }
 
     /// The answer as the poll-order rules take it (`crate::poll_history`).
@@ -941,6 +948,11 @@ fn deliver(
         next_offset: requested,
         aborted_dropped: 0,
         batches: Vec::new(),
+        bound: match isolation {
+            Isolation::ReadCommitted => data.last_stable_offset,
+            Isolation::ReadUncommitted => data.high_watermark,
+        },
+        starved: false,
     };
     if data.error_code != 0 {
         return Ok(out);
@@ -1011,9 +1023,10 @@ fn deliver(
                 )
             })?;
             if record.offset >= requested {
-                let (bound, bound_name) = match isolation {
-                    Isolation::ReadCommitted => (data.last_stable_offset, "last stable offset"),
-                    Isolation::ReadUncommitted => (data.high_watermark, "high watermark"),
+                let bound = out.bound;
+                let bound_name = match isolation {
+                    Isolation::ReadCommitted => "last stable offset",
+                    Isolation::ReadUncommitted => "high watermark",
                 };
                 if record.offset >= bound {
                     return Err(format!(
@@ -1098,7 +1111,25 @@ pub(crate) async fn fetch_at(
             out.push(deliver(topic, data, requested, isolation).map_err(RequestError::Malformed)?);
         }
     }
+    mark_starved(&mut out);
     Ok(out)
+}
+
+/// Marks the partitions one fetch answer starved
+/// ([`checker::starved_partitions`]).
+fn mark_starved(parts: &mut [PartitionRead]) {
+    let answer: Vec<checker::AnsweredPartition> = parts
+        .iter()
+        .map(|p| checker::AnsweredPartition {
+            error_code: p.error_code,
+            requested: p.requested,
+            bound: p.bound,
+            batches: p.batches.len(),
+        })
+        .collect();
+    for (p, starved) in parts.iter_mut().zip(checker::starved_partitions(&answer)) {
+        p.starved = starved;
+    }
 }
 
 /// Tails every partition of the transactional topic at `isolation` while
@@ -1118,6 +1149,7 @@ pub async fn txn_consumer(
     };
     let mut routes = Routes::new(name, &brokers);
     let mut backoff = Backoff::new();
+    let compacted = params.compaction.as_ref().is_some_and(|c| c.txn_topic);
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     let me = polling(
         &format!("{} consumer", isolation.name()),
@@ -1150,10 +1182,17 @@ pub async fn txn_consumer(
                 continue;
             }
             let mut t = shared.txns();
+            if let Some(v) = part.starved_violation(TXN_TOPIC, isolation) {
+                if !compacted {
+                    t.violation(v);
+                }
+            }
             match isolation {
                 Isolation::ReadCommitted => {
                     t.read_committed(part.partition, &part.records);
                     t.stats.aborted_batches_dropped += part.aborted_dropped;
+                    t.stats.open_data_hidden +=
+                        u64::from(part.last_stable_offset < part.high_watermark);
                 }
                 Isolation::ReadUncommitted => {
                     t.read_uncommitted(part.partition, &part.records, part.last_stable_offset)
@@ -1265,59 +1304,81 @@ pub async fn final_read(
         last = open.join(", ");
         sleep(Duration::from_millis(200)).await;
     }
-    let committed = read_to_high_watermark(
-        &params,
-        &mut routes,
-        &shared,
-        give_up,
-        deadline,
-        Isolation::ReadCommitted,
-    )
-    .await?;
-    let uncommitted = read_to_high_watermark(
-        &params,
-        &mut routes,
-        &shared,
-        give_up,
-        deadline,
-        Isolation::ReadUncommitted,
-    )
-    .await?;
-    Ok(TxnLogs {
-        committed,
-        uncommitted,
-    })
+    let partitions: Vec<i32> = (0..params.partitions).collect();
+    let compacted = params.compaction.as_ref().is_some_and(|c| c.txn_topic);
+    let mut logs = TxnLogs::default();
+    for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
+        let read = read_to_high_watermark(
+            &mut routes,
+            &ReadToTheEnd {
+                topic: TXN_TOPIC,
+                partitions: &partitions,
+                isolation,
+                compacted,
+                give_up,
+            },
+            &shared,
+        )
+        .await?;
+        shared.txns().stats.final_aborted_batches_dropped += read.aborted_dropped;
+        match isolation {
+            Isolation::ReadCommitted => logs.committed = read.logs,
+            Isolation::ReadUncommitted => logs.uncommitted = read.logs,
+        }
+    }
+    Ok(logs)
 }
 
-/// Reads every partition of the transactional topic at `isolation` from
-/// offset 0 up to its high watermark (at read_committed the last stable
-/// offset must catch up with it), by `give_up`. Returns what a client
-/// delivers.
-async fn read_to_high_watermark(
-    params: &SimParams,
+/// A final read: every partition of `partitions` of `topic` from offset 0
+/// up to its high watermark, at `isolation`, by `give_up`.
+pub(crate) struct ReadToTheEnd<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partitions: &'a [i32],
+    pub(crate) isolation: Isolation,
+    /// The topic is compacted: an answer may rightly hold no batch below
+    /// its bound ([`checker::starved_partitions`]).
+    pub(crate) compacted: bool,
+    pub(crate) give_up: Instant,
+}
+
+/// What a final read delivered.
+pub(crate) struct ReadToTheEndResult {
+    pub(crate) logs: Logs,
+    /// Batches of aborted transactions dropped (read_committed).
+    pub(crate) aborted_dropped: u64,
+}
+
+/// Reads as `read` says (at read_committed the last stable offset must
+/// catch up with the high watermark). Returns what a client delivers; an
+/// answer that breaks a fetch rule, or not reaching the end by the
+/// deadline, is an error.
+pub(crate) async fn read_to_high_watermark(
     routes: &mut Routes,
+    read: &ReadToTheEnd<'_>,
     shared: &Shared,
-    give_up: Instant,
-    deadline: Duration,
-    isolation: Isolation,
-) -> Result<Logs, String> {
+) -> Result<ReadToTheEndResult, String> {
+    let topic = read.topic;
+    let isolation = read.isolation;
     let mut last = String::new();
     let mut backoff = Backoff::new();
-    let mut logs = Logs::new();
-    let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    let mut out = ReadToTheEndResult {
+        logs: Logs::new(),
+        aborted_dropped: 0,
+    };
+    let mut positions: BTreeMap<i32, i64> = read.partitions.iter().map(|&p| (p, 0)).collect();
     while !positions.is_empty() {
-        if Instant::now() >= give_up {
+        if Instant::now() >= read.give_up {
             return Err(format!(
-                "liveness: could not read {TXN_TOPIC} at {} up to its high watermark within {deadline:?} (positions {positions:?}; {last})",
+                "liveness: could not read {topic} at {} up to its high watermark in time (positions {positions:?}; {last})",
                 isolation.name()
             ));
         }
         let fetched = match routes
-            .fetch_isolated(TXN_TOPIC, &positions, 0, shared, isolation)
+            .fetch_isolated(topic, &positions, 0, shared, isolation)
             .await
         {
             Ok(f) => f,
-            Err(RequestError::Malformed(e)) => return Err(format!("final read: {e}")),
+            Err(RequestError::Malformed(e)) => return Err(format!("final read of {topic}: {e}")),
             Err(RequestError::Network(e)) => {
                 last = e;
                 backoff.wait().await;
@@ -1339,8 +1400,14 @@ async fn read_to_high_watermark(
                 last = format!("partition {} error {}", part.partition, part.error_code);
                 continue;
             }
-            shared.txns().stats.final_aborted_batches_dropped += part.aborted_dropped;
-            logs.entry(part.partition)
+            if let Some(v) = part.starved_violation(topic, isolation) {
+                if !read.compacted {
+                    return Err(format!("final read: {v}"));
+                }
+            }
+            out.aborted_dropped += part.aborted_dropped;
+            out.logs
+                .entry(part.partition)
                 .or_default()
                 .extend(part.records.iter().cloned());
             if part.next_offset > position {
@@ -1365,7 +1432,7 @@ async fn read_to_high_watermark(
             sleep(Duration::from_millis(100)).await;
         }
     }
-    Ok(logs)
+    Ok(out)
 }
 
 /// The states of `ids`: with one broker in one DescribeTransactions, with

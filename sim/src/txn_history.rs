@@ -154,6 +154,13 @@ pub struct TxnStats {
     /// dropped (by the aborted list) during the run, and in the final read.
     pub aborted_batches_dropped: u64,
     pub final_aborted_batches_dropped: u64,
+    /// read_committed answers during the run whose last stable offset was
+    /// below their high watermark: open transactions' data held back.
+    pub open_data_hidden: u64,
+    /// Pairs of grants to one transactional id and producer id, the
+    /// second asked for after the first was answered, whose epochs the
+    /// epoch rules compared.
+    pub grant_pairs_compared: u64,
     /// After the producers stopped, how long until no transaction was open.
     pub settled_ms: u64,
     /// Transactions still Ongoing when the producers had stopped (a
@@ -426,9 +433,11 @@ impl TxnHistory {
     }
 
     /// The epoch rules (module docs); `idempotent_pids`: the ids handed to
-    /// idempotent producers.
-    fn check_grants(&self, idempotent_pids: &BTreeSet<i64>) -> Vec<String> {
+    /// idempotent producers. Returns the violations and how many ordered
+    /// pairs of grants of one producer id the epoch rule compared.
+    fn check_grants(&self, idempotent_pids: &BTreeSet<i64>) -> (Vec<String>, u64) {
         let mut v = Vec::new();
+        let mut ordered_pairs = 0;
         let mut pid_owner: BTreeMap<i64, &str> = BTreeMap::new();
         for g in &self.grants {
             match pid_owner.insert(g.producer_id, &g.transactional_id) {
@@ -480,6 +489,7 @@ impl TxnHistory {
             }
             for a in &grants {
                 for b in grants.iter().filter(|b| b.producer_id == a.producer_id) {
+                    ordered_pairs += u64::from(a.answered_at < b.sent_at);
                     if a.answered_at < b.sent_at && b.epoch < a.epoch {
                         v.push(format!(
                             "transactional id {id}: epoch went back: instance {} was granted epoch {} before instance {} asked and was granted {}",
@@ -495,7 +505,7 @@ impl TxnHistory {
                 }
             }
         }
-        v
+        (v, ordered_pairs)
     }
 
     /// Checks the final read_committed read of every partition of the
@@ -503,7 +513,9 @@ impl TxnHistory {
     /// order). Returns every violation, those found during the run too.
     pub fn check_final(&mut self, logs: &Logs, idempotent_pids: &BTreeSet<i64>) -> Vec<String> {
         let mut v = self.violations.clone();
-        v.extend(self.check_grants(idempotent_pids));
+        let (grant_violations, grant_pairs) = self.check_grants(idempotent_pids);
+        v.extend(grant_violations);
+        self.stats.grant_pairs_compared = grant_pairs;
         let found = places(logs, "read_committed", &mut v);
         let mut ours: BTreeSet<&Bytes> = BTreeSet::new();
         for (i, t) in self.txns.iter().enumerate() {

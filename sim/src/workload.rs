@@ -288,9 +288,11 @@ pub(crate) fn is_malformed(e: &ClientError) -> bool {
     )
 }
 
-/// The (error code, base offset) of the one partition a produce carried.
+/// The (error code, base offset) of the one partition of `topic` a
+/// produce carried.
 pub(crate) fn produce_outcome(
     body: ResponseBody,
+    topic: &str,
     partition: i32,
 ) -> Result<(i16, i64), RequestError> {
     let ResponseBody::Produce(resp) = body else {
@@ -300,7 +302,7 @@ pub(crate) fn produce_outcome(
     };
     resp.responses
         .iter()
-        .filter(|t| t.name == TOPIC)
+        .filter(|t| t.name == topic)
         .flat_map(|t| &t.partition_responses)
         .find(|p| p.index == partition)
         .map(|p| (p.error_code, p.base_offset))
@@ -441,7 +443,7 @@ pub async fn producer(
                     correlation_id,
                     response,
                 ) {
-                    Ok(body) => produce_outcome(body, partition),
+                    Ok(body) => produce_outcome(body, TOPIC, partition),
                     Err(e) => Err(RequestError::of(e)),
                 },
                 Err(e) => Err(e),

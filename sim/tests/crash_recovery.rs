@@ -85,6 +85,8 @@ const REQUIRED_COUNTS: &[&str] = &[
     "stale file versions read",
     "ownership takeovers",
     "aborted batches dropped by read_committed",
+    "read_committed answers with open data held back",
+    "transactional grant pairs compared",
     "EOS offset observations during a commit",
     "per-epoch files with one writer",
 ];

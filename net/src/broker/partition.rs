@@ -432,6 +432,9 @@ impl Partition {
             (visible_end, s.last_stable_offset())
         };
         let bound = match isolation {
+            Isolation::ReadUncommitted if planted(Bug::ReadUncommittedStopsAtTheLso) => {
+                last_stable_offset
+            }
             Isolation::ReadUncommitted => high_watermark,
             Isolation::ReadCommitted if planted(Bug::ReadCommittedPastTheLso) => high_watermark,
             Isolation::ReadCommitted => last_stable_offset,
