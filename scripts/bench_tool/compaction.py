@@ -37,6 +37,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 from bench import percentile  # noqa: E402
 from kaas_broker import KaasBroker  # noqa: E402
 
+RETAINED = re.compile(r"retention deleted segments topic=dirty .*segments=(\d+)")
 ROUND = re.compile(r"cleaned topic=(\S+) .*bytes_read=(\d+) bytes_written=(\d+) elapsed_ms=(\d+)")
 
 
@@ -60,6 +61,10 @@ def parse_args(argv):
                     help="also write each latency phase's acks to PREFIX-idle.csv and PREFIX-busy.csv "
                          "(send time, Unix seconds; delivery latency, ms): to line slow acks up with "
                          "the broker's log or an strace of it")
+    ap.add_argument("--retention", action="store_true",
+                    help="in the second latency phase delete the big topic by retention (retention.ms "
+                         "set to 1) instead of cleaning it: what removing its segments costs a producer "
+                         "(use with --segment-mb 1024 for Kafka's default segment size)")
     ap.add_argument("--latency-only", action="store_true",
                     help="skip the disk probe and the throughput part (1.): only the latency phases")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs (CI)")
@@ -94,6 +99,12 @@ def create(admin, topic, config):
 def compact(admin, topic):
     res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+
+
+def expire(admin, topic):
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([res])[res].result(30)
 
 
@@ -218,7 +229,9 @@ def throughput(args, work):
 def latency(args, work):
     # 2. Produce latency, cleaner idle, then cleaning (default I/O budget).
     budget = ["--log-cleaner-io-max-bytes-per-second", str(args.io_budget)] if args.io_budget else []
-    b = KaasBroker(extra_args=["--log-cleaner-backoff-ms", "200"] + budget, name="kaas-compaction-latency",
+    retention = ["--retention-check-interval-ms", "1000"] if args.retention else []
+    b = KaasBroker(extra_args=["--log-cleaner-backoff-ms", "200"] + budget + retention,
+                   name="kaas-compaction-latency",
                    workdir=work / "latency").start()
     try:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
@@ -227,7 +240,9 @@ def latency(args, work):
         fill(b.bootstrap, "dirty", args.dirty_mb, args.size, args.keys)
         timeline = (lambda phase: "%s-%s.csv" % (args.timeline, phase)) if args.timeline else (lambda phase: None)
         idle = latency_phase(b.bootstrap, "live", args.rate, args.seconds, args.keys, args.size, timeline("idle"))
-        if not args.control:
+        if args.retention:
+            expire(admin, "dirty")
+        elif not args.control:
             compact(admin, "dirty")
         # The cleaner's next round (within its 200 ms backoff) starts on the big topic
         # while this phase runs.
@@ -237,9 +252,14 @@ def latency(args, work):
         print("acks=all idempotent produce at %d msgs/s, %.0f s each (%d keys, %d B values):"
               % (args.rate, args.seconds, args.keys, args.size))
         print("  cleaner idle:     p50 %.1f ms  p99 %.1f ms  (%d acks)" % idle)
-        print("  cleaner cleaning: p50 %.1f ms  p99 %.1f ms  (%d acks; %d round(s) of the %d MB topic, "
-              "%.1f s of cleaning, in the phase)" % (busy + (len(rounds), args.dirty_mb, cleaning_ms / 1000)))
-        print("  p99 ratio cleaning/idle: %.2f" % (busy[1] / idle[1] if idle[1] else float("nan")))
+        if args.retention:
+            deleted = sum(int(m.group(1)) for m in RETAINED.finditer(b.log_path.read_text(errors="replace")))
+            print("  retention:        p50 %.1f ms  p99 %.1f ms  (%d acks; %d segment(s) of the %d MB topic "
+                  "deleted)" % (busy + (deleted, args.dirty_mb)))
+        else:
+            print("  cleaner cleaning: p50 %.1f ms  p99 %.1f ms  (%d acks; %d round(s) of the %d MB topic, "
+                  "%.1f s of cleaning, in the phase)" % (busy + (len(rounds), args.dirty_mb, cleaning_ms / 1000)))
+        print("  p99 ratio second phase/idle: %.2f" % (busy[1] / idle[1] if idle[1] else float("nan")))
     finally:
         b.stop()
 

@@ -586,6 +586,7 @@ impl Partition {
         self.state().records_deleted(outcome.log_start_offset);
         if !outcome.deleted_segments.is_empty() {
             kaas_core::coverage::hit(kaas_core::coverage::Mark::SegmentDeletedByRetention);
+            tracing::info!(topic = %self.topic, partition = self.index, segments = outcome.deleted_segments.len(), log_start = outcome.log_start_offset, "retention deleted segments");
         }
         self.remove_detached(outcome.deleted_segments).await;
         Ok(())
