@@ -106,6 +106,30 @@ pub struct IdempotenceStats {
     pub sequence_errors_after_expiry: u64,
 }
 
+/// How a plain acks=all batch ended when no answer acknowledged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GaveUp {
+    /// Some attempt had a connection to a broker: the batch may be in the
+    /// log, once or more often (Jepsen's "info": indeterminate).
+    Unknown,
+    /// No attempt ever had a connection: the batch cannot be anywhere
+    /// (Jepsen's "fail"), and a read showing one of its records is a
+    /// record nobody sent.
+    NeverSent,
+}
+
+/// The indeterminate and the failed acks=all batches, and what the final
+/// log made of the indeterminate ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutcomeStats {
+    pub batches_unknown: u64,
+    pub records_unknown: u64,
+    /// Of those records, found in the final log.
+    pub unknown_found: u64,
+    pub batches_never_sent: u64,
+    pub records_never_sent: u64,
+}
+
 /// One idempotent batch as its producer built it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotentBatch {
@@ -157,6 +181,11 @@ pub struct History {
     pub low_acks: LowAcksHistory,
     /// What DeleteRecords and retention.ms allow to go from the topic.
     pub retention: RetentionHistory,
+    /// Records of acks=all batches given up with an indeterminate outcome.
+    unknown: BTreeSet<Bytes>,
+    /// Records of acks=all batches no attempt of which reached a broker.
+    never_sent: BTreeSet<Bytes>,
+    outcomes: OutcomeStats,
     /// The partitions' producer expiries, when a test gives them; else
     /// the brokers' record (`kaas_core::coverage::producer_expiries`).
     pub expiries_given: Option<Vec<ProducerExpiry>>,
@@ -215,6 +244,35 @@ impl History {
         self.sent.extend(values.iter().cloned());
     }
 
+    /// A plain acks=all producer gave `values` (one batch) up, unacknowledged.
+    pub fn gave_up(&mut self, values: &[Bytes], how: GaveUp) {
+        let n = values.len() as u64;
+        let set = match how {
+            GaveUp::Unknown => {
+                self.outcomes.batches_unknown += 1;
+                self.outcomes.records_unknown += n;
+                &mut self.unknown
+            }
+            GaveUp::NeverSent => {
+                self.outcomes.batches_never_sent += 1;
+                self.outcomes.records_never_sent += n;
+                &mut self.never_sent
+            }
+        };
+        set.extend(values.iter().cloned());
+    }
+
+    /// The record was never on the wire, or nobody wrote it at all.
+    fn never_written(&self, value: &Bytes) -> Option<&'static str> {
+        if !self.sent.contains(value) {
+            Some("a record nobody sent")
+        } else if self.never_sent.contains(value) {
+            Some("a record of a batch no attempt of which reached a broker")
+        } else {
+            None
+        }
+    }
+
     /// Checks `value` at `(partition, offset)` against every earlier claim
     /// about that offset.
     fn claim(&mut self, partition: i32, offset: i64, value: &Bytes, source: &str) {
@@ -230,9 +288,9 @@ impl History {
                 }
             }
         }
-        if !self.sent.contains(value) {
+        if let Some(what) = self.never_written(value) {
             self.violations.push(format!(
-                "partition {partition} offset {offset}: {source} a record nobody sent: {:?}",
+                "partition {partition} offset {offset}: {source} {what}: {:?}",
                 show(value)
             ));
         }
@@ -455,9 +513,9 @@ impl History {
                 by_offset.insert(*offset, value);
             }
             for (offset, value) in log {
-                if !self.sent.contains(value) {
+                if let Some(what) = self.never_written(value) {
                     violations.push(format!(
-                        "partition {partition} offset {offset}: final log holds a record nobody sent: {:?}",
+                        "partition {partition} offset {offset}: final log holds {what}: {:?}",
                         show(value)
                     ));
                 }
@@ -679,6 +737,21 @@ impl History {
     }
 
     /// What the low-acks rules compared against the final logs.
+    /// The given-up batches, and how many records of the indeterminate
+    /// ones the final log holds.
+    pub fn outcome_stats(&self, logs: &BTreeMap<i32, PartitionLog>) -> OutcomeStats {
+        let found: BTreeSet<&Bytes> = logs
+            .values()
+            .flatten()
+            .map(|(_, v)| v)
+            .filter(|v| self.unknown.contains(*v))
+            .collect();
+        OutcomeStats {
+            unknown_found: found.len() as u64,
+            ..self.outcomes
+        }
+    }
+
     pub fn low_acks_stats(&self, logs: &BTreeMap<i32, PartitionLog>) -> LowAcksStats {
         self.low_acks_check(logs).1
     }
@@ -820,6 +893,49 @@ mod tests {
         let mut h = History::new();
         h.sent(&values.iter().map(|v| b(v)).collect::<Vec<_>>());
         h
+    }
+
+    /// Jepsen's "fail": a batch none of whose attempts had a connection
+    /// to a broker cannot be in any read; one whose outcome is unknown may
+    /// be, and the final log says how many of its records made it.
+    #[test]
+    fn a_batch_that_never_reached_a_broker_is_nowhere_and_an_unknown_one_may_be_anywhere() {
+        let mut h = history_with(&["a", "u", "n"]);
+        h.acked(0, 0, &[b("a")]);
+        h.gave_up(&[b("u")], GaveUp::Unknown);
+        h.gave_up(&[b("n")], GaveUp::NeverSent);
+        let with_unknown = BTreeMap::from([(0, log(&["a", "u"]))]);
+        assert_eq!(h.check_final(1, &with_unknown), Vec::<String>::new());
+        let stats = h.outcome_stats(&with_unknown);
+        assert_eq!(
+            (
+                stats.batches_unknown,
+                stats.unknown_found,
+                stats.batches_never_sent
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(
+            h.outcome_stats(&BTreeMap::from([(0, log(&["a"]))]))
+                .unknown_found,
+            0
+        );
+
+        let with_never_sent = BTreeMap::from([(0, log(&["a", "n"]))]);
+        let v = h.check_final(1, &with_never_sent);
+        assert!(
+            v.iter()
+                .any(|m| m.contains("offset 1: final log holds a record of a batch no attempt")),
+            "{v:?}"
+        );
+        h.fetched(0, 0, 2, &[(1, b("n"))]);
+        assert!(
+            h.violations()
+                .iter()
+                .any(|m| m.contains("offset 1: fetched a record of a batch no attempt")),
+            "{:?}",
+            h.violations()
+        );
     }
 
     #[test]

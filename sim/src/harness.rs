@@ -7,7 +7,7 @@
 //! network, at 10.0.0.1:9092 — an address inside madsim, no real traffic.
 
 use crate::buggify::{Buggifier, BuggifyStats};
-use crate::checker::{History, IdempotenceStats, PartitionLog};
+use crate::checker::{History, IdempotenceStats, OutcomeStats, PartitionLog};
 use crate::cluster_history::ClusterStats;
 use crate::compact_history::CompactStats;
 use crate::env::{SimClock, SimIo};
@@ -191,6 +191,8 @@ pub struct SeedReport {
     pub compact: CompactStats,
     /// What the acks=1 and acks=0 rules compared.
     pub low_acks: LowAcksStats,
+    /// The acks=all batches given up: indeterminate, or never sent.
+    pub outcomes: OutcomeStats,
     /// What the deletion rules compared.
     pub retention: RetentionStats,
     /// What the poll-order rules compared.
@@ -264,6 +266,18 @@ impl SeedReport {
             (
                 "acks=0 records in the final log",
                 self.low_acks.unacknowledged_found,
+            ),
+            (
+                "acks=all batches given up, outcome unknown",
+                self.outcomes.batches_unknown,
+            ),
+            (
+                "of their records, in the final log",
+                self.outcomes.unknown_found,
+            ),
+            (
+                "acks=all batches given up, never sent",
+                self.outcomes.batches_never_sent,
             ),
             (
                 "seeds that delete records",
@@ -1503,6 +1517,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .with_process_kills(seed)
         .with_acks(seed)
         .with_zombie_members(seed)
+        .with_delivery_timeouts(seed)
         .with_txn_timers(seed)
         .with_compression(seed)
         .with_producer_expiry(seed);
@@ -2175,6 +2190,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         eos: eos_history.stats,
         compact: compact_stats,
         low_acks,
+        outcomes: history.outcome_stats(&logs),
         retention: retention_stats,
         polls: poll_stats,
         cluster: cluster.stats,

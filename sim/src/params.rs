@@ -91,6 +91,13 @@ pub struct SimParams {
     /// and member id (`group_member::Zombie`). Drawn by
     /// [`with_zombie_members`](Self::with_zombie_members).
     pub group_zombie_percent: u32,
+    /// Attempts a plain acks=all or acks=1 producer makes at a batch before
+    /// it gives the batch up, as a client does when `delivery.timeout.ms`
+    /// runs out: a batch given up after an attempt reached a broker has an
+    /// unknown outcome, one no attempt of which connected failed
+    /// (`checker::GaveUp`). Drawn by
+    /// [`with_delivery_timeouts`](Self::with_delivery_timeouts).
+    pub plain_produce_attempts: u32,
     /// Transactional producer slots (0: no transactions this seed). Each
     /// writes the transactional topic under its own transactional id.
     pub txn_producers: usize,
@@ -254,6 +261,11 @@ pub const MAX_PRODUCERS: usize = 3;
 /// Largest clock drift of a simulated broker, parts per million.
 pub const MAX_DRIFT_PPM: i64 = 200;
 
+/// A plain producer's attempts at a batch when the seed draws no short
+/// delivery timeout: enough that a batch is given up only if the broker
+/// stays out of reach for the whole run.
+pub const PLAIN_PRODUCE_ATTEMPTS: u32 = 40;
+
 impl SimParams {
     pub fn draw(rng: &mut impl Rng) -> SimParams {
         let group_members = [0, 0, 2, 3, 4][rng.gen_range(0..5)];
@@ -315,6 +327,7 @@ impl SimParams {
             member_lifetime_ms: [None, Some(uptime_ms * 4), Some(uptime_ms * 12)]
                 [rng.gen_range(0..3)],
             group_zombie_percent: 0,
+            plain_produce_attempts: PLAIN_PRODUCE_ATTEMPTS,
             // Drawn last, so the draws above are those of seeds before
             // transactions existed.
             txn_producers: [0, 1, 2][rng.gen_range(0..3)],
@@ -525,6 +538,19 @@ impl SimParams {
     pub fn with_zombie_members(mut self, seed: u64) -> SimParams {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_7a6f_6d62);
         self.group_zombie_percent = [0, 30, 70][rng.gen_range(0..3)];
+        self
+    }
+
+    /// Draws how many attempts a plain producer makes at a batch: in a
+    /// third of the seeds a few, so that batches are given up during the
+    /// faults, with outcomes the checker must treat as unknown (or, with no
+    /// attempt connected, as failed). From an rng of its own seeded by the
+    /// seed, as [`with_roll`](Self::with_roll) does, so that every other
+    /// draw stays as it was.
+    pub fn with_delivery_timeouts(mut self, seed: u64) -> SimParams {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_6465_6c76);
+        self.plain_produce_attempts =
+            [PLAIN_PRODUCE_ATTEMPTS, PLAIN_PRODUCE_ATTEMPTS, 3][rng.gen_range(0..3)];
         self
     }
 

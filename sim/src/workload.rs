@@ -7,14 +7,14 @@
 //! network step has a timeout and every retry a bounded, jittered backoff,
 //! so a dead broker costs time, never a hung run.
 
-use crate::checker::{lso_is_the_high_watermark, History, PartitionLog};
+use crate::checker::{lso_is_the_high_watermark, GaveUp, History, PartitionLog};
 use crate::cluster_history::ClusterHistory;
 use crate::cluster_history::FetchedBatch;
 use crate::compact_history::CompactHistory;
 use crate::eos_history::EosHistory;
 use crate::group_history::GroupHistory;
 use crate::low_acks::Acks;
-use crate::params::SimParams;
+use crate::params::{SimParams, PLAIN_PRODUCE_ATTEMPTS};
 use crate::poll_history::{self, PollHistory, Reading, Seek};
 use crate::retention::{reset_to_earliest, Reset};
 use crate::router::{redirects, Router};
@@ -45,8 +45,6 @@ const PRODUCE_TIMEOUT_MS: i32 = 5_000;
 /// Client-side bound on one request, beyond the broker's own timeout.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// A batch is abandoned (left unacknowledged) after this many attempts.
-const MAX_PRODUCE_ATTEMPTS: u32 = 40;
 /// The shortest pause between an acks=0 producer's batches: with no answer
 /// to wait for, nothing else paces it (a real one is paced by its socket's
 /// buffer, which madsim's never fills).
@@ -415,13 +413,28 @@ pub async fn producer(
             }
         };
         let mut attempts = 0;
+        // Whether any attempt had a connection, so may have been written:
+        // what a batch given up was ([`GaveUp`]).
+        let mut reached = false;
+        let give_up = |reached: bool| {
+            let mut history = shared.history();
+            history.stats.batches_abandoned += 1;
+            if acks == Acks::All {
+                let how = if reached {
+                    GaveUp::Unknown
+                } else {
+                    GaveUp::NeverSent
+                };
+                history.gave_up(&values, how);
+            }
+        };
         loop {
             attempts += 1;
             let Some(leader) = router.leader(partition, &shared).await else {
                 // No live leader known (multi-broker only): ask again.
                 shared.history().stats.produce_errors += 1;
-                if attempts >= MAX_PRODUCE_ATTEMPTS {
-                    shared.history().stats.batches_abandoned += 1;
+                if attempts >= params.plain_produce_attempts {
+                    give_up(reached);
                     break;
                 }
                 backoff.wait().await;
@@ -431,22 +444,29 @@ pub async fn producer(
                 conn = None;
             }
             let addr = leader.addr;
+            let connected = ensure_connected(&mut conn, addr).await.map(|_| ());
+            reached |= connected.is_ok();
             let losses_at_send = {
                 let mut history = shared.history();
                 history.low_acks.attempted(&values);
                 history.low_acks.power_losses()
             };
-            let outcome = match round_trip(&mut conn, addr, &frame).await {
-                Ok(response) => match decode_response(
-                    produce_request::API_KEY,
-                    PRODUCE_VERSION,
-                    correlation_id,
-                    response,
-                ) {
-                    Ok(body) => produce_outcome(body, TOPIC, partition),
-                    Err(e) => Err(RequestError::of(e)),
+            // An attempt without a connection wrote nothing: it must not
+            // connect again inside the round trip, unrecorded.
+            let outcome = match connected {
+                Err(e) => Err(RequestError::Network(e)),
+                Ok(()) => match round_trip(&mut conn, addr, &frame).await {
+                    Ok(response) => match decode_response(
+                        produce_request::API_KEY,
+                        PRODUCE_VERSION,
+                        correlation_id,
+                        response,
+                    ) {
+                        Ok(body) => produce_outcome(body, TOPIC, partition),
+                        Err(e) => Err(RequestError::of(e)),
+                    },
+                    Err(e) => Err(e),
                 },
-                Err(e) => Err(e),
             };
             if let Err(RequestError::Malformed(e)) = &outcome {
                 shared
@@ -494,8 +514,8 @@ pub async fn producer(
                     router.invalidate();
                 }
             }
-            if attempts >= MAX_PRODUCE_ATTEMPTS {
-                shared.history().stats.batches_abandoned += 1;
+            if attempts >= params.plain_produce_attempts {
+                give_up(reached);
                 break;
             }
             shared.history().stats.produce_retries += 1;
@@ -531,7 +551,7 @@ async fn unacknowledged_producer(
             Acks::None,
             params.compression(),
         );
-        for _ in 0..MAX_PRODUCE_ATTEMPTS {
+        for _ in 0..PLAIN_PRODUCE_ATTEMPTS {
             match write_unacknowledged(&mut router, &mut conn, &batch, &body, &shared).await {
                 Ok(()) => {
                     backoff.reset();

@@ -89,6 +89,11 @@ const REQUIRED_COUNTS: &[&str] = &[
     "transactional grant pairs compared",
     "EOS offset observations during a commit",
     "per-epoch files with one writer",
+    // Jepsen's indeterminate and failed operations: batches given up by a
+    // producer with a short delivery budget (`with_delivery_timeouts`).
+    "acks=all batches given up, outcome unknown",
+    "of their records, in the final log",
+    "acks=all batches given up, never sent",
 ];
 /// The seed whose determinism is always checked.
 const DETERMINISM_SEED: u64 = 7;
