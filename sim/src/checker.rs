@@ -66,6 +66,8 @@ pub struct HistoryStats {
     pub records_acked: u64,
     pub produce_errors: u64,
     pub produce_retries: u64,
+    /// Produce requests sent with batches for more than one partition.
+    pub multi_partition_requests: u64,
     pub batches_abandoned: u64,
     pub fetches: u64,
     pub records_fetched: u64,

@@ -971,7 +971,7 @@ impl Instance {
                 Ok(response) => {
                     decode_response(produce_request::API_KEY, version, correlation_id, response)
                         .map_err(RequestError::of)
-                        .and_then(|b| produce_outcome(b, EOS_OUTPUT_TOPIC, partition))
+                        .and_then(|b| produce_outcome(&b, EOS_OUTPUT_TOPIC, partition))
                 }
                 Err(e) => Err(e),
             };

@@ -709,7 +709,7 @@ impl Producer {
             frame,
         )
         .map_err(RequestError::of)
-        .and_then(|body| produce_outcome(body, TOPIC, partition));
+        .and_then(|body| produce_outcome(&body, TOPIC, partition));
         let (code, base_offset) = match outcome {
             Ok(o) => o,
             Err(RequestError::Malformed(e)) | Err(RequestError::Network(e)) => {
@@ -869,7 +869,7 @@ impl Producer {
             frame,
         )
         .map_err(RequestError::of)
-        .and_then(|body| produce_outcome(body, TOPIC, partition));
+        .and_then(|body| produce_outcome(&body, TOPIC, partition));
         match outcome {
             // The partition forgot the producer since the newer epoch
             // wrote (an answer held up longer than the expiration): a

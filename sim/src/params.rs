@@ -98,6 +98,11 @@ pub struct SimParams {
     /// (`checker::GaveUp`). Drawn by
     /// [`with_delivery_timeouts`](Self::with_delivery_timeouts).
     pub plain_produce_attempts: u32,
+    /// Whether a plain producer's request carries batches for several
+    /// partitions of the main topic, as real clients batch them (one
+    /// request per broker), rather than one. Drawn by
+    /// [`with_delivery_timeouts`](Self::with_delivery_timeouts).
+    pub multi_partition_produce: bool,
     /// Transactional producer slots (0: no transactions this seed). Each
     /// writes the transactional topic under its own transactional id.
     pub txn_producers: usize,
@@ -328,6 +333,7 @@ impl SimParams {
                 [rng.gen_range(0..3)],
             group_zombie_percent: 0,
             plain_produce_attempts: PLAIN_PRODUCE_ATTEMPTS,
+            multi_partition_produce: false,
             // Drawn last, so the draws above are those of seeds before
             // transactions existed.
             txn_producers: [0, 1, 2][rng.gen_range(0..3)],
@@ -541,16 +547,18 @@ impl SimParams {
         self
     }
 
-    /// Draws how many attempts a plain producer makes at a batch: in a
-    /// third of the seeds a few, so that batches are given up during the
-    /// faults, with outcomes the checker must treat as unknown (or, with no
-    /// attempt connected, as failed). From an rng of its own seeded by the
-    /// seed, as [`with_roll`](Self::with_roll) does, so that every other
-    /// draw stays as it was.
+    /// Draws how plain producers send: in a third of the seeds they give a
+    /// batch up after a few attempts, so that batches are given up during
+    /// the faults, with outcomes the checker must treat as unknown (or,
+    /// with no attempt connected, as failed); in half of them one request
+    /// carries batches for several partitions. From an rng of its own
+    /// seeded by the seed, as [`with_roll`](Self::with_roll) does, so that
+    /// every other draw stays as it was.
     pub fn with_delivery_timeouts(mut self, seed: u64) -> SimParams {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_6465_6c76);
         self.plain_produce_attempts =
             [PLAIN_PRODUCE_ATTEMPTS, PLAIN_PRODUCE_ATTEMPTS, 3][rng.gen_range(0..3)];
+        self.multi_partition_produce = rng.gen_range(0..2) == 0;
         self
     }
 

@@ -21,13 +21,14 @@ use crate::router::{redirects, Router};
 use crate::txn_history::TxnHistory;
 use bytes::Bytes;
 use kaas_core::compression::MAX_DECOMPRESSED_BATCH_BYTES;
-use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest};
+use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest, ProduceRequest};
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{split_batches, BatchBuilder, Compression, NewRecord, RecordBatch};
 use kaas_net::broker::Isolation;
 use kaas_net::client::{
     decode_response, encode_request, single_partition_produce, ClientError, Connection,
 };
+use madsim::rand::seq::SliceRandom;
 use madsim::rand::{thread_rng, Rng};
 use madsim::time::{sleep, timeout, Instant};
 use std::collections::BTreeMap;
@@ -209,6 +210,7 @@ pub(crate) async fn ensure_connected(
 }
 
 /// Why a request gave nothing usable.
+#[derive(Clone)]
 pub(crate) enum RequestError {
     /// The broker is unreachable, slow or restarting: retry.
     Network(String),
@@ -255,17 +257,43 @@ fn produce_request(
     acks: Acks,
     codec: Compression,
 ) -> RequestBody {
+    single_partition_produce(
+        TOPIC,
+        partition,
+        plain_records(values, now_ms, codec),
+        acks.wire(),
+        PRODUCE_TIMEOUT_MS,
+    )
+}
+
+/// One record batch of `values`, stamped `now_ms`, in the seed's codec.
+fn plain_records(values: &[Bytes], now_ms: i64, codec: Compression) -> Bytes {
     let mut builder = BatchBuilder::new();
     for value in values {
         builder.push(NewRecord::new(now_ms, None, Some(value)));
     }
-    single_partition_produce(
-        TOPIC,
-        partition,
-        compressed(builder.build(), codec).into_bytes(),
-        acks.wire(),
-        PRODUCE_TIMEOUT_MS,
-    )
+    compressed(builder.build(), codec).into_bytes()
+}
+
+/// A produce request of the main topic carrying each of `parts`.
+fn produce_request_of(parts: &[&Part], acks: Acks) -> RequestBody {
+    RequestBody::Produce(ProduceRequest {
+        acks: acks.wire(),
+        timeout_ms: PRODUCE_TIMEOUT_MS,
+        topic_data: vec![produce_request::TopicProduceData {
+            name: TOPIC.into(),
+            partition_data: parts
+                .iter()
+                .map(|part| produce_request::PartitionProduceData {
+                    index: part.partition,
+                    records: Some(part.records.clone()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
 }
 
 /// `batch` compressed with the seed's `codec`. Kafka's four codecs always
@@ -289,7 +317,7 @@ pub(crate) fn is_malformed(e: &ClientError) -> bool {
 /// The (error code, base offset) of the one partition of `topic` a
 /// produce carried.
 pub(crate) fn produce_outcome(
-    body: ResponseBody,
+    body: &ResponseBody,
     topic: &str,
     partition: i32,
 ) -> Result<(i16, i64), RequestError> {
@@ -335,10 +363,23 @@ struct PlainBatch {
 impl PlainBatch {
     /// Draws batch `batch_no` of producer `id` and reports it sent.
     fn next(id: usize, batch_no: u32, params: &SimParams, acks: Acks, shared: &Shared) -> Self {
-        let (partition, count, think) = {
+        let partition = thread_rng().gen_range(0..params.partitions);
+        PlainBatch::on(id, batch_no, partition, params, acks, shared)
+    }
+
+    /// Draws batch `batch_no` of producer `id` for `partition` and reports
+    /// it sent.
+    fn on(
+        id: usize,
+        batch_no: u32,
+        partition: i32,
+        params: &SimParams,
+        acks: Acks,
+        shared: &Shared,
+    ) -> Self {
+        let (count, think) = {
             let mut rng = thread_rng();
             (
-                rng.gen_range(0..params.partitions),
                 rng.gen_range(1..=params.max_records_per_batch),
                 Duration::from_millis(rng.gen_range(0..=params.producer_think_ms)),
             )
@@ -362,12 +403,34 @@ impl PlainBatch {
     }
 }
 
+/// One partition's batch in a plain producer's request: its record batch
+/// is built once, so every attempt sends it with the same bytes.
+struct Part {
+    partition: i32,
+    values: Vec<Bytes>,
+    records: Bytes,
+}
+
+impl Part {
+    fn of(batch: &PlainBatch, codec: Compression) -> Part {
+        Part {
+            partition: batch.partition,
+            values: batch.values.clone(),
+            records: plain_records(&batch.values, crate::env::wall_ms(), codec),
+        }
+    }
+}
+
 /// Produces batches of uniquely named records until told to stop, at the
 /// acks level the seed drew for slot `id`. At acks=all and acks=1 it
-/// retries each batch with the exact same request bytes until acknowledged
-/// or abandoned (as Kafka's producer retries at either level); without
+/// retries each batch with the exact same batch bytes until acknowledged
+/// or given up (as Kafka's producer retries at either level); without
 /// idempotence a retry after a lost response may append the batch twice,
-/// which the checker allows. At acks=0 see [`unacknowledged_producer`].
+/// which the checker allows. In seeds that draw multi-partition requests
+/// (`SimParams::multi_partition_produce`) one request carries batches for
+/// several partitions, as real clients send them; each partition's answer
+/// stands on its own, and a retry carries only the partitions not yet
+/// answered. At acks=0 see [`unacknowledged_producer`].
 pub async fn producer(
     id: usize,
     params: SimParams,
@@ -383,58 +446,46 @@ pub async fn producer(
     let mut backoff = Backoff::new();
     let mut batch_no: u32 = 0;
     while !shared.stop_producing.load(Ordering::Relaxed) {
-        let PlainBatch {
-            partition,
-            values,
-            think,
-        } = PlainBatch::next(id, batch_no, &params, acks, &shared);
+        let first = PlainBatch::next(id, batch_no, &params, acks, &shared);
         let correlation_id = batch_no as i32;
         batch_no += 1;
-        let body = produce_request(
-            partition,
-            &values,
-            crate::env::wall_ms(),
-            acks,
-            params.compression(),
-        );
-        let frame = match encode_request(
-            produce_request::API_KEY,
-            PRODUCE_VERSION,
-            correlation_id,
-            Some("sim-producer"),
-            &body,
-        ) {
-            Ok(f) => f,
-            Err(e) => {
-                shared.history().violation(format!(
-                    "producer {id}: cannot encode a produce request: {e}"
-                ));
-                return;
+        let mut parts = vec![Part::of(&first, params.compression())];
+        if params.multi_partition_produce {
+            for partition in other_partitions(first.partition, params.partitions) {
+                let batch = PlainBatch::on(id, batch_no, partition, &params, acks, &shared);
+                batch_no += 1;
+                parts.push(Part::of(&batch, params.compression()));
             }
-        };
+        }
+        let mut pending: Vec<&Part> = parts.iter().collect();
         let mut attempts = 0;
         // Whether any attempt had a connection, so may have been written:
-        // what a batch given up was ([`GaveUp`]).
+        // what a batch given up was ([`GaveUp`]). Every attempt carries
+        // every pending part, so one flag serves them all.
         let mut reached = false;
-        let give_up = |reached: bool| {
+        let give_up = |pending: &[&Part], reached: bool| {
             let mut history = shared.history();
-            history.stats.batches_abandoned += 1;
-            if acks == Acks::All {
-                let how = if reached {
-                    GaveUp::Unknown
-                } else {
-                    GaveUp::NeverSent
-                };
-                history.gave_up(&values, how);
+            for part in pending {
+                history.stats.batches_abandoned += 1;
+                if acks == Acks::All {
+                    let how = if reached {
+                        GaveUp::Unknown
+                    } else {
+                        GaveUp::NeverSent
+                    };
+                    history.gave_up(&part.values, how);
+                }
             }
         };
-        loop {
+        while let Some(lead) = pending.first().map(|p| p.partition) {
             attempts += 1;
-            let Some(leader) = router.leader(partition, &shared).await else {
+            // Sent to the first pending partition's leader: a partition it
+            // does not lead is answered NOT_LEADER_OR_FOLLOWER and retried.
+            let Some(leader) = router.leader(lead, &shared).await else {
                 // No live leader known (multi-broker only): ask again.
                 shared.history().stats.produce_errors += 1;
                 if attempts >= params.plain_produce_attempts {
-                    give_up(reached);
+                    give_up(&pending, reached);
                     break;
                 }
                 backoff.wait().await;
@@ -448,81 +499,128 @@ pub async fn producer(
             reached |= connected.is_ok();
             let losses_at_send = {
                 let mut history = shared.history();
-                history.low_acks.attempted(&values);
+                if connected.is_ok() && pending.len() > 1 {
+                    history.stats.multi_partition_requests += 1;
+                }
+                for part in &pending {
+                    history.low_acks.attempted(&part.values);
+                }
                 history.low_acks.power_losses()
+            };
+            let frame = match encode_request(
+                produce_request::API_KEY,
+                PRODUCE_VERSION,
+                correlation_id,
+                Some("sim-producer"),
+                &produce_request_of(&pending, acks),
+            ) {
+                Ok(f) => f,
+                Err(e) => {
+                    shared.history().violation(format!(
+                        "producer {id}: cannot encode a produce request: {e}"
+                    ));
+                    return;
+                }
             };
             // An attempt without a connection wrote nothing: it must not
             // connect again inside the round trip, unrecorded.
-            let outcome = match connected {
+            let answer = match connected {
                 Err(e) => Err(RequestError::Network(e)),
                 Ok(()) => match round_trip(&mut conn, addr, &frame).await {
-                    Ok(response) => match decode_response(
+                    Ok(response) => decode_response(
                         produce_request::API_KEY,
                         PRODUCE_VERSION,
                         correlation_id,
                         response,
-                    ) {
-                        Ok(body) => produce_outcome(body, TOPIC, partition),
-                        Err(e) => Err(RequestError::of(e)),
-                    },
+                    )
+                    .map_err(RequestError::of),
                     Err(e) => Err(e),
                 },
             };
-            if let Err(RequestError::Malformed(e)) = &outcome {
-                shared
-                    .history()
-                    .violation(format!("producer {id}: malformed produce response: {e}"));
-                conn = None;
+            if let Err(e) = &answer {
+                if let RequestError::Malformed(e) = e {
+                    shared
+                        .history()
+                        .violation(format!("producer {id}: malformed produce response: {e}"));
+                    conn = None;
+                }
+                router.invalidate();
             }
-            match outcome {
-                Ok((0, base_offset)) if acks == Acks::Leader => {
-                    // Appended, not yet durable: no claim on the offset.
-                    shared.history().low_acks.leader_acked(
-                        partition,
-                        base_offset,
-                        &values,
-                        losses_at_send,
-                    );
-                    backoff.reset();
-                    break;
+            let mut retry = Vec::new();
+            for part in pending {
+                let partition = part.partition;
+                let outcome = match &answer {
+                    Ok(body) => produce_outcome(body, TOPIC, partition),
+                    Err(e) => Err(e.clone()),
+                };
+                if let (Ok(_), Err(RequestError::Malformed(e))) = (&answer, &outcome) {
+                    shared
+                        .history()
+                        .violation(format!("producer {id}: malformed produce response: {e}"));
+                    conn = None;
                 }
-                Ok((0, base_offset)) => {
-                    shared.history().acked(partition, base_offset, &values);
-                    if router.multi() {
-                        shared
-                            .cluster()
-                            .acked(partition, base_offset, leader.broker, false);
+                match outcome {
+                    Ok((0, base_offset)) if acks == Acks::Leader => {
+                        // Appended, not yet durable: no claim on the offset.
+                        shared.history().low_acks.leader_acked(
+                            partition,
+                            base_offset,
+                            &part.values,
+                            losses_at_send,
+                        );
                     }
-                    backoff.reset();
-                    break;
-                }
-                Ok((code, _)) if retriable(code) => {
-                    shared.history().stats.produce_errors += 1;
-                    if router.multi() && redirects(code) {
-                        shared.cluster().redirected();
-                        router.invalidate();
+                    Ok((0, base_offset)) => {
+                        shared.history().acked(partition, base_offset, &part.values);
+                        if router.multi() {
+                            shared
+                                .cluster()
+                                .acked(partition, base_offset, leader.broker, false);
+                        }
+                    }
+                    Ok((code, _)) if retriable(code) => {
+                        shared.history().stats.produce_errors += 1;
+                        if router.multi() && redirects(code) {
+                            shared.cluster().redirected();
+                            router.invalidate();
+                        }
+                        retry.push(part);
+                    }
+                    Ok((code, _)) => {
+                        shared.history().violation(format!(
+                            "producer {id}: produce of batch {correlation_id} to partition {partition} failed with non-retriable error {code}"
+                        ));
+                    }
+                    Err(_) => {
+                        shared.history().stats.produce_errors += 1;
+                        retry.push(part);
                     }
                 }
-                Ok((code, _)) => {
-                    shared.history().violation(format!(
-                        "producer {id}: produce of batch {correlation_id} failed with non-retriable error {code}"
-                    ));
-                    break;
-                }
-                Err(_) => {
-                    shared.history().stats.produce_errors += 1;
-                    router.invalidate();
-                }
+            }
+            pending = retry;
+            if pending.is_empty() {
+                backoff.reset();
+                break;
             }
             if attempts >= params.plain_produce_attempts {
-                give_up(reached);
+                give_up(&pending, reached);
                 break;
             }
             shared.history().stats.produce_retries += 1;
             backoff.wait().await;
         }
-        sleep(think).await;
+        sleep(first.think).await;
     }
+}
+
+/// The partitions besides `first` a multi-partition request also
+/// carries: a random subset of the others, possibly none.
+fn other_partitions(first: i32, partitions: i32) -> Vec<i32> {
+    let mut rng = thread_rng();
+    let mut others: Vec<i32> = (0..partitions).filter(|p| *p != first).collect();
+    others.shuffle(&mut rng);
+    let keep = rng.gen_range(0..=others.len());
+    others.truncate(keep);
+    others
 }
 
 /// A plain producer at acks=0: writes each batch once to its partition's

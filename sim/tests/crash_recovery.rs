@@ -94,6 +94,8 @@ const REQUIRED_COUNTS: &[&str] = &[
     "acks=all batches given up, outcome unknown",
     "of their records, in the final log",
     "acks=all batches given up, never sent",
+    // Batches for several partitions in one request (`workload::producer`).
+    "produce requests for several partitions",
 ];
 /// The seed whose determinism is always checked.
 const DETERMINISM_SEED: u64 = 7;
