@@ -98,6 +98,11 @@ pub struct IdempotenceStats {
     /// Unacknowledged batches given up at a reset.
     pub batches_abandoned: u64,
     pub pids_granted: u64,
+    /// Successful InitProducerId answers the producer treated as lost and
+    /// asked again; their ids count as handed out.
+    pub inits_lost: u64,
+    /// InitProducerId requests sent and never answered.
+    pub inits_unknown: u64,
     /// Retries appended a second time because their partition forgot the
     /// producer in between (`producer.id.expiration.ms`), as in Kafka.
     pub appended_again_after_expiry: u64,

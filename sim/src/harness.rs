@@ -311,6 +311,14 @@ impl SeedReport {
                 self.polls.seeks_back,
             ),
             ("idempotent resends", self.idem.resends),
+            (
+                "InitProducerId answers treated as lost",
+                self.idem.inits_lost,
+            ),
+            (
+                "InitProducerId requests never answered",
+                self.idem.inits_unknown,
+            ),
             ("duplicates confirmed", self.idem.duplicates_confirmed),
             (
                 "late old-epoch batches refused",

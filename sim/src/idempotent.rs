@@ -469,7 +469,9 @@ impl Producer {
         let Some((&broker, conn)) = self.conns.iter_mut().next() else {
             return;
         };
-        let answer = match conn.send(&frame).await {
+        let sent = conn.send(&frame).await;
+        let was_sent = sent.is_ok();
+        let answer = match sent {
             Ok(()) => timeout(REQUEST_TIMEOUT, conn.recv()).await,
             Err(e) => Ok(Err(e)),
         };
@@ -479,7 +481,14 @@ impl Producer {
                 self.violation(format!("malformed InitProducerId answer: {e}"));
                 return self.connection_lost(broker).await;
             }
-            _ => return self.connection_lost(broker).await,
+            _ => {
+                // Sent, never answered: the broker may have handed out an
+                // id nobody will learn (Jepsen's "info").
+                if was_sent {
+                    self.shared.history().idem.inits_unknown += 1;
+                }
+                return self.connection_lost(broker).await;
+            }
         };
         let decoded = decode_response(
             init_producer_id_request::API_KEY,
@@ -494,12 +503,21 @@ impl Producer {
                     pid = r.producer_id,
                     "producer id granted"
                 );
-                if !std::mem::replace(&mut self.granted_once, true) {
-                    self.first_incarnation = Some(self.shared.incarnation());
-                }
+                // The grant is the broker's whether or not its answer
+                // arrives: an id handed out in a lost answer must never be
+                // handed out again either.
                 self.shared
                     .history()
                     .pid_granted(self.id, r.producer_id, r.producer_epoch);
+                if percent(self.params.lose_answer_percent) {
+                    // Treated as lost, as a client whose request timed out
+                    // just before the answer came: it asks again.
+                    self.shared.history().idem.inits_lost += 1;
+                    return self.connection_lost(broker).await;
+                }
+                if !std::mem::replace(&mut self.granted_once, true) {
+                    self.first_incarnation = Some(self.shared.incarnation());
+                }
                 self.session = Some((r.producer_id, r.producer_epoch));
                 for lane in &mut self.lanes {
                     lane.next_seq = 0;

@@ -96,6 +96,9 @@ const REQUIRED_COUNTS: &[&str] = &[
     "acks=all batches given up, never sent",
     // Batches for several partitions in one request (`workload::producer`).
     "produce requests for several partitions",
+    // InitProducerId outcomes the producer never learned (`idempotent`).
+    "InitProducerId answers treated as lost",
+    "InitProducerId requests never answered",
 ];
 /// The seed whose determinism is always checked.
 const DETERMINISM_SEED: u64 = 7;
