@@ -56,6 +56,11 @@ crate::named_enum! {
         RetryAppendedAgain,
         /// Produce with acks=all answers before the batch is durable.
         AckedBeforeDurable,
+        /// Produce with acks=all waits for the first partition of a request
+        /// to be durable and answers the others' batches as appended: a
+        /// request with several partitions acknowledges writes a crash can
+        /// still take.
+        OnlyTheFirstPartitionAwaited,
         /// A flush acknowledges what it made durable even though a successor
         /// has claimed the partition: a deposed leader acknowledges writes
         /// nobody will read.

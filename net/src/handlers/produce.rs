@@ -151,7 +151,10 @@ async fn wait_durable(
     let timeout = broker.env.sleep_until(deadline);
     tokio::pin!(timeout);
     let mut timed_out = false;
-    for ((t, p), partition, appended) in pending {
+    for (i, ((t, p), partition, appended)) in pending.into_iter().enumerate() {
+        if i > 0 && planted(Bug::OnlyTheFirstPartitionAwaited) {
+            continue;
+        }
         let durable = partition.wait_durable(appended.end_offset());
         let code = if timed_out {
             // Past the deadline: only what is durable already counts.
