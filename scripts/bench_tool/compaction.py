@@ -65,6 +65,10 @@ def parse_args(argv):
                     help="in the second latency phase delete the big topic by retention (retention.ms "
                          "set to 1) instead of cleaning it: what removing its segments costs a producer "
                          "(use with --segment-mb 1024 for Kafka's default segment size)")
+    ap.add_argument("--live-policy", choices=("compact", "delete"), default="compact",
+                    help="cleanup.policy of the latency producer's own topic (default compact: the "
+                         "cleaner also cleans it, in both phases; delete: the first phase has no "
+                         "cleaning at all, and the second only the big topic's)")
     ap.add_argument("--latency-only", action="store_true",
                     help="skip the disk probe and the throughput part (1.): only the latency phases")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs (CI)")
@@ -235,7 +239,7 @@ def latency(args, work):
                    workdir=work / "latency").start()
     try:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        create(admin, "live", {"cleanup.policy": "compact", "segment.bytes": str(1 << 20)})
+        create(admin, "live", {"cleanup.policy": args.live_policy, "segment.bytes": str(1 << 20)})
         create(admin, "dirty", {"cleanup.policy": "delete", "segment.bytes": str(args.segment_mb << 20)})
         fill(b.bootstrap, "dirty", args.dirty_mb, args.size, args.keys)
         timeline = (lambda phase: "%s-%s.csv" % (args.timeline, phase)) if args.timeline else (lambda phase: None)
