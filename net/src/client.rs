@@ -135,17 +135,32 @@ pub fn single_partition_produce(
     acks: i16,
     timeout_ms: i32,
 ) -> RequestBody {
+    produce_to_partitions(topic, [(partition, records)], acks, timeout_ms)
+}
+
+/// A Produce request for one batch to each of several partitions of
+/// `topic`, (partition, records) in request order, as clients batch them
+/// per broker.
+pub fn produce_to_partitions(
+    topic: &str,
+    batches: impl IntoIterator<Item = (i32, Bytes)>,
+    acks: i16,
+    timeout_ms: i32,
+) -> RequestBody {
     use kaas_core::protocol::messages::{produce_request, ProduceRequest};
     RequestBody::Produce(ProduceRequest {
         acks,
         timeout_ms,
         topic_data: vec![produce_request::TopicProduceData {
             name: topic.into(),
-            partition_data: vec![produce_request::PartitionProduceData {
-                index: partition,
-                records: Some(records),
-                ..Default::default()
-            }],
+            partition_data: batches
+                .into_iter()
+                .map(|(index, records)| produce_request::PartitionProduceData {
+                    index,
+                    records: Some(records),
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         }],
         ..Default::default()

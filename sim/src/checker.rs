@@ -130,11 +130,9 @@ pub enum GaveUp {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutcomeStats {
     pub batches_unknown: u64,
-    pub records_unknown: u64,
-    /// Of those records, found in the final log.
+    /// Records of those batches found in the final log.
     pub unknown_found: u64,
     pub batches_never_sent: u64,
-    pub records_never_sent: u64,
 }
 
 /// One idempotent batch as its producer built it.
@@ -253,16 +251,13 @@ impl History {
 
     /// A plain acks=all producer gave `values` (one batch) up, unacknowledged.
     pub fn gave_up(&mut self, values: &[Bytes], how: GaveUp) {
-        let n = values.len() as u64;
         let set = match how {
             GaveUp::Unknown => {
                 self.outcomes.batches_unknown += 1;
-                self.outcomes.records_unknown += n;
                 &mut self.unknown
             }
             GaveUp::NeverSent => {
                 self.outcomes.batches_never_sent += 1;
-                self.outcomes.records_never_sent += n;
                 &mut self.never_sent
             }
         };
@@ -743,7 +738,6 @@ impl History {
         violations
     }
 
-    /// What the low-acks rules compared against the final logs.
     /// The given-up batches, and how many records of the indeterminate
     /// ones the final log holds.
     pub fn outcome_stats(&self, logs: &BTreeMap<i32, PartitionLog>) -> OutcomeStats {
@@ -759,6 +753,7 @@ impl History {
         }
     }
 
+    /// What the low-acks rules compared against the final logs.
     pub fn low_acks_stats(&self, logs: &BTreeMap<i32, PartitionLog>) -> LowAcksStats {
         self.low_acks_check(logs).1
     }

@@ -1534,7 +1534,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         .with_process_kills(seed)
         .with_acks(seed)
         .with_zombie_members(seed)
-        .with_delivery_timeouts(seed)
+        .with_plain_requests(seed)
         .with_txn_timers(seed)
         .with_compression(seed)
         .with_producer_expiry(seed);

@@ -96,12 +96,12 @@ pub struct SimParams {
     /// runs out: a batch given up after an attempt reached a broker has an
     /// unknown outcome, one no attempt of which connected failed
     /// (`checker::GaveUp`). Drawn by
-    /// [`with_delivery_timeouts`](Self::with_delivery_timeouts).
+    /// [`with_plain_requests`](Self::with_plain_requests).
     pub plain_produce_attempts: u32,
     /// Whether a plain producer's request carries batches for several
     /// partitions of the main topic, as real clients batch them (one
     /// request per broker), rather than one. Drawn by
-    /// [`with_delivery_timeouts`](Self::with_delivery_timeouts).
+    /// [`with_plain_requests`](Self::with_plain_requests).
     pub multi_partition_produce: bool,
     /// Transactional producer slots (0: no transactions this seed). Each
     /// writes the transactional topic under its own transactional id.
@@ -554,7 +554,7 @@ impl SimParams {
     /// carries batches for several partitions. From an rng of its own
     /// seeded by the seed, as [`with_roll`](Self::with_roll) does, so that
     /// every other draw stays as it was.
-    pub fn with_delivery_timeouts(mut self, seed: u64) -> SimParams {
+    pub fn with_plain_requests(mut self, seed: u64) -> SimParams {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x6b61_6173_6465_6c76);
         self.plain_produce_attempts =
             [PLAIN_PRODUCE_ATTEMPTS, PLAIN_PRODUCE_ATTEMPTS, 3][rng.gen_range(0..3)];

@@ -21,12 +21,12 @@ use crate::router::{redirects, Router};
 use crate::txn_history::TxnHistory;
 use bytes::Bytes;
 use kaas_core::compression::MAX_DECOMPRESSED_BATCH_BYTES;
-use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest, ProduceRequest};
+use kaas_core::protocol::messages::{fetch_request, produce_request, FetchRequest};
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{split_batches, BatchBuilder, Compression, NewRecord, RecordBatch};
 use kaas_net::broker::Isolation;
 use kaas_net::client::{
-    decode_response, encode_request, single_partition_produce, ClientError, Connection,
+    decode_response, encode_request, produce_to_partitions, ClientError, Connection,
 };
 use madsim::rand::seq::SliceRandom;
 use madsim::rand::{thread_rng, Rng};
@@ -250,50 +250,16 @@ pub(crate) async fn round_trip(
     result
 }
 
-fn produce_request(
-    partition: i32,
-    values: &[Bytes],
-    now_ms: i64,
-    acks: Acks,
-    codec: Compression,
-) -> RequestBody {
-    single_partition_produce(
+/// A produce request of the main topic carrying each of `parts`.
+fn produce_request(parts: &[&Part], acks: Acks) -> RequestBody {
+    produce_to_partitions(
         TOPIC,
-        partition,
-        plain_records(values, now_ms, codec),
+        parts
+            .iter()
+            .map(|part| (part.partition, part.records.clone())),
         acks.wire(),
         PRODUCE_TIMEOUT_MS,
     )
-}
-
-/// One record batch of `values`, stamped `now_ms`, in the seed's codec.
-fn plain_records(values: &[Bytes], now_ms: i64, codec: Compression) -> Bytes {
-    let mut builder = BatchBuilder::new();
-    for value in values {
-        builder.push(NewRecord::new(now_ms, None, Some(value)));
-    }
-    compressed(builder.build(), codec).into_bytes()
-}
-
-/// A produce request of the main topic carrying each of `parts`.
-fn produce_request_of(parts: &[&Part], acks: Acks) -> RequestBody {
-    RequestBody::Produce(ProduceRequest {
-        acks: acks.wire(),
-        timeout_ms: PRODUCE_TIMEOUT_MS,
-        topic_data: vec![produce_request::TopicProduceData {
-            name: TOPIC.into(),
-            partition_data: parts
-                .iter()
-                .map(|part| produce_request::PartitionProduceData {
-                    index: part.partition,
-                    records: Some(part.records.clone()),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    })
 }
 
 /// `batch` compressed with the seed's `codec`. Kafka's four codecs always
@@ -412,11 +378,17 @@ struct Part {
 }
 
 impl Part {
+    /// `batch` as one record batch, stamped now (no await since
+    /// [`PlainBatch::on`] stamped it for retention), in the seed's codec.
     fn of(batch: &PlainBatch, codec: Compression) -> Part {
+        let mut builder = BatchBuilder::new();
+        for value in &batch.values {
+            builder.push(NewRecord::new(crate::env::wall_ms(), None, Some(value)));
+        }
         Part {
             partition: batch.partition,
             values: batch.values.clone(),
-            records: plain_records(&batch.values, crate::env::wall_ms(), codec),
+            records: compressed(builder.build(), codec).into_bytes(),
         }
     }
 }
@@ -512,7 +484,7 @@ pub async fn producer(
                 PRODUCE_VERSION,
                 correlation_id,
                 Some("sim-producer"),
-                &produce_request_of(&pending, acks),
+                &produce_request(&pending, acks),
             ) {
                 Ok(f) => f,
                 Err(e) => {
@@ -642,13 +614,7 @@ async fn unacknowledged_producer(
     while !shared.stop_producing.load(Ordering::Relaxed) {
         let batch = PlainBatch::next(id, batch_no, &params, Acks::None, &shared);
         batch_no += 1;
-        let body = produce_request(
-            batch.partition,
-            &batch.values,
-            crate::env::wall_ms(),
-            Acks::None,
-            params.compression(),
-        );
+        let body = produce_request(&[&Part::of(&batch, params.compression())], Acks::None);
         for _ in 0..PLAIN_PRODUCE_ATTEMPTS {
             match write_unacknowledged(&mut router, &mut conn, &batch, &body, &shared).await {
                 Ok(()) => {

@@ -90,7 +90,7 @@ const REQUIRED_COUNTS: &[&str] = &[
     "EOS offset observations during a commit",
     "per-epoch files with one writer",
     // Jepsen's indeterminate and failed operations: batches given up by a
-    // producer with a short delivery budget (`with_delivery_timeouts`).
+    // producer with a short delivery budget (`with_plain_requests`).
     "acks=all batches given up, outcome unknown",
     "of their records, in the final log",
     "acks=all batches given up, never sent",
