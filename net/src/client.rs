@@ -147,22 +147,37 @@ pub fn produce_to_partitions(
     acks: i16,
     timeout_ms: i32,
 ) -> RequestBody {
+    produce_to_topics([(topic, batches.into_iter().collect())], acks, timeout_ms)
+}
+
+/// A Produce request for several topics at once, each with its
+/// (partition, records) batches, topics and partitions in request order:
+/// what a client sends a broker that leads partitions of more than one
+/// topic it writes.
+pub fn produce_to_topics<'a>(
+    topics: impl IntoIterator<Item = (&'a str, Vec<(i32, Bytes)>)>,
+    acks: i16,
+    timeout_ms: i32,
+) -> RequestBody {
     use kaas_core::protocol::messages::{produce_request, ProduceRequest};
     RequestBody::Produce(ProduceRequest {
         acks,
         timeout_ms,
-        topic_data: vec![produce_request::TopicProduceData {
-            name: topic.into(),
-            partition_data: batches
-                .into_iter()
-                .map(|(index, records)| produce_request::PartitionProduceData {
-                    index,
-                    records: Some(records),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
+        topic_data: topics
+            .into_iter()
+            .map(|(topic, batches)| produce_request::TopicProduceData {
+                name: topic.into(),
+                partition_data: batches
+                    .into_iter()
+                    .map(|(index, records)| produce_request::PartitionProduceData {
+                        index,
+                        records: Some(records),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
     })
 }

@@ -68,6 +68,9 @@ pub struct HistoryStats {
     pub produce_retries: u64,
     /// Produce requests sent with batches for more than one partition.
     pub multi_partition_requests: u64,
+    /// Produce requests sent with batches for both [`TOPIC`] and
+    /// [`TWIN_TOPIC`] (counted in the main topic's history).
+    pub multi_topic_requests: u64,
     pub batches_abandoned: u64,
     pub fetches: u64,
     pub records_fetched: u64,
@@ -200,6 +203,14 @@ pub struct History {
 /// producer, consumer and group member uses it; auto-created by the first
 /// Produce.
 pub const TOPIC: &str = "sim";
+
+/// The main topic's twin, in seeds that draw it (`SimParams::twin_topic`):
+/// the plain producers' requests carry batches for it beside [`TOPIC`]'s,
+/// as a client's request to a broker carries every topic that broker
+/// leads for it, and a [`History`] of its own holds it to the same rules.
+/// Auto-created by the first Produce with the broker's defaults, so it
+/// has [`TOPIC`]'s partition count and nothing is deleted from it.
+pub const TWIN_TOPIC: &str = "simtwin";
 
 /// Why a value does not map to a record we sent.
 fn show(value: &Bytes) -> String {

@@ -34,7 +34,7 @@ use crate::params::SimParams;
 use crate::poll_history::{ConsumerId, Reading, Seek};
 use crate::retention::{reset_to_earliest, Reset};
 use crate::routes::{self, Routes};
-use crate::workload::{polling, Backoff, Floors, RequestError, Shared, TOPIC};
+use crate::workload::{polling, Backoff, Floors, PlainTopic, RequestError, Shared, TOPIC};
 use bytes::{Bytes, BytesMut};
 use kaas_core::protocol::messages::{
     consumer_protocol_assignment, describe_groups_request, find_coordinator_request,
@@ -863,7 +863,7 @@ async fn fetch_round(
     name: &str,
     me: ConsumerId,
 ) -> Option<FetchRound> {
-    let floors = Floors::now(positions, shared);
+    let floors = Floors::now(PlainTopic::Main, positions, shared);
     let fetched = match routes.fetch(positions, wait_ms, shared).await {
         Ok(f) => f,
         Err(e) => {

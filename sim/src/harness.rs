@@ -9,6 +9,7 @@
 use crate::buggify::{Buggifier, BuggifyStats};
 use crate::checker::{History, IdempotenceStats, OutcomeStats, PartitionLog};
 use crate::cluster_history::ClusterStats;
+use crate::cluster_history::FetchedBatch;
 use crate::compact_history::CompactStats;
 use crate::env::{SimClock, SimIo};
 use crate::eos_history::EosStats;
@@ -21,7 +22,7 @@ use crate::poll_history::{FinalLogs, PollStats};
 use crate::retention_history::RetentionStats;
 use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
-use crate::workload::{self, Shared};
+use crate::workload::{self, PlainTopic, Shared, TWIN_TOPIC};
 use crate::writers::{self, WriterStats};
 use crate::{compact, eos, eos_input, eos_observer, group_member, idempotent, retention, txn};
 use kaas_core::cluster::membership::LeaseBounds;
@@ -51,6 +52,9 @@ pub const BROKER_ADDR: SocketAddr = SocketAddr::new(BROKER_IP, 9092);
 
 /// A seed must acknowledge at least this many records to count.
 pub const MIN_ACKED_RECORDS: usize = 100;
+/// A seed that draws the twin topic must acknowledge this many of its
+/// records to count.
+pub const MIN_TWIN_ACKED_RECORDS: usize = 20;
 /// ... this many idempotent batches, if it has idempotent producers;
 pub const MIN_IDEMPOTENT_BATCHES: u64 = 20;
 /// ... and this many retries the broker answered as duplicates;
@@ -184,6 +188,10 @@ pub struct SeedReport {
     pub batches_abandoned: u64,
     pub produce_errors: u64,
     pub multi_partition_requests: u64,
+    /// Produce requests that carried batches for [`TWIN_TOPIC`] too.
+    pub multi_topic_requests: u64,
+    /// Records of [`TWIN_TOPIC`] acknowledged, each checked in its final log.
+    pub twin_records_acked: usize,
     pub records_fetched: u64,
     pub final_records: usize,
     pub duplicates: usize,
@@ -275,6 +283,11 @@ impl SeedReport {
             (
                 "produce requests for several partitions",
                 self.multi_partition_requests,
+            ),
+            ("produce requests for two topics", self.multi_topic_requests),
+            (
+                "records of the twin topic acknowledged",
+                count(self.twin_records_acked),
             ),
             (
                 "acks=all batches given up, outcome unknown",
@@ -1062,7 +1075,9 @@ async fn crash_and_restart(
     } else {
         // Counted before the volume drops anything: an acks=1 record sent
         // before this may be lost, one sent after may not.
-        shared.history().low_acks.power_lost();
+        for plain in [PlainTopic::Main, PlainTopic::Twin] {
+            shared.history_of(plain).low_acks.power_lost();
+        }
         let torn = mid_write || thread_rng().gen_range(0..100) < params.torn_percent;
         let report: CrashReport = if mid_write {
             volume.crash_tearing_last_writes(&mut thread_rng())
@@ -1365,6 +1380,56 @@ pub struct ClaimStats {
     pub releases: u64,
 }
 
+/// The final read of `plain` (each partition from its leader with several
+/// brokers): its logs, and with several brokers its batches with their
+/// leader epochs. A failure is one of `problems`, and the logs are empty.
+async fn read_plain_topic(
+    plain: PlainTopic,
+    params: SimParams,
+    client: &madsim::runtime::NodeHandle,
+    brokers: &[SocketAddr],
+    shared: &Arc<Shared>,
+    deadline: Duration,
+    problems: &mut Vec<String>,
+) -> (
+    BTreeMap<i32, PartitionLog>,
+    BTreeMap<i32, Vec<FetchedBatch>>,
+) {
+    let read = if params.multi_broker() {
+        client
+            .spawn(workload::read_everything_routed(
+                params,
+                plain,
+                brokers.to_vec(),
+                shared.clone(),
+                deadline,
+            ))
+            .await
+    } else {
+        client
+            .spawn(workload::read_everything(
+                params,
+                plain,
+                BROKER_ADDR,
+                shared.clone(),
+                deadline,
+            ))
+            .await
+            .map(|r| r.map(|logs| (logs, BTreeMap::new())))
+    };
+    match read {
+        Ok(Ok(read)) => read,
+        Ok(Err(e)) => {
+            problems.push(e);
+            Default::default()
+        }
+        Err(_) => {
+            problems.push(format!("the final reader of {} died", plain.name()));
+            Default::default()
+        }
+    }
+}
+
 /// Every partition's claim files: (partition, epoch) -> the broker that
 /// holds it, and how many takeovers and releases they record.
 fn read_claims(volume: &SimVolume, partitions: i32) -> (BTreeMap<(i32, i32), i32>, ClaimStats) {
@@ -1661,7 +1726,9 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             }
         })
         .collect();
-    shared.history().set_brokers(params.brokers as i32);
+    for plain in [PlainTopic::Main, PlainTopic::Twin] {
+        shared.history_of(plain).set_brokers(params.brokers as i32);
+    }
     shared
         .txns()
         .set_ids_expire(params.txn_id_expiration_ms > 0);
@@ -1843,37 +1910,28 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     } else {
         Default::default()
     };
-    let read = if params.multi_broker() {
-        client
-            .spawn(workload::read_everything_routed(
-                params,
-                brokers.clone(),
-                shared.clone(),
-                step_deadline(),
-            ))
-            .await
-    } else {
-        client
-            .spawn(workload::read_everything(
-                params,
-                BROKER_ADDR,
-                shared.clone(),
-                step_deadline(),
-            ))
-            .await
-            .map(|r| r.map(|logs| (logs, BTreeMap::new())))
-    };
-    let (logs, final_batches) = match read {
-        Ok(Ok(read)) => read,
-        Ok(Err(e)) => {
-            problems.push(e);
-            Default::default()
+    // `sim`, then its twin in the seeds that write one.
+    let mut plain_reads = Vec::new();
+    for plain in [PlainTopic::Main, PlainTopic::Twin] {
+        if plain == PlainTopic::Main || params.twin_topic {
+            let deadline = step_deadline();
+            plain_reads.push(
+                read_plain_topic(
+                    plain,
+                    params,
+                    &client,
+                    &brokers,
+                    &shared,
+                    deadline,
+                    &mut problems,
+                )
+                .await,
+            );
         }
-        Err(_) => {
-            problems.push("the final reader task died".to_string());
-            Default::default()
-        }
-    };
+    }
+    let mut plain_reads = plain_reads.into_iter();
+    let (logs, final_batches) = plain_reads.next().unwrap_or_default();
+    let twin_logs = plain_reads.next().map(|(logs, _)| logs).unwrap_or_default();
     let eos_read = if params.eos {
         match client
             .spawn(eos_observer::final_read(
@@ -2007,6 +2065,14 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             .map(|e| format!("broker: {e}")),
     );
     problems.extend(history.check_final(params.partitions, &logs));
+    let twin = shared.history_of(PlainTopic::Twin);
+    if params.twin_topic {
+        problems.extend(
+            twin.check_final(params.partitions, &twin_logs)
+                .into_iter()
+                .map(|v| format!("{TWIN_TOPIC}: {v}")),
+        );
+    }
     let poll_stats = shared.polls().check_seed(
         &FinalLogs {
             main: &logs,
@@ -2110,6 +2176,13 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             history.acked_records()
         ));
     }
+    // The twin topic gets a share of the main topic's requests' batches.
+    if params.twin_topic && twin.acked_records() < MIN_TWIN_ACKED_RECORDS {
+        vacuous.push(format!(
+            "only {} records of {TWIN_TOPIC} acknowledged (need {MIN_TWIN_ACKED_RECORDS})",
+            twin.acked_records()
+        ));
+    }
     if faults.crashes < MIN_CRASHES {
         vacuous.push(format!("{} crashes (need {MIN_CRASHES})", faults.crashes));
     }
@@ -2206,6 +2279,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         batches_abandoned: history.stats.batches_abandoned,
         produce_errors: history.stats.produce_errors,
         multi_partition_requests: history.stats.multi_partition_requests,
+        multi_topic_requests: history.stats.multi_topic_requests,
+        twin_records_acked: twin.acked_records(),
         records_fetched: history.stats.records_fetched,
         final_records,
         duplicates,
@@ -2243,6 +2318,10 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             if params.compaction.is_some() {
                 // Only then, for the same reason as below.
                 extra.push_str(&format!(" {compact_stats:?}"));
+            }
+            if params.twin_topic {
+                // Only then, for the same reason as below.
+                extra.push_str(&format!(" {}", twin.fingerprint(&twin_logs, "")));
             }
             if params.multi_broker() {
                 // Only then: single-broker fingerprints stay as they were.

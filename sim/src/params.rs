@@ -103,6 +103,12 @@ pub struct SimParams {
     /// request per broker), rather than one. Drawn by
     /// [`with_plain_requests`](Self::with_plain_requests).
     pub multi_partition_produce: bool,
+    /// Whether those requests also carry batches for partitions of the
+    /// main topic's twin (`checker::TWIN_TOPIC`), checked by a history of
+    /// its own: several topics in one request under the main checker.
+    /// Only in seeds with multi-partition requests. Drawn by
+    /// [`with_plain_requests`](Self::with_plain_requests).
+    pub twin_topic: bool,
     /// Transactional producer slots (0: no transactions this seed). Each
     /// writes the transactional topic under its own transactional id.
     pub txn_producers: usize,
@@ -334,6 +340,7 @@ impl SimParams {
             group_zombie_percent: 0,
             plain_produce_attempts: PLAIN_PRODUCE_ATTEMPTS,
             multi_partition_produce: false,
+            twin_topic: false,
             // Drawn last, so the draws above are those of seeds before
             // transactions existed.
             txn_producers: [0, 1, 2][rng.gen_range(0..3)],
@@ -551,7 +558,8 @@ impl SimParams {
     /// batch up after a few attempts, so that batches are given up during
     /// the faults, with outcomes the checker must treat as unknown (or,
     /// with no attempt connected, as failed); in half of them one request
-    /// carries batches for several partitions. From an rng of its own
+    /// carries batches for several partitions, and in half of those also
+    /// for partitions of a second topic. From an rng of its own
     /// seeded by the seed, as [`with_roll`](Self::with_roll) does, so that
     /// every other draw stays as it was.
     pub fn with_plain_requests(mut self, seed: u64) -> SimParams {
@@ -559,6 +567,12 @@ impl SimParams {
         self.plain_produce_attempts =
             [PLAIN_PRODUCE_ATTEMPTS, PLAIN_PRODUCE_ATTEMPTS, 3][rng.gen_range(0..3)];
         self.multi_partition_produce = rng.gen_range(0..2) == 0;
+        // Drawn after the others, so that they stay as they were. Only
+        // producers that wait for answers send several partitions at once.
+        let twin = rng.gen_range(0..2) == 0;
+        self.twin_topic = twin
+            && self.multi_partition_produce
+            && (self.runs_plain_at(Acks::All) || self.runs_plain_at(Acks::Leader));
         self
     }
 
@@ -639,6 +653,25 @@ mod tests {
                 )
             })
             .count()
+    }
+
+    #[test]
+    fn the_twin_topic_rides_on_multi_partition_requests_of_producers_that_wait() {
+        let drawn: Vec<SimParams> = (0..300)
+            .map(|s| {
+                SimParams::draw(&mut SmallRng::seed_from_u64(s))
+                    .with_acks(s)
+                    .with_plain_requests(s)
+            })
+            .collect();
+        let twins: Vec<&SimParams> = drawn.iter().filter(|p| p.twin_topic).collect();
+        assert!(
+            (25..=90).contains(&twins.len()),
+            "{} of 300 seeds write the twin topic",
+            twins.len()
+        );
+        assert!(twins.iter().all(|p| p.multi_partition_produce
+            && (p.runs_plain_at(Acks::All) || p.runs_plain_at(Acks::Leader))));
     }
 
     #[test]

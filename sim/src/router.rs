@@ -77,6 +77,11 @@ impl Router {
         &self.client
     }
 
+    /// The topic whose partitions it routes.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
     /// The address of broker `id`.
     pub fn addr_of(&self, id: i32) -> Option<SocketAddr> {
         usize::try_from(id)

@@ -409,6 +409,7 @@ impl Routes {
             return fetch_once(
                 self.conn(addr),
                 addr,
+                TOPIC,
                 positions,
                 max_wait_ms,
                 Isolation::ReadUncommitted,
@@ -432,6 +433,7 @@ impl Routes {
             match fetch_at_epochs(
                 self.conn(addr),
                 addr,
+                TOPIC,
                 &asked,
                 &epochs,
                 max_wait_ms,

@@ -26,7 +26,7 @@ use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{split_batches, BatchBuilder, Compression, NewRecord, RecordBatch};
 use kaas_net::broker::Isolation;
 use kaas_net::client::{
-    decode_response, encode_request, produce_to_partitions, ClientError, Connection,
+    decode_response, encode_request, produce_to_topics, ClientError, Connection,
 };
 use madsim::rand::seq::SliceRandom;
 use madsim::rand::{thread_rng, Rng};
@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-pub use crate::checker::TOPIC;
+pub use crate::checker::{TOPIC, TWIN_TOPIC};
 pub(crate) const PRODUCE_VERSION: i16 = 9;
 pub(crate) const FETCH_VERSION: i16 = 12;
 /// How long the broker may wait for the fsync before answering
@@ -58,10 +58,31 @@ const UNACKNOWLEDGED_REFRESH_BATCHES: u32 = 20;
 const FETCH_MAX_WAIT_MS: i32 = 200;
 pub(crate) const FETCH_MAX_BYTES: i32 = 64 * 1024;
 
+/// A topic the main checker holds to its rules, each with a [`History`]
+/// of its own: [`TOPIC`], which every plain and idempotent producer,
+/// consumer and group member uses, and [`TWIN_TOPIC`], which only the
+/// plain producers' requests carry beside it (`SimParams::twin_topic`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlainTopic {
+    Main,
+    Twin,
+}
+
+impl PlainTopic {
+    pub fn name(self) -> &'static str {
+        match self {
+            PlainTopic::Main => TOPIC,
+            PlainTopic::Twin => TWIN_TOPIC,
+        }
+    }
+}
+
 /// State shared by the actors and the supervisor.
 #[derive(Default)]
 pub struct Shared {
     history: Mutex<History>,
+    /// [`TWIN_TOPIC`]'s history, in seeds that draw it.
+    twin: Mutex<History>,
     groups: Mutex<GroupHistory>,
     txns: Mutex<TxnHistory>,
     eos: Mutex<EosHistory>,
@@ -97,6 +118,14 @@ impl Shared {
     /// The history. Never held across an await, so it cannot deadlock.
     pub fn history(&self) -> MutexGuard<'_, History> {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The history of one of the plain topics; same rule.
+    pub fn history_of(&self, plain: PlainTopic) -> MutexGuard<'_, History> {
+        match plain {
+            PlainTopic::Main => self.history(),
+            PlainTopic::Twin => self.twin.lock().unwrap_or_else(|p| p.into_inner()),
+        }
     }
 
     /// The group history; same rule.
@@ -250,16 +279,18 @@ pub(crate) async fn round_trip(
     result
 }
 
-/// A produce request of the main topic carrying each of `parts`.
+/// A produce request carrying each of `parts`, grouped by topic in the
+/// order each topic first appears.
 fn produce_request(parts: &[&Part], acks: Acks) -> RequestBody {
-    produce_to_partitions(
-        TOPIC,
-        parts
-            .iter()
-            .map(|part| (part.partition, part.records.clone())),
-        acks.wire(),
-        PRODUCE_TIMEOUT_MS,
-    )
+    let mut topics: Vec<(&str, Vec<(i32, Bytes)>)> = Vec::new();
+    for part in parts {
+        let (topic, batch) = (part.plain.name(), (part.partition, part.records.clone()));
+        match topics.iter_mut().find(|(t, _)| *t == topic) {
+            Some((_, batches)) => batches.push(batch),
+            None => topics.push((topic, vec![batch])),
+        }
+    }
+    produce_to_topics(topics, acks.wire(), PRODUCE_TIMEOUT_MS)
 }
 
 /// `batch` compressed with the seed's `codec`. Kafka's four codecs always
@@ -321,6 +352,7 @@ pub(crate) fn retriable(code: i16) -> bool {
 /// A plain producer's next batch: where it goes, its uniquely named
 /// records, and the pause after it.
 struct PlainBatch {
+    plain: PlainTopic,
     partition: i32,
     values: Vec<Bytes>,
     think: Duration,
@@ -330,14 +362,23 @@ impl PlainBatch {
     /// Draws batch `batch_no` of producer `id` and reports it sent.
     fn next(id: usize, batch_no: u32, params: &SimParams, acks: Acks, shared: &Shared) -> Self {
         let partition = thread_rng().gen_range(0..params.partitions);
-        PlainBatch::on(id, batch_no, partition, params, acks, shared)
+        PlainBatch::on(
+            id,
+            batch_no,
+            PlainTopic::Main,
+            partition,
+            params,
+            acks,
+            shared,
+        )
     }
 
-    /// Draws batch `batch_no` of producer `id` for `partition` and reports
-    /// it sent.
+    /// Draws batch `batch_no` of producer `id` for `partition` of `plain`
+    /// and reports it sent.
     fn on(
         id: usize,
         batch_no: u32,
+        plain: PlainTopic,
         partition: i32,
         params: &SimParams,
         acks: Acks,
@@ -353,15 +394,16 @@ impl PlainBatch {
         let values: Vec<Bytes> = (0..count)
             .map(|r| Bytes::from(format!("p{id}-b{batch_no}-r{r}")))
             .collect();
-        let mut history = shared.history();
+        let mut history = shared.history_of(plain);
         history.sent(&values);
         history.low_acks.sent(acks, &values);
-        if params.retention.is_some() {
+        if params.retention.is_some() && plain == PlainTopic::Main {
             // The timestamp the produce request gives them (no await
             // before it is built): what time retention judges them by.
             history.retention.stamp(&values, crate::env::wall_ms());
         }
         PlainBatch {
+            plain,
             partition,
             values,
             think,
@@ -372,6 +414,7 @@ impl PlainBatch {
 /// One partition's batch in a plain producer's request: its record batch
 /// is built once, so every attempt sends it with the same bytes.
 struct Part {
+    plain: PlainTopic,
     partition: i32,
     values: Vec<Bytes>,
     records: Bytes,
@@ -386,6 +429,7 @@ impl Part {
             builder.push(NewRecord::new(crate::env::wall_ms(), None, Some(value)));
         }
         Part {
+            plain: batch.plain,
             partition: batch.partition,
             values: batch.values.clone(),
             records: compressed(builder.build(), codec).into_bytes(),
@@ -400,9 +444,11 @@ impl Part {
 /// idempotence a retry after a lost response may append the batch twice,
 /// which the checker allows. In seeds that draw multi-partition requests
 /// (`SimParams::multi_partition_produce`) one request carries batches for
-/// several partitions, as real clients send them; each partition's answer
-/// stands on its own, and a retry carries only the partitions not yet
-/// answered. At acks=0 see [`unacknowledged_producer`].
+/// several partitions, as real clients send them, and in seeds that draw
+/// the twin topic (`SimParams::twin_topic`) for partitions of both
+/// topics; each partition's answer stands on its own, and a retry carries
+/// only the partitions not yet answered. At acks=0 see
+/// [`unacknowledged_producer`].
 pub async fn producer(
     id: usize,
     params: SimParams,
@@ -413,7 +459,10 @@ pub async fn producer(
     if acks == Acks::None {
         return unacknowledged_producer(id, params, brokers, shared).await;
     }
-    let mut router = Router::new(format!("producer-{id}"), &brokers);
+    let mut routers = Routers {
+        main: Router::new(format!("producer-{id}"), &brokers),
+        twin: Router::for_topic(format!("producer-{id}"), &brokers, TWIN_TOPIC),
+    };
     let mut conn: Option<Connection> = None;
     let mut backoff = Backoff::new();
     let mut batch_no: u32 = 0;
@@ -423,10 +472,20 @@ pub async fn producer(
         batch_no += 1;
         let mut parts = vec![Part::of(&first, params.compression())];
         if params.multi_partition_produce {
-            for partition in other_partitions(first.partition, params.partitions) {
-                let batch = PlainBatch::on(id, batch_no, partition, &params, acks, &shared);
-                batch_no += 1;
-                parts.push(Part::of(&batch, params.compression()));
+            let mut more = |plain: PlainTopic, partitions: Vec<i32>| {
+                for partition in partitions {
+                    let batch =
+                        PlainBatch::on(id, batch_no, plain, partition, &params, acks, &shared);
+                    batch_no += 1;
+                    parts.push(Part::of(&batch, params.compression()));
+                }
+            };
+            more(
+                PlainTopic::Main,
+                some_partitions(params.partitions, Some(first.partition)),
+            );
+            if params.twin_topic {
+                more(PlainTopic::Twin, some_partitions(params.partitions, None));
             }
         }
         let mut pending: Vec<&Part> = parts.iter().collect();
@@ -436,8 +495,8 @@ pub async fn producer(
         // every pending part, so one flag serves them all.
         let mut reached = false;
         let give_up = |pending: &[&Part], reached: bool| {
-            let mut history = shared.history();
             for part in pending {
+                let mut history = shared.history_of(part.plain);
                 history.stats.batches_abandoned += 1;
                 if acks == Acks::All {
                     let how = if reached {
@@ -449,11 +508,11 @@ pub async fn producer(
                 }
             }
         };
-        while let Some(lead) = pending.first().map(|p| p.partition) {
+        while let Some(lead) = pending.first().map(|p| (p.plain, p.partition)) {
             attempts += 1;
             // Sent to the first pending partition's leader: a partition it
             // does not lead is answered NOT_LEADER_OR_FOLLOWER and retried.
-            let Some(leader) = router.leader(lead, &shared).await else {
+            let Some(leader) = routers.of(lead.0).leader(lead.1, &shared).await else {
                 // No live leader known (multi-broker only): ask again.
                 shared.history().stats.produce_errors += 1;
                 if attempts >= params.plain_produce_attempts {
@@ -469,16 +528,23 @@ pub async fn producer(
             let addr = leader.addr;
             let connected = ensure_connected(&mut conn, addr).await.map(|_| ());
             reached |= connected.is_ok();
-            let losses_at_send = {
+            if connected.is_ok() {
                 let mut history = shared.history();
-                if connected.is_ok() && pending.len() > 1 {
+                if pending.len() > 1 {
                     history.stats.multi_partition_requests += 1;
                 }
-                for part in &pending {
-                    history.low_acks.attempted(&part.values);
+                if pending.iter().any(|p| p.plain != lead.0) {
+                    history.stats.multi_topic_requests += 1;
                 }
-                history.low_acks.power_losses()
-            };
+            }
+            for part in &pending {
+                shared
+                    .history_of(part.plain)
+                    .low_acks
+                    .attempted(&part.values);
+            }
+            // The harness counts every power loss in both histories.
+            let losses_at_send = shared.history().low_acks.power_losses();
             let frame = match encode_request(
                 produce_request::API_KEY,
                 PRODUCE_VERSION,
@@ -516,13 +582,13 @@ pub async fn producer(
                         .violation(format!("producer {id}: malformed produce response: {e}"));
                     conn = None;
                 }
-                router.invalidate();
+                routers.invalidate();
             }
             let mut retry = Vec::new();
             for part in pending {
-                let partition = part.partition;
+                let (plain, partition) = (part.plain, part.partition);
                 let outcome = match &answer {
-                    Ok(body) => produce_outcome(body, TOPIC, partition),
+                    Ok(body) => produce_outcome(body, plain.name(), partition),
                     Err(e) => Err(e.clone()),
                 };
                 if let (Ok(_), Err(RequestError::Malformed(e))) = (&answer, &outcome) {
@@ -534,7 +600,7 @@ pub async fn producer(
                 match outcome {
                     Ok((0, base_offset)) if acks == Acks::Leader => {
                         // Appended, not yet durable: no claim on the offset.
-                        shared.history().low_acks.leader_acked(
+                        shared.history_of(plain).low_acks.leader_acked(
                             partition,
                             base_offset,
                             &part.values,
@@ -542,8 +608,12 @@ pub async fn producer(
                         );
                     }
                     Ok((0, base_offset)) => {
-                        shared.history().acked(partition, base_offset, &part.values);
-                        if router.multi() {
+                        shared
+                            .history_of(plain)
+                            .acked(partition, base_offset, &part.values);
+                        // The cluster history's rules are per partition
+                        // of the main topic.
+                        if routers.main.multi() && plain == PlainTopic::Main {
                             shared
                                 .cluster()
                                 .acked(partition, base_offset, leader.broker, false);
@@ -551,15 +621,16 @@ pub async fn producer(
                     }
                     Ok((code, _)) if retriable(code) => {
                         shared.history().stats.produce_errors += 1;
-                        if router.multi() && redirects(code) {
+                        if routers.main.multi() && redirects(code) {
                             shared.cluster().redirected();
-                            router.invalidate();
+                            routers.invalidate();
                         }
                         retry.push(part);
                     }
                     Ok((code, _)) => {
                         shared.history().violation(format!(
-                            "producer {id}: produce of batch {correlation_id} to partition {partition} failed with non-retriable error {code}"
+                            "producer {id}: produce of batch {correlation_id} to {} partition {partition} failed with non-retriable error {code}",
+                            plain.name()
                         ));
                     }
                     Err(_) => {
@@ -584,15 +655,35 @@ pub async fn producer(
     }
 }
 
-/// The partitions besides `first` a multi-partition request also
-/// carries: a random subset of the others, possibly none.
-fn other_partitions(first: i32, partitions: i32) -> Vec<i32> {
+/// A plain producer's leader lookups, one router per topic.
+struct Routers {
+    main: Router,
+    twin: Router,
+}
+
+impl Routers {
+    fn of(&mut self, plain: PlainTopic) -> &mut Router {
+        match plain {
+            PlainTopic::Main => &mut self.main,
+            PlainTopic::Twin => &mut self.twin,
+        }
+    }
+
+    fn invalidate(&mut self) {
+        self.main.invalidate();
+        self.twin.invalidate();
+    }
+}
+
+/// A random subset of the topic's partitions besides `except`, possibly
+/// none: the other partitions a multi-partition request carries.
+fn some_partitions(partitions: i32, except: Option<i32>) -> Vec<i32> {
     let mut rng = thread_rng();
-    let mut others: Vec<i32> = (0..partitions).filter(|p| *p != first).collect();
-    others.shuffle(&mut rng);
-    let keep = rng.gen_range(0..=others.len());
-    others.truncate(keep);
-    others
+    let mut some: Vec<i32> = (0..partitions).filter(|p| Some(*p) != except).collect();
+    some.shuffle(&mut rng);
+    let keep = rng.gen_range(0..=some.len());
+    some.truncate(keep);
+    some
 }
 
 /// A plain producer at acks=0: writes each batch once to its partition's
@@ -669,6 +760,7 @@ async fn write_unacknowledged(
 }
 
 pub(crate) fn fetch_request(
+    topic: &str,
     positions: &BTreeMap<i32, i64>,
     max_wait_ms: i32,
     isolation: Isolation,
@@ -680,7 +772,7 @@ pub(crate) fn fetch_request(
         min_bytes: 1,
         max_bytes: FETCH_MAX_BYTES,
         topics: vec![fetch_request::FetchTopic {
-            topic: TOPIC.into(),
+            topic: topic.into(),
             partitions: positions
                 .iter()
                 .map(|(&partition, &offset)| fetch_request::FetchPartition {
@@ -816,16 +908,17 @@ fn decode_fetched(
     Ok(out)
 }
 
-/// Sends one fetch for `positions`.
+/// Sends one fetch for `positions` of `topic`.
 pub(crate) async fn fetch_once(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
+    topic: &str,
     positions: &BTreeMap<i32, i64>,
     max_wait_ms: i32,
     isolation: Isolation,
 ) -> Result<Vec<FetchedPartition>, RequestError> {
-    let body = fetch_request(positions, max_wait_ms, isolation);
-    fetch_with(conn, addr, &body, positions).await
+    let body = fetch_request(topic, positions, max_wait_ms, isolation);
+    fetch_with(conn, addr, topic, &body, positions).await
 }
 
 /// Sends one fetch for `positions` that names each partition's leader
@@ -834,23 +927,25 @@ pub(crate) async fn fetch_once(
 pub(crate) async fn fetch_at_epochs(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
+    topic: &str,
     positions: &BTreeMap<i32, i64>,
     epochs: &BTreeMap<i32, i32>,
     max_wait_ms: i32,
     isolation: Isolation,
 ) -> Result<Vec<FetchedPartition>, RequestError> {
-    let mut body = fetch_request(positions, max_wait_ms, isolation);
+    let mut body = fetch_request(topic, positions, max_wait_ms, isolation);
     if let RequestBody::Fetch(f) = &mut body {
         for p in f.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
             p.current_leader_epoch = epochs.get(&p.partition).copied().unwrap_or(-1);
         }
     }
-    fetch_with(conn, addr, &body, positions).await
+    fetch_with(conn, addr, topic, &body, positions).await
 }
 
 async fn fetch_with(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
+    topic: &str,
     body: &RequestBody,
     positions: &BTreeMap<i32, i64>,
 ) -> Result<Vec<FetchedPartition>, RequestError> {
@@ -880,8 +975,8 @@ async fn fetch_with(
         ));
     };
     let mut out = Vec::new();
-    for topic in resp.responses.iter().filter(|t| t.topic == TOPIC) {
-        for data in &topic.partitions {
+    for answered in resp.responses.iter().filter(|t| t.topic == topic) {
+        for data in &answered.partitions {
             let requested = positions.get(&data.partition_index).copied().unwrap_or(0);
             out.push(decode_fetched(data, requested).map_err(RequestError::Malformed)?);
         }
@@ -920,7 +1015,8 @@ async fn fetch_routed(
     let mut out = Vec::new();
     for (broker, (addr, asked, epochs)) in by_leader {
         let conn = conns.entry(broker).or_default();
-        match fetch_at_epochs(conn, addr, &asked, &epochs, max_wait_ms, isolation).await {
+        let topic = router.topic().to_string();
+        match fetch_at_epochs(conn, addr, &topic, &asked, &epochs, max_wait_ms, isolation).await {
             Ok(parts) => {
                 for part in parts {
                     if redirects(part.error_code) {
@@ -943,12 +1039,17 @@ async fn fetch_routed(
 /// What a fetch sent now must find, per partition: the durable end (its
 /// high watermark may not be lower) and the log start (none of its records
 /// below, nor a lower start in its answer).
-pub(crate) struct Floors(BTreeMap<i32, (i64, i64)>);
+pub(crate) struct Floors(PlainTopic, BTreeMap<i32, (i64, i64)>);
 
 impl Floors {
-    pub(crate) fn now(positions: &BTreeMap<i32, i64>, shared: &Shared) -> Floors {
-        let history = shared.history();
+    pub(crate) fn now(
+        plain: PlainTopic,
+        positions: &BTreeMap<i32, i64>,
+        shared: &Shared,
+    ) -> Floors {
+        let history = shared.history_of(plain);
         Floors(
+            plain,
             positions
                 .keys()
                 .map(|&p| {
@@ -964,15 +1065,16 @@ impl Floors {
     /// Reports a successful fetch answer to the history, checked against
     /// these floors.
     pub(crate) fn fetched(&self, part: &FetchedPartition, shared: &Shared) {
-        let (durable, start) = self.0.get(&part.partition).copied().unwrap_or((0, 0));
+        let (durable, start) = self.1.get(&part.partition).copied().unwrap_or((0, 0));
         tracing::debug!(
+            topic = self.0.name(),
             partition = part.partition,
             durable,
             high_watermark = part.high_watermark,
             log_start = part.log_start_offset,
             "fetch answered"
         );
-        let mut history = shared.history();
+        let mut history = shared.history_of(self.0);
         history.fetched(part.partition, durable, part.high_watermark, &part.records);
         history.fetched_start(part.partition, start, part.log_start_offset, &part.records);
     }
@@ -984,8 +1086,12 @@ impl Floors {
 /// reader moves there (`Some`). Otherwise, or if the log start is not above
 /// the position, it is a violation: positions only advance over durable
 /// data, never past the end. `None`: the reader stays (and backs off).
+// What the reader was reading (topic, partition, position) and on which
+// connection to which leader: none of it can go.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn out_of_range(
     params: &SimParams,
+    plain: PlainTopic,
     conn: &mut Option<Connection>,
     addr: SocketAddr,
     epoch: i32,
@@ -993,7 +1099,8 @@ pub(crate) async fn out_of_range(
     position: i64,
     shared: &Shared,
 ) -> Option<i64> {
-    let start = if params.retention.is_some() {
+    // Only the main topic's records are deleted (`crate::retention`).
+    let start = if params.retention.is_some() && plain == PlainTopic::Main {
         match reset_to_earliest(conn, addr, partition, epoch, position, shared).await {
             Reset::MovedTo(start) => return Some(start),
             Reset::Failed => return None,
@@ -1002,7 +1109,7 @@ pub(crate) async fn out_of_range(
     } else {
         String::new()
     };
-    shared.history().violation(format!(
+    shared.history_of(plain).violation(format!(
         "partition {partition}: OFFSET_OUT_OF_RANGE at {position}, an offset the broker had already served up to{start}"
     ));
     None
@@ -1036,10 +1143,11 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     let me = polling("tailing consumer", Reading::Main, &positions, &shared);
     while !shared.stop_fetching.load(Ordering::Relaxed) {
-        let floors = Floors::now(&positions, &shared);
+        let floors = Floors::now(PlainTopic::Main, &positions, &shared);
         let fetched = match fetch_once(
             &mut conn,
             addr,
+            TOPIC,
             &positions,
             FETCH_MAX_WAIT_MS,
             Isolation::ReadUncommitted,
@@ -1067,7 +1175,17 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
                 // Only below the log start (records deleted) may it be out
                 // of range.
                 let at = *position;
-                match out_of_range(&params, &mut conn, addr, -1, part.partition, at, &shared).await
+                match out_of_range(
+                    &params,
+                    PlainTopic::Main,
+                    &mut conn,
+                    addr,
+                    -1,
+                    part.partition,
+                    at,
+                    &shared,
+                )
+                .await
                 {
                     Some(start) => {
                         *position = start;
@@ -1107,7 +1225,7 @@ async fn consumer_routed(
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
     let me = polling("tailing consumer", Reading::Main, &positions, &shared);
     while !shared.stop_fetching.load(Ordering::Relaxed) {
-        let floors = Floors::now(&positions, &shared);
+        let floors = Floors::now(PlainTopic::Main, &positions, &shared);
         let mut errors = Vec::new();
         let fetched = match fetch_routed(
             &mut router,
@@ -1136,8 +1254,17 @@ async fn consumer_routed(
                 let moved = match router.leader(part.partition, &shared).await {
                     Some(l) => {
                         let conn = conns.entry(l.broker).or_default();
-                        out_of_range(&params, conn, l.addr, l.epoch, part.partition, at, &shared)
-                            .await
+                        out_of_range(
+                            &params,
+                            PlainTopic::Main,
+                            conn,
+                            l.addr,
+                            l.epoch,
+                            part.partition,
+                            at,
+                            &shared,
+                        )
+                        .await
                     }
                     None => None,
                 };
@@ -1170,19 +1297,19 @@ async fn consumer_routed(
     }
 }
 
-/// The final reads of [`TOPIC`] are at read_committed: every acknowledged
+/// The final reads of the plain topics are at read_committed: every acknowledged
 /// record must be readable there (issue 13 item 9). No transaction writes
-/// the topic, so every answer's last stable offset must be its high
+/// them, so every answer's last stable offset must be its high
 /// watermark (`checker::lso_is_the_high_watermark`), and read_committed returns
 /// exactly what read_uncommitted would; the tailing consumer and the
 /// group members read at read_uncommitted during the run.
 const FINAL_READ: Isolation = Isolation::ReadCommitted;
 
-/// A final read's answer: [`TOPIC`] has no transactions, so its last
-/// stable offset is its high watermark (`lso_is_the_high_watermark`).
-fn final_answer_is_stable(part: &FetchedPartition) -> Result<(), String> {
+/// A final read's answer: the plain topics have no transactions, so its
+/// last stable offset is its high watermark (`lso_is_the_high_watermark`).
+fn final_answer_is_stable(plain: PlainTopic, part: &FetchedPartition) -> Result<(), String> {
     lso_is_the_high_watermark(
-        TOPIC,
+        plain.name(),
         part.partition,
         part.last_stable_offset,
         part.high_watermark,
@@ -1190,11 +1317,12 @@ fn final_answer_is_stable(part: &FetchedPartition) -> Result<(), String> {
     .map_err(|e| format!("final read_committed read of {e}"))
 }
 
-/// After the faults: reads every partition from offset 0 to its high
-/// watermark, at read_committed ([`FINAL_READ`]). Retries through errors
-/// until `deadline`.
+/// After the faults: reads every partition of `plain` from offset 0 to
+/// its high watermark, at read_committed ([`FINAL_READ`]). Retries through
+/// errors until `deadline`.
 pub async fn read_everything(
     params: SimParams,
+    plain: PlainTopic,
     addr: SocketAddr,
     shared: std::sync::Arc<Shared>,
     deadline: Duration,
@@ -1208,19 +1336,21 @@ pub async fn read_everything(
     while !positions.is_empty() {
         if Instant::now() >= give_up {
             return Err(format!(
-                "liveness: could not read every partition back within {deadline:?} (still reading {positions:?}; last error: {last_error})"
+                "liveness: could not read every partition of {} back within {deadline:?} (still reading {positions:?}; last error: {last_error})",
+                plain.name()
             ));
         }
-        let floors = Floors::now(&positions, &shared);
-        let fetched = match fetch_once(&mut conn, addr, &positions, 0, FINAL_READ).await {
-            Ok(f) => f,
-            Err(RequestError::Malformed(e)) => return Err(format!("final read: {e}")),
-            Err(RequestError::Network(e)) => {
-                last_error = e;
-                backoff.wait().await;
-                continue;
-            }
-        };
+        let floors = Floors::now(plain, &positions, &shared);
+        let fetched =
+            match fetch_once(&mut conn, addr, plain.name(), &positions, 0, FINAL_READ).await {
+                Ok(f) => f,
+                Err(RequestError::Malformed(e)) => return Err(format!("final read: {e}")),
+                Err(RequestError::Network(e)) => {
+                    last_error = e;
+                    backoff.wait().await;
+                    continue;
+                }
+            };
         let mut progressed = false;
         for part in fetched {
             let Some(&position) = positions.get(&part.partition) else {
@@ -1229,6 +1359,7 @@ pub async fn read_everything(
             if part.error_code == ErrorCode::OffsetOutOfRange.code() {
                 match out_of_range(
                     &params,
+                    plain,
                     &mut conn,
                     addr,
                     -1,
@@ -1239,7 +1370,7 @@ pub async fn read_everything(
                 .await
                 {
                     Some(start) => {
-                        final_start_moved(&mut logs, part.partition, start, &shared);
+                        final_start_moved(plain, &mut logs, part.partition, start, &shared);
                         positions.insert(part.partition, start);
                         progressed = true;
                     }
@@ -1252,8 +1383,9 @@ pub async fn read_everything(
                 continue;
             }
             floors.fetched(&part, &shared);
-            final_answer_is_stable(&part)?;
+            final_answer_is_stable(plain, &part)?;
             let position = position.max(final_start_moved(
+                plain,
                 &mut logs,
                 part.partition,
                 part.log_start_offset,
@@ -1281,7 +1413,7 @@ pub async fn read_everything(
         }
     }
     shared
-        .history()
+        .history_of(plain)
         .retention
         .final_read_at(crate::env::wall_ms());
     Ok(logs)
@@ -1292,12 +1424,13 @@ pub async fn read_everything(
 /// below is gone (retention goes on while it reads), so the final log is
 /// the log as of its last answer. Returns where the final log now starts.
 fn final_start_moved(
+    plain: PlainTopic,
     logs: &mut BTreeMap<i32, PartitionLog>,
     partition: i32,
     start: i64,
     shared: &Shared,
 ) -> i64 {
-    let mut history = shared.history();
+    let mut history = shared.history_of(plain);
     let known = history.retention.start_of(partition);
     if start <= known {
         return known;
@@ -1311,10 +1444,11 @@ fn final_start_moved(
 
 /// [`read_everything`] with several brokers: each partition read from its
 /// leader. Also returns every partition's batches with their leader epochs,
-/// in offset order (reported to the cluster history as the client
-/// `final`).
+/// in offset order (for [`TOPIC`], reported to the cluster history as the
+/// client `final`).
 pub async fn read_everything_routed(
     params: SimParams,
+    plain: PlainTopic,
     brokers: Vec<SocketAddr>,
     shared: std::sync::Arc<Shared>,
     deadline: Duration,
@@ -1326,7 +1460,7 @@ pub async fn read_everything_routed(
     String,
 > {
     let give_up = Instant::now() + deadline;
-    let mut router = Router::new("final", &brokers);
+    let mut router = Router::for_topic("final", &brokers, plain.name());
     let mut conns = BTreeMap::new();
     let mut backoff = Backoff::new();
     let mut logs: BTreeMap<i32, PartitionLog> = BTreeMap::new();
@@ -1336,11 +1470,12 @@ pub async fn read_everything_routed(
     while !positions.is_empty() {
         if Instant::now() >= give_up {
             return Err(format!(
-                "liveness: could not read every partition back within {deadline:?} (still reading {positions:?}; last error: {last_error})"
+                "liveness: could not read every partition of {} back within {deadline:?} (still reading {positions:?}; last error: {last_error})",
+                plain.name()
             ));
         }
         let mut errors = Vec::new();
-        let floors = Floors::now(&positions, &shared);
+        let floors = Floors::now(plain, &positions, &shared);
         let fetched = fetch_routed(
             &mut router,
             &mut conns,
@@ -1366,6 +1501,7 @@ pub async fn read_everything_routed(
                         let conn = conns.entry(l.broker).or_default();
                         out_of_range(
                             &params,
+                            plain,
                             conn,
                             l.addr,
                             l.epoch,
@@ -1379,7 +1515,7 @@ pub async fn read_everything_routed(
                 };
                 match moved {
                     Some(start) => {
-                        final_start_moved(&mut logs, part.partition, start, &shared);
+                        final_start_moved(plain, &mut logs, part.partition, start, &shared);
                         if let Some(seen) = batches.get_mut(&part.partition) {
                             seen.retain(|b| b.last_offset >= start);
                         }
@@ -1395,16 +1531,19 @@ pub async fn read_everything_routed(
                 continue;
             }
             floors.fetched(&part, &shared);
-            final_answer_is_stable(&part)?;
+            final_answer_is_stable(plain, &part)?;
             let position = position.max(final_start_moved(
+                plain,
                 &mut logs,
                 part.partition,
                 part.log_start_offset,
                 &shared,
             ));
-            shared
-                .cluster()
-                .fetched("final", part.partition, &part.batches);
+            if plain == PlainTopic::Main {
+                shared
+                    .cluster()
+                    .fetched("final", part.partition, &part.batches);
+            }
             let seen = batches.entry(part.partition).or_default();
             for b in &part.batches {
                 if seen
@@ -1436,7 +1575,7 @@ pub async fn read_everything_routed(
         }
     }
     shared
-        .history()
+        .history_of(plain)
         .retention
         .final_read_at(crate::env::wall_ms());
     Ok((logs, batches))

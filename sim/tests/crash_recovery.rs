@@ -96,6 +96,10 @@ const REQUIRED_COUNTS: &[&str] = &[
     "acks=all batches given up, never sent",
     // Batches for several partitions in one request (`workload::producer`).
     "produce requests for several partitions",
+    // Batches for a second topic in the same requests, checked by the
+    // same rules (`checker::TWIN_TOPIC`).
+    "produce requests for two topics",
+    "records of the twin topic acknowledged",
     // InitProducerId outcomes the producer never learned (`idempotent`).
     "InitProducerId answers treated as lost",
     "InitProducerId requests never answered",
