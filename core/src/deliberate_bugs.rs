@@ -61,6 +61,11 @@ crate::named_enum! {
         /// request with several partitions acknowledges writes a crash can
         /// still take.
         OnlyTheFirstPartitionAwaited,
+        /// Produce with acks=all waits only for the partitions of the
+        /// request's first topic to be durable: a request that carries
+        /// several topics acknowledges the others' writes before a crash
+        /// can no longer take them.
+        OnlyTheFirstTopicAwaited,
         /// A flush acknowledges what it made durable even though a successor
         /// has claimed the partition: a deposed leader acknowledges writes
         /// nobody will read.

@@ -152,7 +152,9 @@ async fn wait_durable(
     tokio::pin!(timeout);
     let mut timed_out = false;
     for (i, ((t, p), partition, appended)) in pending.into_iter().enumerate() {
-        if i > 0 && planted(Bug::OnlyTheFirstPartitionAwaited) {
+        if (i > 0 && planted(Bug::OnlyTheFirstPartitionAwaited))
+            || (t > 0 && planted(Bug::OnlyTheFirstTopicAwaited))
+        {
             continue;
         }
         let durable = partition.wait_durable(appended.end_offset());
