@@ -24,10 +24,13 @@ use crate::txn_history::TxnStats;
 use crate::volume::{CrashReport, FaultPoint, SimVolume};
 use crate::workload::{self, PlainTopic, Shared, TWIN_TOPIC};
 use crate::writers::{self, WriterStats};
-use crate::{compact, eos, eos_input, eos_observer, group_member, idempotent, retention, txn};
+use crate::{
+    aborted_index, compact, eos, eos_input, eos_observer, group_member, idempotent, retention, txn,
+};
 use kaas_core::cluster::membership::LeaseBounds;
 use kaas_core::layout;
 use kaas_core::record::{split_batches, Tail};
+use kaas_core::topic_config::cleanup_compacts;
 use kaas_net::broker::Isolation;
 use kaas_net::config::{BrokerConfig, LogDefaults};
 use kaas_net::env::Env;
@@ -42,7 +45,7 @@ use std::fmt;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -192,6 +195,9 @@ pub struct SeedReport {
     pub multi_topic_requests: u64,
     /// Records of [`TWIN_TOPIC`] acknowledged, each checked in its final log.
     pub twin_records_acked: usize,
+    /// Aborted-index entries held to the batches of their partition's log
+    /// at the end ([`check_aborted_indexes`]).
+    pub aborted_index_entries: u64,
     pub records_fetched: u64,
     pub final_records: usize,
     pub duplicates: usize,
@@ -288,6 +294,10 @@ impl SeedReport {
             (
                 "records of the twin topic acknowledged",
                 count(self.twin_records_acked),
+            ),
+            (
+                "aborted-index entries checked against their log",
+                self.aborted_index_entries,
             ),
             (
                 "acks=all batches given up, outcome unknown",
@@ -701,6 +711,11 @@ impl fmt::Display for SeedReport {
 /// run: a failed start must show up in the report with its cause).
 type BrokerErrors = Arc<Mutex<Vec<String>>>;
 
+/// Each broker's latest incarnation, for the checks of its state at the
+/// end of the seed. Weak: a killed incarnation's tasks are dropped with
+/// its node, and with them the broker, so only live ones upgrade.
+type LiveBrokers = Arc<Mutex<BTreeMap<usize, Weak<Broker>>>>;
+
 /// The broker node's main task, run again on every restart. `id`: the
 /// broker's index (its volume link may be cut).
 async fn run_broker(
@@ -709,6 +724,7 @@ async fn run_broker(
     volume: SimVolume,
     env: Env,
     errors: BrokerErrors,
+    live: LiveBrokers,
 ) {
     let injected_before = volume.stats().injected_faults;
     let report = |what: String| {
@@ -735,6 +751,9 @@ async fn run_broker(
             Err(e) => return report(format!("Broker::open failed: {e}")),
         }
     };
+    live.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id, Arc::downgrade(&broker));
     tokio::spawn(broker.clone().run_retention());
     tokio::spawn(broker.clone().run_cleaner());
     kaas_net::server::serve(broker, listener, std::future::pending()).await;
@@ -1380,6 +1399,43 @@ pub struct ClaimStats {
     pub releases: u64,
 }
 
+/// Every partition a live broker leads, but those of compacted topics
+/// (whose cleaner removes aborted records, and their markers once that is
+/// safe), held to the aborted index its own batches imply
+/// (`aborted_index::check`). Returns the violations and how many entries
+/// were compared.
+async fn check_aborted_indexes(live: &LiveBrokers) -> (Vec<String>, u64) {
+    let brokers: Vec<Arc<Broker>> = live
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter_map(Weak::upgrade)
+        .collect();
+    let (mut problems, mut entries) = (Vec::new(), 0);
+    for broker in brokers {
+        for topic in broker.topics() {
+            if cleanup_compacts(&topic.configs) {
+                continue;
+            }
+            for index in 0..topic.partitions.len() as i32 {
+                // Led elsewhere, or not open: its leader's turn.
+                let Ok(partition) = broker.partition(&topic.name, index, -1) else {
+                    continue;
+                };
+                match partition
+                    .with_log(|log| Ok(aborted_index::check(log)))
+                    .await
+                {
+                    Ok(Ok(compared)) => entries += compared as u64,
+                    Ok(Err(e)) => problems.push(format!("{} partition {index}: {e}", topic.name)),
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+    (problems, entries)
+}
+
 /// The final read of `plain` (each partition from its leader with several
 /// brokers): its logs, and with several brokers its batches with their
 /// leader epochs. A failure is one of `problems`, and the logs are empty.
@@ -1608,6 +1664,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     kaas_core::coverage::clear_producer_expiries();
     let volume = SimVolume::new();
     let broker_errors: BrokerErrors = Arc::default();
+    let live_brokers: LiveBrokers = Arc::default();
     let buggifier = Buggifier::new(seed, params.brokers);
 
     let sync_latency = params.sync_latency;
@@ -1618,8 +1675,12 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let broker_nodes: Vec<_> = (0..params.brokers)
         .map(|id| {
             let config = broker_config(&params, id);
-            let (volume, errors, buggifier) =
-                (volume.clone(), broker_errors.clone(), buggifier.clone());
+            let (volume, errors, buggifier, live) = (
+                volume.clone(),
+                broker_errors.clone(),
+                buggifier.clone(),
+                live_brokers.clone(),
+            );
             let name = if params.multi_broker() {
                 format!("broker-{id}")
             } else {
@@ -1646,7 +1707,14 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                         io: Arc::new(io),
                         buggify: buggifier.points(id),
                     };
-                    run_broker(id, config.clone(), volume.clone(), env, errors.clone())
+                    run_broker(
+                        id,
+                        config.clone(),
+                        volume.clone(),
+                        env,
+                        errors.clone(),
+                        live.clone(),
+                    )
                 })
                 .build()
         })
@@ -2054,6 +2122,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         ));
     }
 
+    let (index_problems, aborted_index_entries) = check_aborted_indexes(&live_brokers).await;
+    problems.extend(index_problems);
     let history = shared.history();
     let mut groups = shared.groups();
     problems.extend(groups.check_final(&log_ends));
@@ -2281,6 +2351,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         multi_partition_requests: history.stats.multi_partition_requests,
         multi_topic_requests: history.stats.multi_topic_requests,
         twin_records_acked: twin.acked_records(),
+        aborted_index_entries,
         records_fetched: history.stats.records_fetched,
         final_records,
         duplicates,

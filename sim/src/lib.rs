@@ -16,6 +16,8 @@
 //!   offsets visible only after their transaction's markers).
 //! - [`compact_history`]: the same for the compacted topic (which records
 //!   the cleaner may remove).
+//! - [`aborted_index`]: each partition's aborted-transactions index held,
+//!   at the end of a seed, to the one its own batches imply.
 //! - [`low_acks`]: what plain producers at acks=1 and acks=0 may lose.
 //! - [`retention_history`]: what DeleteRecords and `retention.ms` may take
 //!   from the main topic (the checker learns the log start).
@@ -38,10 +40,11 @@
 //!   compacted topic, a DeleteRecords actor), where each request goes with several brokers, and
 //!   running many seeds.
 //!
-//! Without `--cfg madsim` only the first fourteen exist, and their unit tests
-//! (including the real partition log recovering on `SimVolume`) run in a
-//! normal `cargo test`.
+//! Without `--cfg madsim` the modules marked "madsim builds only" are left
+//! out, and the others' unit tests (including the real partition log
+//! recovering on `SimVolume`) run in a normal `cargo test`.
 
+pub mod aborted_index;
 pub mod batch;
 pub mod buggify;
 pub mod checker;

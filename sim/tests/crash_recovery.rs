@@ -100,6 +100,9 @@ const REQUIRED_COUNTS: &[&str] = &[
     // same rules (`checker::TWIN_TOPIC`).
     "produce requests for two topics",
     "records of the twin topic acknowledged",
+    // Every partition's aborted index held to its log at the end
+    // (`aborted_index`).
+    "aborted-index entries checked against their log",
     // InitProducerId outcomes the producer never learned (`idempotent`).
     "InitProducerId answers treated as lost",
     "InitProducerId requests never answered",
