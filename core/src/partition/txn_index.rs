@@ -13,6 +13,7 @@
 
 use super::AbortedTxn;
 use crate::deliberate_bugs::{planted, Bug};
+use crate::record::{parse_end_txn_marker, ControlType, RecordBatch};
 
 /// Bytes of one entry.
 pub const ENTRY_BYTES: usize = 34;
@@ -68,8 +69,9 @@ pub fn decode_index(bytes: &[u8]) -> Result<(Vec<AbortedTxn>, usize), TxnIndexEr
 
 /// How many of a segment's entries, from the first, the broker can have
 /// written: each names a marker inside the segment (`base..end`), after the
-/// previous entry's, for a transaction that began at or before its marker,
-/// of a producer kaas issued (ids start at 2^40, never 0). A crash can
+/// previous entry's, for a transaction that began before its marker (kaas
+/// indexes only transactions with data on the partition, which precedes
+/// the marker), of a producer kaas issued (ids start at 2^40, never 0). A crash can
 /// leave a whole-sized last entry whose bytes are partly zeros (the file's
 /// size reached the disk before its data); decoded, it would hide records
 /// of its producer from read_committed readers (seed 41 of the simulator,
@@ -86,13 +88,34 @@ pub fn plausible_entries(entries: &[AbortedTxn], base: i64, end: i64) -> usize {
         .iter()
         .take_while(|a| {
             let ok = a.producer_id > 0
-                && (0..=a.last_offset).contains(&a.first_offset)
+                && (0..a.last_offset).contains(&a.first_offset)
                 && (base..end).contains(&a.last_offset)
                 && previous.is_none_or(|p| a.last_offset > p);
             previous = Some(a.last_offset);
             ok
         })
         .count()
+}
+
+/// Whether `marker`, the batch the log holds at `entry`'s last offset,
+/// is the ABORT marker of `entry`'s producer that the entry claims.
+///
+/// Plausibility ([`plausible_entries`]) cannot tell every torn entry: a
+/// crash that zeroes the low bytes of the marker offset leaves a smaller
+/// offset, still inside the segment and after the previous entry, and if
+/// it lands below the replay start recovery would trust it
+/// (`txn_index_entry_is_trusted`). Such an entry can only be in the
+/// segment the replay starts in (its true marker, unsynced, was at or past
+/// the replay start, and zeroing only lowers it), so recovery holds that
+/// segment's trusted entries to their markers with this rule.
+pub fn marker_confirms_entry(entry: &AbortedTxn, marker: &RecordBatch) -> bool {
+    marker.base_offset() == entry.last_offset
+        && marker.is_control()
+        && marker.producer_id() == entry.producer_id
+        && matches!(
+            parse_end_txn_marker(marker),
+            Ok(Some(m)) if m.control_type == ControlType::Abort
+        )
 }
 
 #[cfg(test)]
@@ -174,7 +197,56 @@ mod tests {
         };
         assert_eq!(plausible_entries(&[backwards], 100, 130), 0);
         assert_eq!(plausible_entries(&[aborted(0, 100)], 100, 130), 0);
+        // A first entry of the first segment with both offsets zeroed:
+        // every other rule holds, but no transaction with data ends where
+        // it began.
+        let zeroed = AbortedTxn {
+            first_offset: 0,
+            last_offset: 0,
+            last_stable_offset: 0,
+            ..aborted(7, 0)
+        };
+        assert_eq!(plausible_entries(&[zeroed], 0, 130), 0);
         assert_eq!(plausible_entries(&[aborted(-1, 100)], 100, 130), 0);
+    }
+
+    #[test]
+    fn a_trusted_entry_must_name_its_producers_abort_marker() {
+        use crate::record::{build_control_batch, BatchBuilder, EndTxnMarker};
+        let marker = |pid: i64, offset: i64, control_type| {
+            build_control_batch(
+                pid,
+                0,
+                0,
+                EndTxnMarker {
+                    control_type,
+                    coordinator_epoch: 0,
+                },
+            )
+            .with_assigned(offset, 0)
+        };
+        let entry = aborted(7, 100);
+        assert!(marker_confirms_entry(
+            &entry,
+            &marker(7, 103, ControlType::Abort)
+        ));
+        assert!(!marker_confirms_entry(
+            &entry,
+            &marker(7, 103, ControlType::Commit)
+        ));
+        assert!(!marker_confirms_entry(
+            &entry,
+            &marker(8, 103, ControlType::Abort)
+        ));
+        assert!(!marker_confirms_entry(
+            &entry,
+            &marker(7, 102, ControlType::Abort)
+        ));
+        let data = BatchBuilder::transactional(7, 0, 0)
+            .record(0, None, Some(b"v"))
+            .build()
+            .with_assigned(103, 0);
+        assert!(!marker_confirms_entry(&entry, &data));
     }
 
     proptest! {

@@ -6,7 +6,7 @@ use kaas_core::partition::leader_epochs::{trim_before_log_start, EpochEntry};
 use kaas_core::partition::segment_roll::{
     roll_jitter_ms, roll_reason, ActiveSegment, IncomingBatch, RollSettings,
 };
-use kaas_core::partition::txn_index::encode_entry;
+use kaas_core::partition::txn_index::{encode_entry, marker_confirms_entry};
 use kaas_core::partition::{
     aborted_search_is_complete, aborted_transactions_in_range, txn_index_entry_is_trusted,
     AbortedTxn,
@@ -480,6 +480,14 @@ impl PartitionLog {
     /// before anything is served, and before a snapshot is written that
     /// would make a later start trust it.
     pub fn rebuild_aborted(&mut self, replay_from: i64, rebuilt: &[AbortedTxn]) -> io::Result<()> {
+        let refuted = self.refuted_trusted_entries(replay_from);
+        if !refuted.is_empty() {
+            tracing::warn!(
+                dir = self.dir,
+                ?refuted,
+                "aborted-index entries torn into plausible ones: dropped"
+            );
+        }
         let volume = self.volume.clone();
         let dir = self.dir.clone();
         let epoch = self.leader_epoch;
@@ -492,7 +500,7 @@ impl PartitionLog {
             let mut want: Vec<AbortedTxn> = segment
                 .aborted
                 .iter()
-                .filter(|a| txn_index_entry_is_trusted(a, replay_from))
+                .filter(|a| txn_index_entry_is_trusted(a, replay_from) && !refuted.contains(a))
                 .copied()
                 .collect();
             want.extend(
@@ -544,6 +552,29 @@ impl PartitionLog {
             segment.txn_index_unsynced = false;
         }
         Ok(())
+    }
+
+    /// The trusted entries of the segment the replay starts in whose marker
+    /// the log does not hold (`kaas_core::partition::txn_index::marker_confirms_entry`):
+    /// torn by a crash into plausible ones. Only that segment can hold one,
+    /// so only its entries are read against the log, one batch each.
+    fn refuted_trusted_entries(&self, replay_from: i64) -> Vec<AbortedTxn> {
+        let Some(segment) = self.segments_from(replay_from).next() else {
+            return Vec::new();
+        };
+        segment
+            .aborted
+            .iter()
+            .filter(|a| txn_index_entry_is_trusted(a, replay_from))
+            .filter(|a| {
+                let marker = self
+                    .read(a.last_offset, 1, a.last_offset + 1)
+                    .ok()
+                    .and_then(|r| split_batches(r.records).next());
+                !marker.is_some_and(|m| marker_confirms_entry(a, &m))
+            })
+            .copied()
+            .collect()
     }
 
     /// Installs the index files a [`SyncPlan`] wrote. No deletion or

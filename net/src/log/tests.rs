@@ -1607,6 +1607,56 @@ fn an_aborted_index_entry_partly_zeroed_by_a_crash_is_cut_off() {
     assert_eq!(log.aborted_transactions(0, 8), vec![(7, 2)]);
 }
 
+/// A crash that zeroes only the low bytes of an entry's marker offset
+/// leaves a smaller offset that every plausibility rule accepts; below the
+/// replay start it would be trusted as it reads. Recovery holds the
+/// trusted entries of the segment the replay starts in to their markers,
+/// so the torn entry goes and the replay's own entry for that marker stays.
+#[test]
+fn a_trusted_aborted_index_entry_whose_marker_the_log_lacks_is_dropped() {
+    use kaas_core::partition::AbortedTxn;
+    use kaas_core::record::{build_control_batch, ControlType, EndTxnMarker};
+    let fx = Fixture::new();
+    let mut log = fx.open(LogConfig::default());
+    let pid = 1 << 40;
+    for _ in 0..3 {
+        let data = BatchBuilder::transactional(pid, 0, 0)
+            .record(0, None, Some(b"v"))
+            .build();
+        log.append_batch(&data).unwrap();
+    }
+    let marker = EndTxnMarker {
+        control_type: ControlType::Abort,
+        coordinator_epoch: 0,
+    };
+    log.append_batch(&build_control_batch(pid, 0, 0, marker))
+        .unwrap();
+    let real = AbortedTxn {
+        producer_id: pid,
+        first_offset: 0,
+        last_offset: 3,
+        last_stable_offset: 4,
+    };
+    // What a torn write of `real` can read back as: its marker offset's
+    // low bits gone (3 -> 2, inside the segment), its last stable offset
+    // zeroed.
+    let torn = AbortedTxn {
+        last_offset: 2,
+        last_stable_offset: 0,
+        ..real
+    };
+    log.append_aborted(torn).unwrap();
+    log.sync().unwrap();
+    // The replay starts at 3 (a snapshot there): the torn entry's marker
+    // reads as below it, the real marker is met by the replay.
+    log.rebuild_aborted(3, &[real]).unwrap();
+    assert_eq!(log.aborted_index(), vec![real]);
+    drop(log);
+    let log = fx.open(LogConfig::default());
+    assert_eq!(log.aborted_index(), vec![real], "the file was rewritten");
+    assert_eq!(log.aborted_transactions(0, 4), vec![(pid, 0)]);
+}
+
 // ------------------------------------------------------------- segment.ms
 
 /// 2026-01-01 by the clock, for records stamped as real producers stamp them.
