@@ -195,6 +195,9 @@ pub struct SeedReport {
     pub multi_topic_requests: u64,
     /// Records of [`TWIN_TOPIC`] acknowledged, each checked in its final log.
     pub twin_records_acked: usize,
+    /// Records of [`TWIN_TOPIC`] the tailing consumer read during the run
+    /// (one broker: its fetches ask for both topics).
+    pub twin_records_fetched: u64,
     /// Aborted-index entries held to the batches of their partition's log
     /// at the end ([`check_aborted_indexes`]).
     pub aborted_index_entries: u64,
@@ -294,6 +297,10 @@ impl SeedReport {
             (
                 "records of the twin topic acknowledged",
                 count(self.twin_records_acked),
+            ),
+            (
+                "records of the twin topic fetched during the run",
+                self.twin_records_fetched,
             ),
             (
                 "aborted-index entries checked against their log",
@@ -1978,6 +1985,8 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     } else {
         Default::default()
     };
+    // The final reads count as fetches too.
+    let twin_records_fetched = shared.history_of(PlainTopic::Twin).stats.records_fetched;
     // `sim`, then its twin in the seeds that write one.
     let mut plain_reads = Vec::new();
     for plain in [PlainTopic::Main, PlainTopic::Twin] {
@@ -2351,6 +2360,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         multi_partition_requests: history.stats.multi_partition_requests,
         multi_topic_requests: history.stats.multi_topic_requests,
         twin_records_acked: twin.acked_records(),
+        twin_records_fetched,
         aborted_index_entries,
         records_fetched: history.stats.records_fetched,
         final_records,

@@ -27,16 +27,16 @@ use crate::poll_history::{self, Logs, Reading};
 use crate::routes::{self, Routes};
 use crate::txn_history::{Txn, TxnEnd, TxnIndex, TXN_TOPIC};
 use crate::workload::{
-    ensure_connected, polling, produce_outcome, retriable, Backoff, RequestError, Shared,
-    FETCH_MAX_BYTES, PRODUCE_VERSION, REQUEST_TIMEOUT,
+    ensure_connected, fetch_request_at_epochs, polling, produce_outcome, retriable, Backoff,
+    RequestError, Shared, PRODUCE_VERSION, REQUEST_TIMEOUT,
 };
 use bytes::Bytes;
 use kaas_core::protocol::messages::describe_transactions_response::TransactionState;
 use kaas_core::protocol::messages::{
     add_partitions_to_txn_request, describe_transactions_request, end_txn_request, fetch_request,
     find_coordinator_request, init_producer_id_request, metadata_request, produce_request,
-    AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest, FetchRequest,
-    FindCoordinatorRequest, InitProducerIdRequest, MetadataRequest, ProduceRequest,
+    AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest,
+    InitProducerIdRequest, MetadataRequest, ProduceRequest,
 };
 use kaas_core::protocol::{ErrorCode, RequestBody, ResponseBody};
 use kaas_core::record::{
@@ -1058,30 +1058,7 @@ pub(crate) async fn fetch_at(
     let c = ensure_connected(conn, addr)
         .await
         .map_err(RequestError::Network)?;
-    let body = RequestBody::Fetch(FetchRequest {
-        replica_id: -1,
-        max_wait_ms,
-        min_bytes: 1,
-        max_bytes: FETCH_MAX_BYTES,
-        isolation_level: isolation.to_wire(),
-        topics: vec![fetch_request::FetchTopic {
-            topic: topic.into(),
-            partitions: positions
-                .iter()
-                .map(|(&partition, &offset)| fetch_request::FetchPartition {
-                    partition,
-                    fetch_offset: offset,
-                    partition_max_bytes: FETCH_MAX_BYTES,
-                    current_leader_epoch: epochs.get(&partition).copied().unwrap_or(-1),
-                    last_fetched_epoch: -1,
-                    log_start_offset: -1,
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let body = fetch_request_at_epochs(topic, positions, epochs, max_wait_ms, isolation);
     let result = match timeout(
         REQUEST_TIMEOUT,
         c.send(fetch_request::API_KEY, FETCH_VERSION, &body),

@@ -759,9 +759,11 @@ async fn write_unacknowledged(
     Ok(())
 }
 
+/// The positions a fetch asks for, per topic, in request order.
+pub(crate) type Asked<'a> = [(&'a str, &'a BTreeMap<i32, i64>)];
+
 pub(crate) fn fetch_request(
-    topic: &str,
-    positions: &BTreeMap<i32, i64>,
+    asked: &Asked<'_>,
     max_wait_ms: i32,
     isolation: Isolation,
 ) -> RequestBody {
@@ -771,22 +773,25 @@ pub(crate) fn fetch_request(
         isolation_level: isolation.to_wire(),
         min_bytes: 1,
         max_bytes: FETCH_MAX_BYTES,
-        topics: vec![fetch_request::FetchTopic {
-            topic: topic.into(),
-            partitions: positions
-                .iter()
-                .map(|(&partition, &offset)| fetch_request::FetchPartition {
-                    partition,
-                    fetch_offset: offset,
-                    partition_max_bytes: FETCH_MAX_BYTES,
-                    current_leader_epoch: -1,
-                    last_fetched_epoch: -1,
-                    log_start_offset: -1,
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
+        topics: asked
+            .iter()
+            .map(|(topic, positions)| fetch_request::FetchTopic {
+                topic: (*topic).into(),
+                partitions: positions
+                    .iter()
+                    .map(|(&partition, &offset)| fetch_request::FetchPartition {
+                        partition,
+                        fetch_offset: offset,
+                        partition_max_bytes: FETCH_MAX_BYTES,
+                        current_leader_epoch: -1,
+                        last_fetched_epoch: -1,
+                        log_start_offset: -1,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
     })
 }
@@ -917,8 +922,22 @@ pub(crate) async fn fetch_once(
     max_wait_ms: i32,
     isolation: Isolation,
 ) -> Result<Vec<FetchedPartition>, RequestError> {
-    let body = fetch_request(topic, positions, max_wait_ms, isolation);
-    fetch_with(conn, addr, topic, &body, positions).await
+    let mut answers =
+        fetch_topics(conn, addr, &[(topic, positions)], max_wait_ms, isolation).await?;
+    Ok(answers.pop().unwrap_or_default())
+}
+
+/// Sends one fetch for the positions of several topics, as a consumer
+/// subscribed to them sends it; each topic's answer in `asked`'s order.
+pub(crate) async fn fetch_topics(
+    conn: &mut Option<Connection>,
+    addr: SocketAddr,
+    asked: &Asked<'_>,
+    max_wait_ms: i32,
+    isolation: Isolation,
+) -> Result<Vec<Vec<FetchedPartition>>, RequestError> {
+    let body = fetch_request(asked, max_wait_ms, isolation);
+    fetch_with(conn, addr, &body, asked).await
 }
 
 /// Sends one fetch for `positions` that names each partition's leader
@@ -933,22 +952,35 @@ pub(crate) async fn fetch_at_epochs(
     max_wait_ms: i32,
     isolation: Isolation,
 ) -> Result<Vec<FetchedPartition>, RequestError> {
-    let mut body = fetch_request(topic, positions, max_wait_ms, isolation);
+    let body = fetch_request_at_epochs(topic, positions, epochs, max_wait_ms, isolation);
+    let mut answers = fetch_with(conn, addr, &body, &[(topic, positions)]).await?;
+    Ok(answers.pop().unwrap_or_default())
+}
+
+/// A fetch of `positions` of `topic` naming, for each partition in
+/// `epochs`, the leader epoch the client knows (-1 for the others).
+pub(crate) fn fetch_request_at_epochs(
+    topic: &str,
+    positions: &BTreeMap<i32, i64>,
+    epochs: &BTreeMap<i32, i32>,
+    max_wait_ms: i32,
+    isolation: Isolation,
+) -> RequestBody {
+    let mut body = fetch_request(&[(topic, positions)], max_wait_ms, isolation);
     if let RequestBody::Fetch(f) = &mut body {
         for p in f.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
             p.current_leader_epoch = epochs.get(&p.partition).copied().unwrap_or(-1);
         }
     }
-    fetch_with(conn, addr, topic, &body, positions).await
+    body
 }
 
 async fn fetch_with(
     conn: &mut Option<Connection>,
     addr: SocketAddr,
-    topic: &str,
     body: &RequestBody,
-    positions: &BTreeMap<i32, i64>,
-) -> Result<Vec<FetchedPartition>, RequestError> {
+    asked: &Asked<'_>,
+) -> Result<Vec<Vec<FetchedPartition>>, RequestError> {
     let c = ensure_connected(conn, addr)
         .await
         .map_err(RequestError::Network)?;
@@ -974,12 +1006,16 @@ async fn fetch_with(
             "fetch answered with another response type".into(),
         ));
     };
-    let mut out = Vec::new();
-    for answered in resp.responses.iter().filter(|t| t.topic == topic) {
-        for data in &answered.partitions {
-            let requested = positions.get(&data.partition_index).copied().unwrap_or(0);
-            out.push(decode_fetched(data, requested).map_err(RequestError::Malformed)?);
+    let mut out = Vec::with_capacity(asked.len());
+    for (topic, positions) in asked {
+        let mut parts = Vec::new();
+        for answered in resp.responses.iter().filter(|t| t.topic == *topic) {
+            for data in &answered.partitions {
+                let requested = positions.get(&data.partition_index).copied().unwrap_or(0);
+                parts.push(decode_fetched(data, requested).map_err(RequestError::Malformed)?);
+            }
         }
+        out.push(parts);
     }
     Ok(out)
 }
@@ -1132,7 +1168,10 @@ pub(crate) fn polling(
 }
 
 /// Tails every partition while faults run, recording what it reads so the
-/// checker can hold the broker to it later.
+/// checker can hold the broker to it later. With one broker, in seeds that
+/// write the twin topic, each fetch asks for both topics, as a consumer
+/// subscribed to two topics does, and the twin's answers go to its own
+/// history (the poll-order rules follow [`TOPIC`] alone).
 pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::sync::Arc<Shared>) {
     if brokers.len() > 1 {
         return consumer_routed(params, brokers, shared).await;
@@ -1141,20 +1180,31 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
     let mut conn = None;
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    let mut twin_positions: BTreeMap<i32, i64> = if params.twin_topic {
+        positions.clone()
+    } else {
+        BTreeMap::new()
+    };
     let me = polling("tailing consumer", Reading::Main, &positions, &shared);
     while !shared.stop_fetching.load(Ordering::Relaxed) {
-        let floors = Floors::now(PlainTopic::Main, &positions, &shared);
-        let fetched = match fetch_once(
+        let floors = [
+            Floors::now(PlainTopic::Main, &positions, &shared),
+            Floors::now(PlainTopic::Twin, &twin_positions, &shared),
+        ];
+        let mut asked = vec![(TOPIC, &positions)];
+        if !twin_positions.is_empty() {
+            asked.push((TWIN_TOPIC, &twin_positions));
+        }
+        let answers = fetch_topics(
             &mut conn,
             addr,
-            TOPIC,
-            &positions,
+            &asked,
             FETCH_MAX_WAIT_MS,
             Isolation::ReadUncommitted,
         )
-        .await
-        {
-            Ok(f) => f,
+        .await;
+        let answers = match answers {
+            Ok(answers) => answers,
             Err(e) => {
                 if let RequestError::Malformed(e) = e {
                     shared.history().violation(e);
@@ -1165,43 +1215,59 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
             }
         };
         let mut any_error = false;
-        for part in fetched {
-            let Some(position) = positions.get_mut(&part.partition) else {
-                continue;
+        for ((plain, floors), fetched) in [PlainTopic::Main, PlainTopic::Twin]
+            .into_iter()
+            .zip(&floors)
+            .zip(answers)
+        {
+            let positions = match plain {
+                PlainTopic::Main => &mut positions,
+                PlainTopic::Twin => &mut twin_positions,
             };
-            if part.error_code == ErrorCode::OffsetOutOfRange.code() {
-                // The position only ever advances over data a fetch
-                // returned, which was durable: it cannot be past the end.
-                // Only below the log start (records deleted) may it be out
-                // of range.
-                let at = *position;
-                match out_of_range(
-                    &params,
-                    PlainTopic::Main,
-                    &mut conn,
-                    addr,
-                    -1,
-                    part.partition,
-                    at,
-                    &shared,
-                )
-                .await
-                {
-                    Some(start) => {
-                        *position = start;
-                        shared.polls().seek(me, part.partition, start, Seek::Reset);
+            for part in fetched {
+                let Some(position) = positions.get_mut(&part.partition) else {
+                    continue;
+                };
+                if part.error_code == ErrorCode::OffsetOutOfRange.code() {
+                    // The position only ever advances over data a fetch
+                    // returned, which was durable: it cannot be past the
+                    // end. Only below the log start (records deleted from
+                    // the main topic) may it be out of range.
+                    let at = *position;
+                    match out_of_range(
+                        &params,
+                        plain,
+                        &mut conn,
+                        addr,
+                        -1,
+                        part.partition,
+                        at,
+                        &shared,
+                    )
+                    .await
+                    {
+                        Some(start) => {
+                            *position = start;
+                            if plain == PlainTopic::Main {
+                                shared.polls().seek(me, part.partition, start, Seek::Reset);
+                            }
+                        }
+                        None => any_error = true,
                     }
-                    None => any_error = true,
+                    continue;
                 }
-                continue;
+                // For the twin, UNKNOWN_TOPIC_OR_PARTITION too, until the
+                // first Produce creates it.
+                if part.error_code != 0 {
+                    any_error = true;
+                    continue;
+                }
+                floors.fetched(&part, &shared);
+                if plain == PlainTopic::Main {
+                    shared.polls().answer(me, part.poll_answer());
+                }
+                *position = (*position).max(part.next_offset);
             }
-            if part.error_code != 0 {
-                any_error = true;
-                continue;
-            }
-            floors.fetched(&part, &shared);
-            shared.polls().answer(me, part.poll_answer());
-            *position = (*position).max(part.next_offset);
         }
         if any_error {
             shared.history().stats.fetch_errors += 1;

@@ -100,6 +100,7 @@ const REQUIRED_COUNTS: &[&str] = &[
     // same rules (`checker::TWIN_TOPIC`).
     "produce requests for two topics",
     "records of the twin topic acknowledged",
+    "records of the twin topic fetched during the run",
     // Every partition's aborted index held to its log at the end
     // (`aborted_index`).
     "aborted-index entries checked against their log",
