@@ -21,7 +21,6 @@
 //! still open, else the offset after the marker); a marker that closes
 //! nothing is not indexed, as Kafka emits no completed transaction for it.
 
-use bytes::Bytes;
 use kaas_core::partition::AbortedTxn;
 use kaas_core::record::{parse_end_txn_marker, split_batches, ControlType, RecordBatch};
 use kaas_net::log::PartitionLog;
@@ -85,9 +84,7 @@ fn all_batches(log: &PartitionLog) -> Result<Vec<RecordBatch>, String> {
                 "a read at {offset} returned nothing below the end {end}"
             ));
         }
-        batches.extend(
-            split_batches(Bytes::clone(&read.records)).filter(|b| b.last_offset() >= offset),
-        );
+        batches.extend(split_batches(read.records).filter(|b| b.last_offset() >= offset));
         offset = read.next_offset;
     }
     Ok(batches)
