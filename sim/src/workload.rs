@@ -1034,37 +1034,91 @@ async fn fetch_routed(
     shared: &Shared,
     errors: &mut Vec<String>,
 ) -> Result<Vec<FetchedPartition>, String> {
-    type Asked = (SocketAddr, BTreeMap<i32, i64>, BTreeMap<i32, i32>);
-    let mut by_leader: BTreeMap<i32, Asked> = BTreeMap::new();
-    for (&p, &offset) in positions {
-        match router.leader(p, shared).await {
-            Some(l) => {
-                let asked = by_leader
-                    .entry(l.broker)
-                    .or_insert_with(|| (l.addr, BTreeMap::new(), BTreeMap::new()));
-                asked.1.insert(p, offset);
-                asked.2.insert(p, l.epoch);
+    let mut answers = fetch_routed_topics(
+        &mut [(router, positions)],
+        conns,
+        max_wait_ms,
+        isolation,
+        shared,
+        errors,
+    )
+    .await?;
+    Ok(answers.pop().unwrap_or_default())
+}
+
+/// [`fetch_routed`] for several topics, each with its router: one request
+/// per leader carries every topic's partitions it leads, as a consumer
+/// subscribed to several topics sends them. Each topic's answer in
+/// `topics`' order.
+async fn fetch_routed_topics(
+    topics: &mut [(&mut Router, &BTreeMap<i32, i64>)],
+    conns: &mut BTreeMap<i32, Option<Connection>>,
+    max_wait_ms: i32,
+    isolation: Isolation,
+    shared: &Shared,
+    errors: &mut Vec<String>,
+) -> Result<Vec<Vec<FetchedPartition>>, String> {
+    // Per leader: its address, and per topic (by index) the positions and
+    // epochs asked of it.
+    type Asked = BTreeMap<usize, (BTreeMap<i32, i64>, BTreeMap<i32, i32>)>;
+    let mut by_leader: BTreeMap<i32, (SocketAddr, Asked)> = BTreeMap::new();
+    for (i, (router, positions)) in topics.iter_mut().enumerate() {
+        for (&p, &offset) in positions.iter() {
+            match router.leader(p, shared).await {
+                Some(l) => {
+                    let asked = by_leader
+                        .entry(l.broker)
+                        .or_insert_with(|| (l.addr, BTreeMap::new()))
+                        .1
+                        .entry(i)
+                        .or_default();
+                    asked.0.insert(p, offset);
+                    asked.1.insert(p, l.epoch);
+                }
+                None => errors.push(format!(
+                    "{} partition {p}: no live leader known",
+                    router.topic()
+                )),
             }
-            None => errors.push(format!("partition {p}: no live leader known")),
         }
     }
-    let mut out = Vec::new();
-    for (broker, (addr, asked, epochs)) in by_leader {
+    let mut out: Vec<Vec<FetchedPartition>> = topics.iter().map(|_| Vec::new()).collect();
+    for (broker, (addr, asked)) in by_leader {
         let conn = conns.entry(broker).or_default();
-        let topic = router.topic().to_string();
-        match fetch_at_epochs(conn, addr, &topic, &asked, &epochs, max_wait_ms, isolation).await {
-            Ok(parts) => {
-                for part in parts {
-                    if redirects(part.error_code) {
-                        shared.cluster().redirected();
-                        router.invalidate();
+        let names: Vec<String> = asked
+            .keys()
+            .map(|&i| topics[i].0.topic().to_string())
+            .collect();
+        let request: Vec<(&str, &BTreeMap<i32, i64>)> = names
+            .iter()
+            .zip(asked.values())
+            .map(|(name, (positions, _))| (name.as_str(), positions))
+            .collect();
+        let mut body = fetch_request(&request, max_wait_ms, isolation);
+        if let RequestBody::Fetch(f) = &mut body {
+            for (topic, (_, epochs)) in f.topics.iter_mut().zip(asked.values()) {
+                for p in &mut topic.partitions {
+                    p.current_leader_epoch = epochs.get(&p.partition).copied().unwrap_or(-1);
+                }
+            }
+        }
+        match fetch_with(conn, addr, &body, &request).await {
+            Ok(answers) => {
+                for (&i, parts) in asked.keys().zip(answers) {
+                    for part in parts {
+                        if redirects(part.error_code) {
+                            shared.cluster().redirected();
+                            topics[i].0.invalidate();
+                        }
+                        out[i].push(part);
                     }
-                    out.push(part);
                 }
             }
             Err(RequestError::Malformed(e)) => return Err(e),
             Err(RequestError::Network(e)) => {
-                router.invalidate();
+                for &i in asked.keys() {
+                    topics[i].0.invalidate();
+                }
                 errors.push(format!("broker {broker}: {e}"));
             }
         }
@@ -1168,10 +1222,11 @@ pub(crate) fn polling(
 }
 
 /// Tails every partition while faults run, recording what it reads so the
-/// checker can hold the broker to it later. With one broker, in seeds that
-/// write the twin topic, each fetch asks for both topics, as a consumer
-/// subscribed to two topics does, and the twin's answers go to its own
-/// history (the poll-order rules follow [`TOPIC`] alone).
+/// checker can hold the broker to it later. In seeds that write the twin
+/// topic, each fetch asks for both topics (with several brokers, each
+/// leader's request carries both), as a consumer subscribed to two topics
+/// does, and the twin's answers go to its own history (the poll-order and
+/// cluster rules follow [`TOPIC`] alone).
 pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::sync::Arc<Shared>) {
     if brokers.len() > 1 {
         return consumer_routed(params, brokers, shared).await;
@@ -1279,31 +1334,42 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
 }
 
 /// [`consumer`] with several brokers: each partition fetched from its
-/// leader, and the epoch of every batch reported.
+/// leader, and the epoch of every batch of [`TOPIC`] reported.
 async fn consumer_routed(
     params: SimParams,
     brokers: Vec<SocketAddr>,
     shared: std::sync::Arc<Shared>,
 ) {
     let mut router = Router::new("consumer", &brokers);
+    let mut twin_router = Router::for_topic("consumer", &brokers, TWIN_TOPIC);
     let mut conns = BTreeMap::new();
     let mut backoff = Backoff::new();
     let mut positions: BTreeMap<i32, i64> = (0..params.partitions).map(|p| (p, 0)).collect();
+    let mut twin_positions: BTreeMap<i32, i64> = if params.twin_topic {
+        positions.clone()
+    } else {
+        BTreeMap::new()
+    };
     let me = polling("tailing consumer", Reading::Main, &positions, &shared);
     while !shared.stop_fetching.load(Ordering::Relaxed) {
-        let floors = Floors::now(PlainTopic::Main, &positions, &shared);
+        let floors = [
+            Floors::now(PlainTopic::Main, &positions, &shared),
+            Floors::now(PlainTopic::Twin, &twin_positions, &shared),
+        ];
         let mut errors = Vec::new();
-        let fetched = match fetch_routed(
-            &mut router,
+        let fetched = fetch_routed_topics(
+            &mut [
+                (&mut router, &positions),
+                (&mut twin_router, &twin_positions),
+            ],
             &mut conns,
-            &positions,
             FETCH_MAX_WAIT_MS,
             Isolation::ReadUncommitted,
             &shared,
             &mut errors,
         )
-        .await
-        {
+        .await;
+        let fetched = match fetched {
             Ok(f) => f,
             Err(e) => {
                 shared.history().violation(e);
@@ -1311,48 +1377,63 @@ async fn consumer_routed(
             }
         };
         let mut any_error = !errors.is_empty();
-        for part in fetched {
-            let Some(position) = positions.get_mut(&part.partition) else {
-                continue;
+        for ((plain, floors), fetched) in [PlainTopic::Main, PlainTopic::Twin]
+            .into_iter()
+            .zip(&floors)
+            .zip(fetched)
+        {
+            let (positions, router) = match plain {
+                PlainTopic::Main => (&mut positions, &mut router),
+                PlainTopic::Twin => (&mut twin_positions, &mut twin_router),
             };
-            if part.error_code == ErrorCode::OffsetOutOfRange.code() {
-                let at = *position;
-                let moved = match router.leader(part.partition, &shared).await {
-                    Some(l) => {
-                        let conn = conns.entry(l.broker).or_default();
-                        out_of_range(
-                            &params,
-                            PlainTopic::Main,
-                            conn,
-                            l.addr,
-                            l.epoch,
-                            part.partition,
-                            at,
-                            &shared,
-                        )
-                        .await
-                    }
-                    None => None,
+            for part in fetched {
+                let Some(position) = positions.get_mut(&part.partition) else {
+                    continue;
                 };
-                match moved {
-                    Some(start) => {
-                        *position = start;
-                        shared.polls().seek(me, part.partition, start, Seek::Reset);
+                if part.error_code == ErrorCode::OffsetOutOfRange.code() {
+                    let at = *position;
+                    let moved = match router.leader(part.partition, &shared).await {
+                        Some(l) => {
+                            let conn = conns.entry(l.broker).or_default();
+                            out_of_range(
+                                &params,
+                                plain,
+                                conn,
+                                l.addr,
+                                l.epoch,
+                                part.partition,
+                                at,
+                                &shared,
+                            )
+                            .await
+                        }
+                        None => None,
+                    };
+                    match moved {
+                        Some(start) => {
+                            *position = start;
+                            if plain == PlainTopic::Main {
+                                shared.polls().seek(me, part.partition, start, Seek::Reset);
+                            }
+                        }
+                        None => any_error = true,
                     }
-                    None => any_error = true,
+                    continue;
                 }
-                continue;
+                if part.error_code != 0 {
+                    any_error = true;
+                    continue;
+                }
+                floors.fetched(&part, &shared);
+                // The cluster and poll-order rules follow the main topic.
+                if plain == PlainTopic::Main {
+                    shared
+                        .cluster()
+                        .fetched("consumer", part.partition, &part.batches);
+                    shared.polls().answer(me, part.poll_answer());
+                }
+                *position = (*position).max(part.next_offset);
             }
-            if part.error_code != 0 {
-                any_error = true;
-                continue;
-            }
-            floors.fetched(&part, &shared);
-            shared
-                .cluster()
-                .fetched("consumer", part.partition, &part.batches);
-            shared.polls().answer(me, part.poll_answer());
-            *position = (*position).max(part.next_offset);
         }
         if any_error {
             shared.history().stats.fetch_errors += 1;
