@@ -1240,7 +1240,10 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
     } else {
         BTreeMap::new()
     };
-    let me = polling("tailing consumer", Reading::Main, &positions, &shared);
+    let tail = Tailing {
+        me: polling("tailing consumer", Reading::Main, &positions, &shared),
+        routed: false,
+    };
     while !shared.stop_fetching.load(Ordering::Relaxed) {
         let floors = [
             Floors::now(PlainTopic::Main, &positions, &shared),
@@ -1289,7 +1292,7 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
                     // end. Only below the log start (records deleted from
                     // the main topic) may it be out of range.
                     let at = *position;
-                    match out_of_range(
+                    let start = out_of_range(
                         &params,
                         plain,
                         &mut conn,
@@ -1299,29 +1302,11 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
                         at,
                         &shared,
                     )
-                    .await
-                    {
-                        Some(start) => {
-                            *position = start;
-                            if plain == PlainTopic::Main {
-                                shared.polls().seek(me, part.partition, start, Seek::Reset);
-                            }
-                        }
-                        None => any_error = true,
-                    }
+                    .await;
+                    any_error |= !tail.reset(plain, part.partition, position, start, &shared);
                     continue;
                 }
-                // For the twin, UNKNOWN_TOPIC_OR_PARTITION too, until the
-                // first Produce creates it.
-                if part.error_code != 0 {
-                    any_error = true;
-                    continue;
-                }
-                floors.fetched(&part, &shared);
-                if plain == PlainTopic::Main {
-                    shared.polls().answer(me, part.poll_answer());
-                }
-                *position = (*position).max(part.next_offset);
+                any_error |= !tail.read(plain, &part, position, floors, &shared);
             }
         }
         if any_error {
@@ -1330,6 +1315,65 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
         } else {
             backoff.reset();
         }
+    }
+}
+
+/// What the tailing consumer makes of its answers, with one broker or
+/// several: the poll-order rules (and with several brokers the cluster
+/// rules) follow [`TOPIC`] alone.
+struct Tailing {
+    me: poll_history::ConsumerId,
+    routed: bool,
+}
+
+impl Tailing {
+    /// An OFFSET_OUT_OF_RANGE answer at `position`, after which the log
+    /// was found to start at `start` (`None`: it was not, a violation
+    /// `out_of_range` reported, or no answer). False if the reader stays.
+    fn reset(
+        &self,
+        plain: PlainTopic,
+        partition: i32,
+        position: &mut i64,
+        start: Option<i64>,
+        shared: &Shared,
+    ) -> bool {
+        let Some(start) = start else {
+            return false;
+        };
+        *position = start;
+        if plain == PlainTopic::Main {
+            shared.polls().seek(self.me, partition, start, Seek::Reset);
+        }
+        true
+    }
+
+    /// Any other answer: an error (for the twin, UNKNOWN_TOPIC_OR_PARTITION
+    /// too, until the first Produce creates it) makes it false; records
+    /// go to `plain`'s history, checked against `floors`, and the position
+    /// moves past them.
+    fn read(
+        &self,
+        plain: PlainTopic,
+        part: &FetchedPartition,
+        position: &mut i64,
+        floors: &Floors,
+        shared: &Shared,
+    ) -> bool {
+        if part.error_code != 0 {
+            return false;
+        }
+        floors.fetched(part, shared);
+        if plain == PlainTopic::Main {
+            if self.routed {
+                shared
+                    .cluster()
+                    .fetched("consumer", part.partition, &part.batches);
+            }
+            shared.polls().answer(self.me, part.poll_answer());
+        }
+        *position = (*position).max(part.next_offset);
+        true
     }
 }
 
@@ -1350,7 +1394,10 @@ async fn consumer_routed(
     } else {
         BTreeMap::new()
     };
-    let me = polling("tailing consumer", Reading::Main, &positions, &shared);
+    let tail = Tailing {
+        me: polling("tailing consumer", Reading::Main, &positions, &shared),
+        routed: true,
+    };
     while !shared.stop_fetching.load(Ordering::Relaxed) {
         let floors = [
             Floors::now(PlainTopic::Main, &positions, &shared),
@@ -1392,7 +1439,7 @@ async fn consumer_routed(
                 };
                 if part.error_code == ErrorCode::OffsetOutOfRange.code() {
                     let at = *position;
-                    let moved = match router.leader(part.partition, &shared).await {
+                    let start = match router.leader(part.partition, &shared).await {
                         Some(l) => {
                             let conn = conns.entry(l.broker).or_default();
                             out_of_range(
@@ -1409,30 +1456,10 @@ async fn consumer_routed(
                         }
                         None => None,
                     };
-                    match moved {
-                        Some(start) => {
-                            *position = start;
-                            if plain == PlainTopic::Main {
-                                shared.polls().seek(me, part.partition, start, Seek::Reset);
-                            }
-                        }
-                        None => any_error = true,
-                    }
+                    any_error |= !tail.reset(plain, part.partition, position, start, &shared);
                     continue;
                 }
-                if part.error_code != 0 {
-                    any_error = true;
-                    continue;
-                }
-                floors.fetched(&part, &shared);
-                // The cluster and poll-order rules follow the main topic.
-                if plain == PlainTopic::Main {
-                    shared
-                        .cluster()
-                        .fetched("consumer", part.partition, &part.batches);
-                    shared.polls().answer(me, part.poll_answer());
-                }
-                *position = (*position).max(part.next_offset);
+                any_error |= !tail.read(plain, &part, position, floors, &shared);
             }
         }
         if any_error {
