@@ -135,6 +135,51 @@ mod tests {
         .with_assigned(offset, 0)
     }
 
+    /// The check over a real log: the index the broker appended is the
+    /// one the batches imply; an entry nothing in the log implies (a torn
+    /// one trusted, say) fails it, and so does a missing one.
+    #[test]
+    fn a_log_whose_index_names_an_abort_its_batches_do_not_imply_fails_the_check() {
+        use crate::volume::SimVolume;
+        use kaas_net::log::LogConfig;
+        use kaas_net::volume::Volume;
+        use std::sync::Arc;
+        let volume: Arc<dyn Volume> = Arc::new(SimVolume::new());
+        let dir = kaas_core::layout::partition_dir("t", 0);
+        let mut log =
+            PartitionLog::open(volume, dir, LogConfig::default(), 0).expect("open the log");
+        for batch in [
+            data(7, 0),
+            data(7, 0),
+            marker(7, 0, ControlType::Abort),
+            data(7, 0),
+            marker(7, 0, ControlType::Commit),
+        ] {
+            log.append_batch(&batch).expect("append");
+        }
+        let real = AbortedTxn {
+            producer_id: 7,
+            first_offset: 0,
+            last_offset: 2,
+            last_stable_offset: 3,
+        };
+        assert_eq!(check(&log).map_err(|_| ()), Err(()), "the entry is missing");
+        log.append_aborted(real).expect("index the abort");
+        assert_eq!(check(&log), Ok(1));
+        log.append_aborted(AbortedTxn {
+            first_offset: 0,
+            last_offset: 0,
+            last_stable_offset: 0,
+            ..real
+        })
+        .expect("index a torn entry");
+        let e = check(&log).expect_err("a torn entry");
+        assert!(
+            e.contains("holds 1 entries the batches do not imply"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn an_abort_closing_a_transaction_is_an_entry_and_a_commit_or_an_empty_marker_is_not() {
         let batches = vec![

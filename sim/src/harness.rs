@@ -196,7 +196,7 @@ pub struct SeedReport {
     /// Records of [`TWIN_TOPIC`] acknowledged, each checked in its final log.
     pub twin_records_acked: usize,
     /// Records of [`TWIN_TOPIC`] the tailing consumer read during the run
-    /// (one broker: its fetches ask for both topics).
+    /// (its fetches ask for both topics), not counting the final read.
     pub twin_records_fetched: u64,
     /// Aborted-index entries held to the batches of their partition's log
     /// at the end ([`check_aborted_indexes`]).

@@ -17,7 +17,7 @@ use crate::low_acks::Acks;
 use crate::params::{SimParams, PLAIN_PRODUCE_ATTEMPTS};
 use crate::poll_history::{self, PollHistory, Reading, Seek};
 use crate::retention::{reset_to_earliest, Reset};
-use crate::router::{redirects, Router};
+use crate::router::{redirects, Leader, Router};
 use crate::txn_history::TxnHistory;
 use bytes::Bytes;
 use kaas_core::compression::MAX_DECOMPRESSED_BATCH_BYTES;
@@ -423,7 +423,7 @@ struct Part {
 impl Part {
     /// `batch` as one record batch, stamped now (no await since
     /// [`PlainBatch::on`] stamped it for retention), in the seed's codec.
-    fn of(batch: &PlainBatch, codec: Compression) -> Part {
+    fn of(batch: PlainBatch, codec: Compression) -> Part {
         let mut builder = BatchBuilder::new();
         for value in &batch.values {
             builder.push(NewRecord::new(crate::env::wall_ms(), None, Some(value)));
@@ -431,7 +431,7 @@ impl Part {
         Part {
             plain: batch.plain,
             partition: batch.partition,
-            values: batch.values.clone(),
+            values: batch.values,
             records: compressed(builder.build(), codec).into_bytes(),
         }
     }
@@ -468,21 +468,22 @@ pub async fn producer(
     let mut batch_no: u32 = 0;
     while !shared.stop_producing.load(Ordering::Relaxed) {
         let first = PlainBatch::next(id, batch_no, &params, acks, &shared);
+        let (first_partition, think) = (first.partition, first.think);
         let correlation_id = batch_no as i32;
         batch_no += 1;
-        let mut parts = vec![Part::of(&first, params.compression())];
+        let mut parts = vec![Part::of(first, params.compression())];
         if params.multi_partition_produce {
             let mut more = |plain: PlainTopic, partitions: Vec<i32>| {
                 for partition in partitions {
                     let batch =
                         PlainBatch::on(id, batch_no, plain, partition, &params, acks, &shared);
                     batch_no += 1;
-                    parts.push(Part::of(&batch, params.compression()));
+                    parts.push(Part::of(batch, params.compression()));
                 }
             };
             more(
                 PlainTopic::Main,
-                some_partitions(params.partitions, Some(first.partition)),
+                some_partitions(params.partitions, Some(first_partition)),
             );
             if params.twin_topic {
                 more(PlainTopic::Twin, some_partitions(params.partitions, None));
@@ -651,7 +652,7 @@ pub async fn producer(
             shared.history().stats.produce_retries += 1;
             backoff.wait().await;
         }
-        sleep(first.think).await;
+        sleep(think).await;
     }
 }
 
@@ -704,10 +705,12 @@ async fn unacknowledged_producer(
     let mut batch_no: u32 = 0;
     while !shared.stop_producing.load(Ordering::Relaxed) {
         let batch = PlainBatch::next(id, batch_no, &params, Acks::None, &shared);
+        let think = batch.think;
         batch_no += 1;
-        let body = produce_request(&[&Part::of(&batch, params.compression())], Acks::None);
+        let part = Part::of(batch, params.compression());
+        let body = produce_request(&[&part], Acks::None);
         for _ in 0..PLAIN_PRODUCE_ATTEMPTS {
-            match write_unacknowledged(&mut router, &mut conn, &batch, &body, &shared).await {
+            match write_unacknowledged(&mut router, &mut conn, &part, &body, &shared).await {
                 Ok(()) => {
                     backoff.reset();
                     break;
@@ -725,7 +728,7 @@ async fn unacknowledged_producer(
         if router.multi() && batch_no.is_multiple_of(UNACKNOWLEDGED_REFRESH_BATCHES) {
             router.invalidate();
         }
-        sleep(batch.think.max(UNACKNOWLEDGED_MIN_PAUSE)).await;
+        sleep(think.max(UNACKNOWLEDGED_MIN_PAUSE)).await;
     }
 }
 
@@ -735,18 +738,18 @@ async fn unacknowledged_producer(
 async fn write_unacknowledged(
     router: &mut Router,
     conn: &mut Option<Connection>,
-    batch: &PlainBatch,
+    part: &Part,
     body: &RequestBody,
     shared: &Shared,
 ) -> Result<(), bool> {
-    let leader = router.leader(batch.partition, shared).await.ok_or(false)?;
+    let leader = router.leader(part.partition, shared).await.ok_or(false)?;
     if conn.as_ref().is_some_and(|c| c.peer() != leader.addr) {
         *conn = None;
     }
     let c = ensure_connected(conn, leader.addr)
         .await
         .map_err(|_| false)?;
-    shared.history().low_acks.attempted(&batch.values);
+    shared.history().low_acks.attempted(&part.values);
     let sent = timeout(
         REQUEST_TIMEOUT,
         c.send_oneway(produce_request::API_KEY, PRODUCE_VERSION, body),
@@ -967,12 +970,21 @@ pub(crate) fn fetch_request_at_epochs(
     isolation: Isolation,
 ) -> RequestBody {
     let mut body = fetch_request(&[(topic, positions)], max_wait_ms, isolation);
-    if let RequestBody::Fetch(f) = &mut body {
-        for p in f.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
-            p.current_leader_epoch = epochs.get(&p.partition).copied().unwrap_or(-1);
+    name_leader_epochs(&mut body, &[epochs]);
+    body
+}
+
+/// Names in a Fetch the leader epoch the client knows for each partition
+/// (KIP-320): `epochs[i]` for the request's `i`-th topic, -1 where it
+/// knows none.
+fn name_leader_epochs(body: &mut RequestBody, epochs: &[&BTreeMap<i32, i32>]) {
+    if let RequestBody::Fetch(f) = body {
+        for (topic, epochs) in f.topics.iter_mut().zip(epochs) {
+            for p in &mut topic.partitions {
+                p.current_leader_epoch = epochs.get(&p.partition).copied().unwrap_or(-1);
+            }
         }
     }
-    body
 }
 
 async fn fetch_with(
@@ -1095,13 +1107,8 @@ async fn fetch_routed_topics(
             .map(|(name, (positions, _))| (name.as_str(), positions))
             .collect();
         let mut body = fetch_request(&request, max_wait_ms, isolation);
-        if let RequestBody::Fetch(f) = &mut body {
-            for (topic, (_, epochs)) in f.topics.iter_mut().zip(asked.values()) {
-                for p in &mut topic.partitions {
-                    p.current_leader_epoch = epochs.get(&p.partition).copied().unwrap_or(-1);
-                }
-            }
-        }
+        let epochs: Vec<&BTreeMap<i32, i32>> = asked.values().map(|(_, e)| e).collect();
+        name_leader_epochs(&mut body, &epochs);
         match fetch_with(conn, addr, &body, &request).await {
             Ok(answers) => {
                 for (&i, parts) in asked.keys().zip(answers) {
@@ -1176,22 +1183,19 @@ impl Floors {
 /// reader moves there (`Some`). Otherwise, or if the log start is not above
 /// the position, it is a violation: positions only advance over durable
 /// data, never past the end. `None`: the reader stays (and backs off).
-// What the reader was reading (topic, partition, position) and on which
-// connection to which leader: none of it can go.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn out_of_range(
     params: &SimParams,
     plain: PlainTopic,
     conn: &mut Option<Connection>,
-    addr: SocketAddr,
-    epoch: i32,
+    leader: Leader,
     partition: i32,
     position: i64,
     shared: &Shared,
 ) -> Option<i64> {
     // Only the main topic's records are deleted (`crate::retention`).
     let start = if params.retention.is_some() && plain == PlainTopic::Main {
-        match reset_to_earliest(conn, addr, partition, epoch, position, shared).await {
+        match reset_to_earliest(conn, leader.addr, partition, leader.epoch, position, shared).await
+        {
             Reset::MovedTo(start) => return Some(start),
             Reset::Failed => return None,
             Reset::NotBelow(start) => format!(" (the log starts at {start})"),
@@ -1219,6 +1223,32 @@ pub(crate) fn polling(
         polls.seek(me, p, offset, Seek::Start);
     }
     me
+}
+
+/// [`out_of_range`] with several brokers: asked of `partition`'s leader as
+/// `router` knows it, on that broker's connection; `None` if it knows none.
+async fn out_of_range_routed(
+    params: &SimParams,
+    plain: PlainTopic,
+    router: &mut Router,
+    conns: &mut BTreeMap<i32, Option<Connection>>,
+    partition: i32,
+    position: i64,
+    shared: &Shared,
+) -> Option<i64> {
+    let leader = router.leader(partition, shared).await?;
+    let conn = conns.entry(leader.broker).or_default();
+    out_of_range(params, plain, conn, leader, partition, position, shared).await
+}
+
+/// The only broker of a single-broker seed, as [`out_of_range`] names it:
+/// its leader epochs are not checked.
+fn sole_broker(addr: SocketAddr) -> Leader {
+    Leader {
+        broker: 0,
+        addr,
+        epoch: -1,
+    }
 }
 
 /// Tails every partition while faults run, recording what it reads so the
@@ -1296,8 +1326,7 @@ pub async fn consumer(params: SimParams, brokers: Vec<SocketAddr>, shared: std::
                         &params,
                         plain,
                         &mut conn,
-                        addr,
-                        -1,
+                        sole_broker(addr),
                         part.partition,
                         at,
                         &shared,
@@ -1439,23 +1468,16 @@ async fn consumer_routed(
                 };
                 if part.error_code == ErrorCode::OffsetOutOfRange.code() {
                     let at = *position;
-                    let start = match router.leader(part.partition, &shared).await {
-                        Some(l) => {
-                            let conn = conns.entry(l.broker).or_default();
-                            out_of_range(
-                                &params,
-                                plain,
-                                conn,
-                                l.addr,
-                                l.epoch,
-                                part.partition,
-                                at,
-                                &shared,
-                            )
-                            .await
-                        }
-                        None => None,
-                    };
+                    let start = out_of_range_routed(
+                        &params,
+                        plain,
+                        router,
+                        &mut conns,
+                        part.partition,
+                        at,
+                        &shared,
+                    )
+                    .await;
                     any_error |= !tail.reset(plain, part.partition, position, start, &shared);
                     continue;
                 }
@@ -1535,8 +1557,7 @@ pub async fn read_everything(
                     &params,
                     plain,
                     &mut conn,
-                    addr,
-                    -1,
+                    sole_broker(addr),
                     part.partition,
                     position,
                     &shared,
@@ -1670,23 +1691,16 @@ pub async fn read_everything_routed(
                 continue;
             };
             if part.error_code == ErrorCode::OffsetOutOfRange.code() {
-                let moved = match router.leader(part.partition, &shared).await {
-                    Some(l) => {
-                        let conn = conns.entry(l.broker).or_default();
-                        out_of_range(
-                            &params,
-                            plain,
-                            conn,
-                            l.addr,
-                            l.epoch,
-                            part.partition,
-                            position,
-                            &shared,
-                        )
-                        .await
-                    }
-                    None => None,
-                };
+                let moved = out_of_range_routed(
+                    &params,
+                    plain,
+                    &mut router,
+                    &mut conns,
+                    part.partition,
+                    position,
+                    &shared,
+                )
+                .await;
                 match moved {
                     Some(start) => {
                         final_start_moved(plain, &mut logs, part.partition, start, &shared);
