@@ -129,6 +129,8 @@ pub struct Env {
     pub io: Arc<dyn IoRunner>,
     /// The buggify points' injector: inert but in the simulator.
     pub buggify: crate::buggify::Buggify,
+    /// Reports of the ownership gates: inert but in the simulator.
+    pub witness: crate::witness::Witness,
 }
 
 impl std::fmt::Debug for Env {
@@ -144,6 +146,7 @@ impl Env {
             clock: Arc::new(SystemClock::new()),
             io: Arc::new(BlockingPool),
             buggify: crate::buggify::Buggify::none(),
+            witness: crate::witness::Witness::none(),
         }
     }
 
@@ -153,6 +156,7 @@ impl Env {
             clock: Arc::new(SystemClock::new()),
             io: Arc::new(InPlace),
             buggify: crate::buggify::Buggify::none(),
+            witness: crate::witness::Witness::none(),
         }
     }
 
@@ -222,6 +226,7 @@ mod tests {
             clock: Arc::new(SystemClock::new()),
             io: Arc::new(Dropper),
             buggify: crate::buggify::Buggify::none(),
+            witness: crate::witness::Witness::none(),
         };
         assert!(env.blocking(IoKind::Buffered, || Ok(())).await.is_err());
     }

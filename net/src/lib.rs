@@ -18,6 +18,7 @@ pub mod server;
 pub mod slot_store;
 pub mod transactions;
 pub mod volume;
+pub mod witness;
 
 pub use broker::Broker;
 pub use config::BrokerConfig;

@@ -1055,6 +1055,66 @@ async fn committed_transaction(addr: SocketAddr, id: &str, pid: i64, epoch: i16,
     }
 }
 
+/// A broker restarting among others follows the claims its previous life
+/// left on the coordinator slots until it wins them again at new epochs;
+/// until then its gates admit none of them, though the newest claim names
+/// it. (The simulator's ownership witness found such a gate admitting a
+/// slot while the successor that took it over served it.)
+#[tokio::test]
+async fn a_restarted_broker_admits_no_slot_it_only_follows_its_old_claim_on() {
+    const GROUP: &str = "g";
+    // A long staleness bound: a broker starting among others settles, and
+    // wins anything, only 3 s after its first heartbeat, time enough to
+    // look at it before.
+    let bounds = LeaseBounds {
+        volume_staleness_ms: 3_000,
+        ..BOUNDS
+    };
+    let start = |dir: std::path::PathBuf, id: i32| async move {
+        support::start_shared_broker(&dir, |c| {
+            c.broker_id = id;
+            c.lease = bounds;
+        })
+        .await
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut brokers = BTreeMap::new();
+    for id in 0..2 {
+        brokers.insert(id, start(dir.path().to_path_buf(), id).await);
+    }
+    let all: Vec<SocketAddr> = brokers.values().map(|b| b.addr).collect();
+    let slot = coordinator_slot(GROUP);
+    let home = owner_of(&Item::GroupSlot(slot), &[0, 1]).unwrap();
+    assert_eq!(until_coordinated(&all, GROUP, 0, &[home]).await, home);
+    let before = brokers[&home].broker.groups.slot_claim(slot).unwrap();
+    assert!(brokers[&home].broker.group_coordinator(GROUP).is_ok());
+
+    brokers.remove(&home).unwrap().stop().await;
+    let again = start(dir.path().to_path_buf(), home).await;
+    assert_eq!(
+        again.broker.groups.slot_claim(slot),
+        Some(before),
+        "the restarted broker follows its previous life's claim"
+    );
+    assert_eq!(
+        again.broker.group_coordinator(GROUP).err(),
+        Some(ErrorCode::NotCoordinator),
+        "a slot followed, not served, is not admitted"
+    );
+    // Once its lease has settled it wins the slot back, at a new epoch.
+    let mut won = None;
+    for _ in 0..200 {
+        if again.broker.group_coordinator(GROUP).is_ok() {
+            won = again.broker.groups.slot_claim(slot);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let won = won.expect("the restarted broker never won its slot back");
+    assert_eq!(won.broker_id, home);
+    assert!(won.epoch > before.epoch, "{won:?} after {before:?}");
+}
+
 #[tokio::test]
 async fn coordinator_slots_move_with_a_stopped_broker_and_back_with_their_state() {
     const PARTITIONS: i32 = 6;

@@ -190,6 +190,20 @@ pub fn owner_may_act(last_heartbeat_written_at: Option<i64>, now: i64, lease_ms:
     last_heartbeat_written_at.is_some_and(|at| now < at.saturating_add(lease_ms))
 }
 
+/// Whether an owner under a lease that holds (`lease_holds`) may act for
+/// what it holds: only once it has let go of everything it held before its
+/// last lapse (`lapses_let_go` has caught up with `lapses`). A late
+/// heartbeat starts a new lease at once ([`renew_lease`]), but what the
+/// broker held under the lapsed one may have been claimed by others
+/// meanwhile; until its ownership round has closed those holdings, its
+/// gates would admit requests for items a successor serves (found by the
+/// simulator's ownership witness, seed 427: a gate admitted a partition at
+/// epoch 3 for the moment between the lapsed heartbeat and the round,
+/// while the successor served epoch 4).
+pub fn may_act_after_lapses(lease_holds: bool, lapses: u64, lapses_let_go: u64) -> bool {
+    lease_holds && lapses_let_go >= lapses
+}
+
 /// Whether a broker whose current lease began with a heartbeat durable at
 /// `began_durable_at` (its own clock; the first of this life, or the first
 /// after a lapse) may claim items at `now`: only from `S + K` after it.
@@ -484,6 +498,17 @@ mod tests {
         assert!(!owner_may_act(Some(1_000), 11_000, 10_000));
         // No overflow near the end of the clock's range.
         assert!(!owner_may_act(Some(i64::MAX - 1), i64::MAX, 10_000));
+    }
+
+    #[test]
+    fn a_broker_whose_lease_lapsed_acts_for_nothing_until_it_let_go_of_what_it_held() {
+        assert!(may_act_after_lapses(true, 0, 0));
+        assert!(!may_act_after_lapses(false, 0, 0));
+        // Renewed after a lapse, its old holdings not closed yet: nothing.
+        assert!(!may_act_after_lapses(true, 1, 0));
+        assert!(may_act_after_lapses(true, 1, 1));
+        assert!(!may_act_after_lapses(true, 3, 2));
+        assert!(!may_act_after_lapses(false, 3, 3));
     }
 
     #[test]

@@ -27,8 +27,10 @@ use crate::coordinator::GroupCoordinator;
 use crate::entropy;
 use crate::env::{Env, IoKind};
 use crate::log::LogConfig;
+use crate::slot_store::MovingSlots;
 use crate::transactions::TxnCoordinator;
 use crate::volume::Volume;
+use crate::witness::Owned;
 use kaas_core::cluster::placement::Item;
 use kaas_core::cluster::{self, Claim, ClusterView, Step};
 use kaas_core::layout::{self, CLUSTER_FILE, PARTITIONS_DIR, TOPIC_FILES_DIR};
@@ -472,6 +474,20 @@ impl Broker {
         index: i32,
         current_leader_epoch: i32,
     ) -> Result<Arc<Partition>, ErrorCode> {
+        let partition = self.led_here(topic, index)?;
+        let epoch = partition.leader().epoch;
+        cluster::check_leader_epoch(epoch, current_leader_epoch)?;
+        let item = Owned::Partition {
+            topic: &topic.name,
+            index,
+        };
+        self.env.witness.admitted(self.view.self_id, item, epoch);
+        Ok(partition)
+    }
+
+    /// The gate's ownership test for a partition, whatever epoch a client
+    /// names: led here, under a lease that holds.
+    fn led_here(&self, topic: &Topic, index: i32) -> Result<Arc<Partition>, ErrorCode> {
         let seat = topic
             .partition(index)
             .ok_or(ErrorCode::UnknownTopicOrPartition)?;
@@ -479,8 +495,41 @@ impl Broker {
         if !self.may_act() {
             return Err(ErrorCode::NotLeaderOrFollower);
         }
-        cluster::check_partition_access(&self.view, partition.leader(), current_leader_epoch)?;
+        cluster::check_partition_access(&self.view, partition.leader(), -1)?;
         Ok(partition)
+    }
+
+    /// The epoch of the claim at which this broker's gate would admit
+    /// `item` now, if it would: what the simulator's ownership witness
+    /// compares across brokers (`crate::witness`). Changes nothing.
+    pub fn admits(&self, item: Owned<'_>) -> Option<i32> {
+        match item {
+            Owned::Partition { topic, index } => {
+                let topic = self.topic(topic)?;
+                let partition = self.led_here(&topic, index).ok()?;
+                Some(partition.leader().epoch)
+            }
+            Owned::GroupSlot(slot) => self.slot_held_here(self.groups.serving(slot), slot).ok(),
+            Owned::TxnSlot(slot) => self
+                .slot_held_here(self.transactions.serving(slot), slot)
+                .ok(),
+        }
+    }
+
+    /// The gates' ownership test for a coordinator slot served here at
+    /// `served`: under a lease that holds. The claim's epoch. Only a slot
+    /// served counts: a newest claim naming this broker that it does not
+    /// serve (a restart among others follows its previous life's claim
+    /// until it wins a new one) has no state here to act on, and the
+    /// simulator's ownership witness found such a gate admitting while
+    /// the successor served the slot.
+    fn slot_held_here(&self, served: Option<Claim>, slot: u32) -> Result<i32, ErrorCode> {
+        let claim = served.ok_or(ErrorCode::NotCoordinator)?;
+        let epoch = cluster::check_slot_access(&self.view, slot, claim)?;
+        if !self.may_act() {
+            return Err(ErrorCode::NotCoordinator);
+        }
+        Ok(epoch)
     }
 
     /// Whether this broker's lease holds now: it serves nothing it owns
@@ -507,14 +556,10 @@ impl Broker {
     /// so the client looks the coordinator up again.
     pub fn group_coordinator(&self, group_id: &str) -> Result<&Arc<GroupCoordinator>, ErrorCode> {
         let slot = cluster::coordinator_slot(group_id);
-        let claim = self
-            .groups
-            .slot_claim(slot)
-            .ok_or(ErrorCode::NotCoordinator)?;
-        cluster::check_slot_access(&self.view, slot, claim)?;
-        if !self.may_act() {
-            return Err(ErrorCode::NotCoordinator);
-        }
+        let epoch = self.slot_held_here(self.groups.serving(slot), slot)?;
+        self.env
+            .witness
+            .admitted(self.view.self_id, Owned::GroupSlot(slot), epoch);
         Ok(&self.groups)
     }
 
@@ -526,14 +571,10 @@ impl Broker {
         transactional_id: &str,
     ) -> Result<&Arc<TxnCoordinator>, ErrorCode> {
         let slot = cluster::coordinator_slot(transactional_id);
-        let claim = self
-            .transactions
-            .slot_claim(slot)
-            .ok_or(ErrorCode::NotCoordinator)?;
-        cluster::check_slot_access(&self.view, slot, claim)?;
-        if !self.may_act() {
-            return Err(ErrorCode::NotCoordinator);
-        }
+        let epoch = self.slot_held_here(self.transactions.serving(slot), slot)?;
+        self.env
+            .witness
+            .admitted(self.view.self_id, Owned::TxnSlot(slot), epoch);
         Ok(&self.transactions)
     }
 
@@ -769,6 +810,11 @@ impl Broker {
             .swap(lapses, std::sync::atomic::Ordering::AcqRel)
             != lapses;
         if lapsed {
+            // First, with no await in between: until it is done the gates
+            // admit nothing (`Membership::may_act`), though the late
+            // heartbeat renewed the lease.
+            self.let_go_after_a_lapse();
+            self.membership.let_go_after_lapses(lapses);
             self.membership.resumed();
         }
         // A start among other brokers takes nothing until its lease has
@@ -818,12 +864,12 @@ impl Broker {
         }
         for topic in self.topics() {
             for seat in &topic.partitions {
-                if let Err(e) = self.reconcile_seat(&topic, seat, lapsed).await {
+                if let Err(e) = self.reconcile_seat(&topic, seat).await {
                     tracing::warn!(topic = %topic.name, partition = seat.index, error = %e, "ownership round failed");
                 }
             }
         }
-        self.reconcile_slots(lapsed).await;
+        self.reconcile_slots().await;
         if settled {
             self.membership.resumed();
         }
@@ -831,15 +877,25 @@ impl Broker {
         self.follow_dynamic_default().await;
     }
 
-    /// One partition's part of [`reconcile`](Self::reconcile).
-    async fn reconcile_seat(&self, topic: &Topic, seat: &Seat, lapsed: bool) -> io::Result<()> {
-        let mut led = seat.led();
-        if lapsed {
-            if let Some(p) = led.take() {
-                p.close_moved();
-                seat.replace(Leadership::Elsewhere(Some(p.leader())));
+    /// After a lease lapse, every partition led and every slot served here
+    /// is closed, to be won again at new epochs: others may have claimed
+    /// them while the lease was out.
+    fn let_go_after_a_lapse(&self) {
+        for topic in self.topics() {
+            for seat in &topic.partitions {
+                if let Some(p) = seat.led() {
+                    tracing::warn!(topic = %topic.name, partition = seat.index, "lease lapsed: partition let go of");
+                    p.close_moved();
+                    seat.replace(Leadership::Elsewhere(Some(p.leader())));
+                }
             }
         }
+        self.let_go_of_slots_after_a_lapse();
+    }
+
+    /// One partition's part of [`reconcile`](Self::reconcile).
+    async fn reconcile_seat(&self, topic: &Topic, seat: &Seat) -> io::Result<()> {
+        let led = seat.led();
         let serving = led.as_ref().map(|p| p.leader());
         let (volume, clock, membership) = (
             self.volume.clone(),

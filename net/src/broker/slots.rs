@@ -107,23 +107,26 @@ impl Broker {
         Ok(())
     }
 
+    /// After a lease lapse every slot served here is let go of, to be won
+    /// again at a new epoch (`Broker::let_go_after_a_lapse`).
+    pub(super) fn let_go_of_slots_after_a_lapse(&self) {
+        for slot in 0..COORDINATOR_SLOTS {
+            if self.groups.serving(slot).is_some() {
+                tracing::warn!(slot, "lease lapsed: group slot let go of");
+                self.groups.unserve(slot, None);
+            }
+            if self.transactions.serving(slot).is_some() {
+                tracing::warn!(slot, "lease lapsed: transaction slot let go of");
+                self.transactions.unserve(slot, None);
+            }
+        }
+    }
+
     /// The slots' part of [`reconcile`](Self::reconcile). The decisions of
     /// all slots are read in one pass on the IO runner (two hundred small
     /// reads, not two hundred hops); acting on them may load or release
     /// slots one by one.
-    pub(super) async fn reconcile_slots(&self, lapsed: bool) {
-        if lapsed {
-            for slot in 0..COORDINATOR_SLOTS {
-                if self.groups.serving(slot).is_some() {
-                    tracing::warn!(slot, "lease lapsed: group slot let go of");
-                    self.groups.unserve(slot, None);
-                }
-                if self.transactions.serving(slot).is_some() {
-                    tracing::warn!(slot, "lease lapsed: transaction slot let go of");
-                    self.transactions.unserve(slot, None);
-                }
-            }
-        }
+    pub(super) async fn reconcile_slots(&self) {
         let serving: Vec<(Kind, u32, Option<Claim>)> = (0..COORDINATOR_SLOTS)
             .flat_map(|slot| {
                 [

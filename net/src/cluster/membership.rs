@@ -58,6 +58,10 @@ struct Own {
     lease_began: Option<i64>,
     /// How many times the lease ran out before a heartbeat renewed it.
     lapses: u64,
+    /// Up to which lapse the broker has let go of what it held
+    /// ([`Membership::let_go_after_lapses`]); it acts for nothing while
+    /// this lags `lapses`.
+    lapses_let_go: u64,
     /// This life has not yet made an ownership round with a settled lease
     /// (nor lapsed): its own newest claims, left by its previous life, may
     /// be served again at their epoch in that round if it is alone
@@ -104,6 +108,7 @@ impl Membership {
                 lease_from: None,
                 lease_began: None,
                 lapses: 0,
+                lapses_let_go: 0,
                 first_round: true,
             }),
             peers: Mutex::new(BTreeMap::new()),
@@ -152,10 +157,21 @@ impl Membership {
         renewal
     }
 
-    /// Whether this broker's lease holds at `now`: it may act for what it
-    /// owns only then.
+    /// Whether this broker's lease holds at `now`, and it has let go of
+    /// what it held before its last lapse: it may act for what it owns only
+    /// then.
     pub fn may_act(&self, now: i64) -> bool {
-        rules::owner_may_act(self.own().lease_from, now, self.bounds.lease_ms)
+        let own = self.own();
+        let holds = rules::owner_may_act(own.lease_from, now, self.bounds.lease_ms);
+        rules::may_act_after_lapses(holds, own.lapses, own.lapses_let_go)
+    }
+
+    /// Everything held before lapse number `lapses` has been let go of
+    /// (the ownership round closed it): the broker may act again for what
+    /// it holds, that is, for what it won since.
+    pub fn let_go_after_lapses(&self, lapses: u64) {
+        let mut own = self.own();
+        own.lapses_let_go = own.lapses_let_go.max(lapses);
     }
 
     /// Whether this broker may claim items at `now`: its current lease is
@@ -363,11 +379,17 @@ mod tests {
             Renewal::Lapsed { written_at: 1_005 }
         );
         assert_eq!(m.lapses(), 1);
+        // Renewed, but nothing is acted for until the ownership round has
+        // let go of what the lapsed lease held.
+        assert!(!m.may_act(1_100));
+        m.let_go_after_lapses(1);
+        assert!(m.may_act(1_100));
         m.next_heartbeat();
         assert_eq!(
             m.heartbeat_durable(1_500, 1_600),
             Renewal::Continued { written_at: 1_500 }
         );
+        assert!(m.may_act(1_600));
     }
 
     #[test]
