@@ -15,9 +15,8 @@ use crate::env::{SimClock, SimIo};
 use crate::eos_history::EosStats;
 use crate::group_history::GroupStats;
 use crate::low_acks::{Acks, LowAcksStats};
-use crate::params::{
-    SimParams, CLOCK_SKEW_BOUND_MS, MAX_CLOCK_OFFSET_MS, MAX_DRIFT_PPM, VOLUME_STALENESS_BOUND_MS,
-};
+use crate::one_owner::{LiveBrokers, OneOwner, OneOwnerStats};
+use crate::params::{SimParams, CLOCK_SKEW_BOUND_MS, MAX_CLOCK_OFFSET_MS, MAX_DRIFT_PPM};
 use crate::poll_history::{FinalLogs, PollStats};
 use crate::retention_history::RetentionStats;
 use crate::txn_history::TxnStats;
@@ -35,6 +34,7 @@ use kaas_net::broker::Isolation;
 use kaas_net::config::{BrokerConfig, LogDefaults};
 use kaas_net::env::Env;
 use kaas_net::volume::Volume;
+use kaas_net::witness::Witness;
 use kaas_net::Broker;
 use madsim::rand::{thread_rng, Rng};
 use madsim::runtime::Handle;
@@ -201,6 +201,9 @@ pub struct SeedReport {
     /// Aborted-index entries held to the batches of their partition's log
     /// at the end ([`check_aborted_indexes`]).
     pub aborted_index_entries: u64,
+    /// Multi-broker seeds: gate admissions held to the other brokers'
+    /// gates at the same instant (`one_owner`).
+    pub one_owner: OneOwnerStats,
     pub records_fetched: u64,
     pub final_records: usize,
     pub duplicates: usize,
@@ -305,6 +308,10 @@ impl SeedReport {
             (
                 "aborted-index entries checked against their log",
                 self.aborted_index_entries,
+            ),
+            (
+                "gate admissions held to another broker's gate",
+                self.one_owner.compared,
             ),
             (
                 "acks=all batches given up, outcome unknown",
@@ -718,11 +725,6 @@ impl fmt::Display for SeedReport {
 /// run: a failed start must show up in the report with its cause).
 type BrokerErrors = Arc<Mutex<Vec<String>>>;
 
-/// Each broker's latest incarnation, for the checks of its state at the
-/// end of the seed. Weak: a killed incarnation's tasks are dropped with
-/// its node, and with them the broker, so only live ones upgrade.
-type LiveBrokers = Arc<Mutex<BTreeMap<usize, Weak<Broker>>>>;
-
 /// The broker node's main task, run again on every restart. `id`: the
 /// broker's index (its volume link may be cut).
 async fn run_broker(
@@ -783,7 +785,7 @@ fn broker_config(params: &SimParams, id: usize) -> BrokerConfig {
         config.lease = LeaseBounds {
             lease_ms: params.lease_ms,
             clock_skew_ms: CLOCK_SKEW_BOUND_MS,
-            volume_staleness_ms: VOLUME_STALENESS_BOUND_MS,
+            volume_staleness_ms: params.volume_staleness_bound_ms,
         };
     }
     config.default_partitions = params.partitions;
@@ -1250,7 +1252,7 @@ async fn drive_cluster_faults(
     let gate = Arc::new(tokio::sync::RwLock::new(()));
     let end = Instant::now() + params.fault_phase;
     let hard_end = end + params.fault_phase * 2;
-    let long_outage = Duration::from_millis(params.lease_ms as u64);
+    let long_outage = params.long_outage();
     let mut tasks = Vec::new();
     for (index, &node) in brokers.iter().enumerate() {
         let (handle, gate, stats, shared, volume, buggifier) = (
@@ -1368,6 +1370,7 @@ async fn cut_volume_links(
     stats: &Mutex<FaultStats>,
 ) {
     let lease = Duration::from_millis(params.lease_ms as u64);
+    let long_outage = params.long_outage();
     loop {
         sleep(lease * 2 + random_up_to(lease * 4)).await;
         if Instant::now() >= end {
@@ -1380,7 +1383,7 @@ async fn cut_volume_links(
         let cut_for = if thread_rng().gen_bool(0.5) {
             random_up_to(lease / 2)
         } else {
-            lease + random_up_to(lease * 2)
+            long_outage + random_up_to(long_outage * 2)
         };
         tracing::debug!(broker, ?cut_for, "volume link cut");
         volume.set_unreachable(broker, true);
@@ -1673,6 +1676,14 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let broker_errors: BrokerErrors = Arc::default();
     let live_brokers: LiveBrokers = Arc::default();
     let buggifier = Buggifier::new(seed, params.brokers);
+    // With several brokers every gate's admission is held to the others'
+    // gates at that instant (`one_owner`); one broker has nobody to meet.
+    let one_owner = OneOwner::new(live_brokers.clone());
+    let witness = if params.multi_broker() {
+        Witness::with(one_owner.clone())
+    } else {
+        Witness::none()
+    };
 
     let sync_latency = params.sync_latency;
     // Up to 5 s off true wall time, up to 200 ppm drift: a broker's
@@ -1682,11 +1693,12 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let broker_nodes: Vec<_> = (0..params.brokers)
         .map(|id| {
             let config = broker_config(&params, id);
-            let (volume, errors, buggifier, live) = (
+            let (volume, errors, buggifier, live, witness) = (
                 volume.clone(),
                 broker_errors.clone(),
                 buggifier.clone(),
                 live_brokers.clone(),
+                witness.clone(),
             );
             let name = if params.multi_broker() {
                 format!("broker-{id}")
@@ -1713,6 +1725,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
                         clock: Arc::new(clock),
                         io: Arc::new(io),
                         buggify: buggifier.points(id),
+                        witness: witness.clone(),
                     };
                     run_broker(
                         id,
@@ -2133,6 +2146,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
 
     let (index_problems, aborted_index_entries) = check_aborted_indexes(&live_brokers).await;
     problems.extend(index_problems);
+    problems.extend(one_owner.violations());
     let history = shared.history();
     let mut groups = shared.groups();
     problems.extend(groups.check_final(&log_ends));
@@ -2362,6 +2376,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         twin_records_acked: twin.acked_records(),
         twin_records_fetched,
         aborted_index_entries,
+        one_owner: one_owner.stats(),
         records_fetched: history.stats.records_fetched,
         final_records,
         duplicates,

@@ -79,6 +79,8 @@ pub mod harness;
 #[cfg(madsim)]
 pub mod idempotent;
 #[cfg(madsim)]
+pub mod one_owner;
+#[cfg(madsim)]
 pub mod pipeline;
 #[cfg(madsim)]
 pub mod retention;
