@@ -104,6 +104,9 @@ const REQUIRED_COUNTS: &[&str] = &[
     // Every partition's aborted index held to its log at the end
     // (`aborted_index`).
     "aborted-index entries checked against their log",
+    // Every gate admission of a multi-broker seed held to the other
+    // brokers' gates at that instant (`one_owner`).
+    "gate admissions held to another broker's gate",
     // InitProducerId outcomes the producer never learned (`idempotent`).
     "InitProducerId answers treated as lost",
     "InitProducerId requests never answered",
