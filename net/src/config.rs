@@ -103,8 +103,9 @@ pub struct LogDefaults {
     /// How much of a partition's dirty section one cleaning round maps
     /// (the key map's budget; Kafka's `log.cleaner.dedupe.buffer.size`).
     pub cleaner_dedupe_buffer_bytes: usize,
-    /// The cleaner's I/O budget: after a round it pauses long enough to
-    /// keep its reads and writes under this rate; 0 is unlimited (Kafka's
+    /// The cleaner's I/O budget: it pauses long enough to keep its reads
+    /// and writes, and the removal of the files a round replaced, under
+    /// this rate; 0 is unlimited (Kafka's
     /// `log.cleaner.io.max.bytes.per.second`, unlimited by default there).
     pub cleaner_io_max_bytes_per_second: u64,
 }

@@ -44,6 +44,10 @@ impl SegmentFile for FailStop {
         self.inner.read_at(pos, len)
     }
 
+    fn start_write_back(&self, from: u64, len: u64) {
+        self.inner.start_write_back(from, len);
+    }
+
     fn sync(&self) -> io::Result<()> {
         // A poisoned lock means a sync panicked: its outcome is unknown,
         // which is a failure too.

@@ -987,6 +987,8 @@ pub struct DetachedSegment {
     pub id: SegmentId,
     /// The epoch whose cleaned copy the log used for it, if any.
     pub cleaned_by: Option<i32>,
+    /// Its log file's size when it was detached: what its removal frees.
+    pub bytes: u64,
 }
 
 impl DetachedSegment {
@@ -994,6 +996,7 @@ impl DetachedSegment {
         DetachedSegment {
             id: segment.id(),
             cleaned_by: segment.cleaned_by,
+            bytes: segment.size(),
         }
     }
 }

@@ -538,6 +538,20 @@ impl SegmentFile for LocalSegment {
         Ok(())
     }
 
+    fn start_write_back(&self, from: u64, len: u64) {
+        // POSIX_FADV_DONTNEED starts the write-back of the range's dirty
+        // pages and waits for none of it (Linux's `mm/fadvise.c`); it
+        // then drops only pages already clean, and the pages just queued
+        // are not yet, so a reader of the fresh copy still finds them
+        // cached. No durability rests on it, so a failure is ignored.
+        let Some(len) = std::num::NonZeroU64::new(len) else {
+            return;
+        };
+        if let Ok((file, _)) = self.cache.fd(self.id, false) {
+            let _ = rustix::fs::fadvise(&*file, from, Some(len), rustix::fs::Advice::DontNeed);
+        }
+    }
+
     fn truncate(&self, len: u64) -> io::Result<()> {
         let _guard = self.lock_writer();
         let (file, writes) = self.cache.fd(self.id, true)?;
@@ -628,6 +642,28 @@ mod tests {
         let _more = v.open_segment("p/more.log", true).unwrap();
         assert_eq!(v.open_files(), 1, "once synced it may be closed");
         assert_eq!(dirty.read_at(0, 100).unwrap(), &b"unsynced"[..]);
+    }
+
+    #[test]
+    fn a_range_started_on_its_way_to_disk_reads_back_whole_and_is_still_unsynced() {
+        let (_dir, v) = volume(1);
+        let copy = v.open_segment("p/copy.log", true).unwrap();
+        let data: Vec<u8> = (0..=255u8).cycle().take(3 << 20).collect();
+        for chunk in data.chunks(1 << 20) {
+            let at = copy.append(chunk).unwrap();
+            copy.start_write_back(at, chunk.len() as u64);
+        }
+        copy.start_write_back(0, 0);
+        assert_eq!(copy.len(), data.len() as u64);
+        let _idle: Vec<_> = (0..3)
+            .map(|i| v.open_segment(&format!("p/{i}.log"), true).unwrap())
+            .collect();
+        assert_eq!(
+            v.open_files(),
+            2,
+            "a write-back promises nothing: the copy keeps its descriptor until synced"
+        );
+        assert_eq!(copy.read_at(0, data.len()).unwrap(), &data[..]);
     }
 
     #[test]

@@ -80,6 +80,9 @@ impl SegmentFile for HookedFile {
     fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes> {
         self.inner.read_at(pos, len)
     }
+    fn start_write_back(&self, from: u64, len: u64) {
+        self.inner.start_write_back(from, len);
+    }
     fn sync(&self) -> io::Result<()> {
         (self.hook)(DiskWait::Sync(&self.path))?;
         self.inner.sync()

@@ -309,6 +309,10 @@ impl SegmentFile for NewSegment {
         self.inner.read_at(pos, len)
     }
 
+    fn start_write_back(&self, from: u64, len: u64) {
+        self.inner.start_write_back(from, len);
+    }
+
     fn sync(&self) -> io::Result<()> {
         self.inner.sync()?;
         if !self

@@ -49,6 +49,15 @@ pub trait SegmentFile: Send + Sync {
     fn read_at(&self, pos: u64, len: usize) -> io::Result<Bytes>;
     /// Makes every byte appended so far durable.
     fn sync(&self) -> io::Result<()>;
+    /// Asks for the `len` bytes at `from` to start on their way to the disk
+    /// now, without waiting for them and without making them durable: a
+    /// big file written in steps (a cleaned copy) then reaches its `sync`
+    /// with little left to flush, and the flushes of other files meanwhile
+    /// do not queue behind all of it at once. A hint: it may do nothing,
+    /// and an error it would meet shows at the next `sync`.
+    fn start_write_back(&self, from: u64, len: u64) {
+        let _ = (from, len);
+    }
     /// Cuts the file to `len` bytes (torn-tail recovery) and makes that durable.
     fn truncate(&self, len: u64) -> io::Result<()>;
 }
