@@ -551,3 +551,60 @@ async fn describe_configs_answers_documentation_only_when_asked_at_v3_or_later()
     let default = docs["log.retention.ms"].as_deref().unwrap_or_default();
     assert!(default.contains("topic config retention.ms"), "{default}");
 }
+
+/// A restart whose listing of the topic files is stale (another broker
+/// created the topic a moment ago, and this broker's cached view of the
+/// directory predates it) must not take the topic's partition directory
+/// for a deletion's leftover: the topic file is looked up by name first.
+#[test]
+fn a_topic_file_a_stale_listing_hides_keeps_its_partitions_on_disk() {
+    use kaas_net::volume::hooked::HookedVolume;
+    use kaas_net::volume::LocalVolume;
+    let first = support::runtime();
+    let dir = first.block_on(async {
+        let tb = support::start_broker(|_| {}).await;
+        tb.broker
+            .create_topic("t", 1, 1, BTreeMap::new())
+            .await
+            .unwrap();
+        support::configs::produce(&tb, 3).await;
+        tb._dir
+    });
+    drop(first);
+    let log_files = |dir: &std::path::Path| {
+        std::fs::read_dir(dir.join("topics/t-0")).map_or(0, |entries| {
+            entries
+                .filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+                })
+                .count()
+        })
+    };
+    assert_eq!(log_files(dir.path()), 1);
+    let topic_file = kaas_core::layout::topic_file("t");
+    let hidden = topic_file.rsplit('/').next().unwrap().to_string();
+    support::runtime().block_on(async {
+        let volume = HookedVolume::new(LocalVolume::new(dir.path()).unwrap(), |_| Ok(()))
+            .hiding_from_listings(move |name| name == hidden);
+        let config = kaas_net::config::BrokerConfig::new("127.0.0.1:0".parse().unwrap());
+        let broker = kaas_net::Broker::open(
+            config,
+            std::sync::Arc::new(volume),
+            kaas_net::env::Env::system(),
+        )
+        .unwrap();
+        drop(broker);
+    });
+    assert_eq!(
+        log_files(dir.path()),
+        1,
+        "the partition of a live topic was removed as a deletion's leftover"
+    );
+    // Seen again, the topic has its records.
+    support::runtime().block_on(async {
+        let tb = support::start_broker_in(dir, |_| {}).await;
+        let p = tb.broker.partition("t", 0, -1).unwrap();
+        assert_eq!(p.high_watermark(), 3);
+    });
+}

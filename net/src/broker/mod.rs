@@ -149,6 +149,25 @@ pub struct Broker {
     _alive: Arc<()>,
 }
 
+/// Whether the topic a partition directory's entry (`<topic>-<index>`)
+/// names still has its file, looked up by name. The listing of the topic
+/// files is one broker's cached view, which may lag another broker's
+/// create by more than the listing of the partition directories does;
+/// removing a partition on that listing's word deleted a live topic's
+/// acknowledged records (simulator seed 19 with listings kept 5 s,
+/// `KAAS_SIM_LISTING_CACHE_MS`). A lookup by name is exact. A file that
+/// exists but does not parse keeps its partitions too: an operator
+/// inspects them (`topic_file::read_all`).
+fn topic_file_exists(volume: &dyn Volume, entry: &str) -> io::Result<bool> {
+    let Some((topic, index)) = entry.rsplit_once('-') else {
+        return Ok(false);
+    };
+    if index.parse::<i32>().is_err() {
+        return Ok(false);
+    }
+    Ok(volume.read(&topic_file::path(topic))?.is_some())
+}
+
 impl Broker {
     /// Opens the broker on `volume`: reads the topic files, recovers every
     /// partition log and starts the flushers. Must run inside the runtime;
@@ -291,12 +310,13 @@ impl Broker {
         }
         // Partition directories without a topic file are leftovers of a
         // deletion that crashed half-way: the topic file is removed first.
-        for dir in dirs {
-            let dir = layout::partition_dir_of_entry(&dir);
-            if !known_dirs.contains(&dir) {
-                tracing::warn!(%dir, "removing partition directory of a deleted topic");
-                broker.volume.remove_dir_all(&dir)?;
+        for entry in dirs {
+            let dir = layout::partition_dir_of_entry(&entry);
+            if known_dirs.contains(&dir) || topic_file_exists(broker.volume.as_ref(), &entry)? {
+                continue;
             }
+            tracing::warn!(%dir, "removing partition directory of a deleted topic");
+            broker.volume.remove_dir_all(&dir)?;
         }
         // Started once the partitions are open: its first pass completes
         // the transactions a crash left prepared.
