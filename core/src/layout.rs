@@ -79,6 +79,15 @@ pub fn partition_dir_of_entry(entry: &str) -> String {
     format!("{PARTITIONS_DIR}/{entry}")
 }
 
+/// The topic and partition an entry under [`PARTITIONS_DIR`] names
+/// (`<topic>-<index>`, as [`partition_dir`] writes it; a topic name may
+/// hold `-` itself), or `None` for an entry of no partition.
+pub fn partition_of_entry(entry: &str) -> Option<(&str, i32)> {
+    let (topic, index) = entry.rsplit_once('-')?;
+    let index = index.parse::<i32>().ok().filter(|i| *i >= 0)?;
+    (!topic.is_empty()).then_some((topic, index))
+}
+
 /// Which segment a file belongs to: its base offset and the leader epoch
 /// that created it. Ordered by offset, then epoch, which is also the order
 /// of the file names.
@@ -684,6 +693,27 @@ pub fn latest_epoch<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<i32>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partition_directory_entry_parses_back_to_its_topic_and_index() {
+        let entry = |topic, index| {
+            partition_dir(topic, index)
+                .strip_prefix(&format!("{PARTITIONS_DIR}/"))
+                .map(str::to_string)
+                .unwrap()
+        };
+        assert_eq!(partition_of_entry(&entry("t", 0)), Some(("t", 0)));
+        assert_eq!(
+            partition_of_entry(&entry("my-topic-7", 12)),
+            Some(("my-topic-7", 12))
+        );
+        assert_eq!(partition_of_entry("t"), None);
+        assert_eq!(partition_of_entry("t-x"), None);
+        assert_eq!(partition_of_entry("t-"), None);
+        // A topic may end with `-` itself.
+        assert_eq!(partition_of_entry("t--1"), Some(("t-", 1)));
+        assert_eq!(partition_of_entry("-3"), None);
+    }
 
     #[test]
     fn segment_names_sort_in_offset_order_and_parse_back() {

@@ -10,6 +10,8 @@
 
 mod support;
 
+use support::configs::{produce_keyed, t0_files};
+
 use kaas_core::protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
@@ -304,15 +306,6 @@ async fn a_compacted_topic_refuses_keyless_records_inside_a_compressed_batch() {
     assert_eq!((ok.error_code, ok.base_offset), (0, 0));
 }
 
-/// The files of t-0 whose names end with `suffix`.
-fn files_ending(tb: &support::TestBroker, suffix: &str) -> Vec<String> {
-    std::fs::read_dir(tb._dir.path().join("topics/t-0"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(suffix))
-        .collect()
-}
-
 #[tokio::test]
 async fn a_cleaning_round_removes_every_segment_it_replaced_before_it_returns() {
     // A budget small enough that the paced removal pauses after each of
@@ -323,24 +316,13 @@ async fn a_cleaning_round_removes_every_segment_it_replaced_before_it_returns() 
         ("segment.bytes".to_string(), "300".to_string()),
     ]);
     tb.broker.create_topic("t", 1, 1, configs).await.unwrap();
-    let p = tb.broker.partition("t", 0, -1).unwrap();
     // Two keys, updated over and over: every sealed segment has records a
     // later one supersedes.
-    for i in 0..30 {
-        let mut b = BatchBuilder::new();
-        let key = format!("k{}", i % 2);
-        b.push(NewRecord::new(
-            support::now_ms(),
-            Some(key.as_bytes()),
-            Some(&[b'v'; 100]),
-        ));
-        let d = p.append(b.build()).await.unwrap();
-        p.wait_durable(d.end_offset()).await.unwrap();
-    }
-    let originals = files_ending(&tb, ".log").len();
+    produce_keyed(&tb, (0..30).map(|i| format!("k{}", i % 2))).await;
+    let originals = t0_files(tb._dir.path(), ".log").len();
     assert!(originals >= 5, "{originals} segments");
     tb.broker.clean_compacted(support::now_ms()).await;
-    let copies = files_ending(&tb, ".log")
+    let copies = t0_files(tb._dir.path(), ".log")
         .into_iter()
         .filter(|name| name.contains(".cleaned_"))
         .collect::<Vec<_>>();
@@ -348,9 +330,9 @@ async fn a_cleaning_round_removes_every_segment_it_replaced_before_it_returns() 
     for copy in &copies {
         let stem = copy.split(".cleaned_").next().unwrap();
         assert!(
-            !files_ending(&tb, ".log").contains(&format!("{stem}.log")),
+            !t0_files(tb._dir.path(), ".log").contains(&format!("{stem}.log")),
             "{stem}.log is still there beside its copy {copy}"
         );
     }
-    assert!(files_ending(&tb, ".cleaning").is_empty());
+    assert!(t0_files(tb._dir.path(), ".cleaning").is_empty());
 }

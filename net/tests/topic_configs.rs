@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use support::configs::{
-    describe, documentation, produce, resource, segments, APPEND, BROKER, DELETE, SET,
+    describe, documentation, produce, resource, segments, t0_files, APPEND, BROKER, DELETE, SET,
     SOURCE_DEFAULT, SOURCE_TOPIC, SUBTRACT, TOPIC,
 };
 
@@ -567,21 +567,11 @@ fn a_topic_file_a_stale_listing_hides_keeps_its_partitions_on_disk() {
             .create_topic("t", 1, 1, BTreeMap::new())
             .await
             .unwrap();
-        support::configs::produce(&tb, 3).await;
+        produce(&tb, 3).await;
         tb._dir
     });
     drop(first);
-    let log_files = |dir: &std::path::Path| {
-        std::fs::read_dir(dir.join("topics/t-0")).map_or(0, |entries| {
-            entries
-                .filter(|e| {
-                    e.as_ref()
-                        .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
-                })
-                .count()
-        })
-    };
-    assert_eq!(log_files(dir.path()), 1);
+    assert_eq!(t0_files(dir.path(), ".log").len(), 1);
     let topic_file = kaas_core::layout::topic_file("t");
     let hidden = topic_file.rsplit('/').next().unwrap().to_string();
     support::runtime().block_on(async {
@@ -597,7 +587,7 @@ fn a_topic_file_a_stale_listing_hides_keeps_its_partitions_on_disk() {
         drop(broker);
     });
     assert_eq!(
-        log_files(dir.path()),
+        t0_files(dir.path(), ".log").len(),
         1,
         "the partition of a live topic was removed as a deletion's leftover"
     );

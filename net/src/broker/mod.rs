@@ -141,9 +141,6 @@ pub struct Broker {
     /// Transactional ids and their transactions. Handlers reach it through
     /// [`txn_coordinator`](Self::txn_coordinator).
     pub transactions: Arc<TxnCoordinator>,
-    /// The membership's count of lease lapses this broker has acted on:
-    /// after a lapse, everything it led must be won again at new epochs.
-    lapses_seen: std::sync::atomic::AtomicU64,
     /// Heartbeats go on while this lives (`cluster::run_heartbeats`): they
     /// stop with the broker, as they would with its process.
     _alive: Arc<()>,
@@ -159,12 +156,9 @@ pub struct Broker {
 /// exists but does not parse keeps its partitions too: an operator
 /// inspects them (`topic_file::read_all`).
 fn topic_file_exists(volume: &dyn Volume, entry: &str) -> io::Result<bool> {
-    let Some((topic, index)) = entry.rsplit_once('-') else {
+    let Some((topic, _)) = layout::partition_of_entry(entry) else {
         return Ok(false);
     };
-    if index.parse::<i32>().is_err() {
-        return Ok(false);
-    }
     Ok(volume.read(&topic_file::path(topic))?.is_some())
 }
 
@@ -259,7 +253,6 @@ impl Broker {
             static_layer,
             default_layer,
             progress: Arc::new(watch::Sender::new(0)),
-            lapses_seen: std::sync::atomic::AtomicU64::new(0),
             _alive: alive,
         });
         // Fences issued in an earlier life, and those of the others: a
@@ -824,12 +817,7 @@ impl Broker {
     /// everything led here is closed first, to be won again at new epochs.
     pub async fn reconcile(&self) {
         let _admin = self.admin.lock().await;
-        let lapses = self.membership.lapses();
-        let lapsed = self
-            .lapses_seen
-            .swap(lapses, std::sync::atomic::Ordering::AcqRel)
-            != lapses;
-        if lapsed {
+        if let Some(lapses) = self.membership.lapses_to_let_go() {
             // First, with no await in between: until it is done the gates
             // admit nothing (`Membership::may_act`), though the late
             // heartbeat renewed the lease.

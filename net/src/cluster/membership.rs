@@ -166,6 +166,14 @@ impl Membership {
         rules::may_act_after_lapses(holds, own.lapses, own.lapses_let_go)
     }
 
+    /// The count of lapses, if the last of them has not been let go of
+    /// yet ([`let_go_after_lapses`](Self::let_go_after_lapses)): the
+    /// ownership round's cue to close everything it held.
+    pub fn lapses_to_let_go(&self) -> Option<u64> {
+        let own = self.own();
+        (own.lapses_let_go < own.lapses).then_some(own.lapses)
+    }
+
     /// Everything held before lapse number `lapses` has been let go of
     /// (the ownership round closed it): the broker may act again for what
     /// it holds, that is, for what it won since.
@@ -382,7 +390,9 @@ mod tests {
         // Renewed, but nothing is acted for until the ownership round has
         // let go of what the lapsed lease held.
         assert!(!m.may_act(1_100));
+        assert_eq!(m.lapses_to_let_go(), Some(1));
         m.let_go_after_lapses(1);
+        assert_eq!(m.lapses_to_let_go(), None);
         assert!(m.may_act(1_100));
         m.next_heartbeat();
         assert_eq!(

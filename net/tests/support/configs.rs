@@ -1,7 +1,7 @@
 //! The config APIs over the wire, for the tests of topic configs and of
 //! dynamic broker configs: IncrementalAlterConfigs, AlterConfigs and
 //! DescribeConfigs of one resource, and a log to watch them act on (t-0).
-// Only the two config test binaries use it, each a part of it.
+// Only the config and cleanup-policy test binaries use it, each a part of it.
 #![allow(dead_code)]
 // A test: an unwrap that fails is the test failing.
 #![allow(clippy::unwrap_used)]
@@ -195,12 +195,18 @@ pub async fn documentation(
         .collect()
 }
 
-/// Appends `n` records of 100 bytes, stamped now, to t-0, each durable.
+/// Appends `n` records of 100 bytes, stamped now, to t-0, each durable,
+/// record `i` keyed `k<i>`.
 pub async fn produce(tb: &TestBroker, n: usize) {
+    produce_keyed(tb, (0..n).map(|i| format!("k{i}"))).await
+}
+
+/// Appends one record of 100 bytes per key, stamped now, to t-0, each
+/// durable.
+pub async fn produce_keyed(tb: &TestBroker, keys: impl IntoIterator<Item = String>) {
     let p = tb.broker.partition("t", 0, -1).unwrap();
-    for i in 0..n {
+    for key in keys {
         let mut b = BatchBuilder::new();
-        let key = format!("k{i}");
         b.push(NewRecord::new(
             super::now_ms(),
             Some(key.as_bytes()),
@@ -211,16 +217,18 @@ pub async fn produce(tb: &TestBroker, n: usize) {
     }
 }
 
+/// The names of t-0's files under the data directory `data_dir` that end
+/// with `suffix` (none if it has no directory).
+pub fn t0_files(data_dir: &std::path::Path, suffix: &str) -> Vec<String> {
+    std::fs::read_dir(data_dir.join("topics/t-0")).map_or(Vec::new(), |entries| {
+        entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(suffix))
+            .collect()
+    })
+}
+
 /// How many segment files t-0 has.
 pub fn segments(tb: &TestBroker) -> usize {
-    std::fs::read_dir(tb._dir.path().join("topics/t-0"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".log")
-        })
-        .count()
+    t0_files(tb._dir.path(), ".log").len()
 }
