@@ -58,10 +58,15 @@ def test_confluent_keyless_record_in_a_compressed_batch_is_invalid_record(kaas_o
                   on_delivery=lambda err, _msg: got.append(err))
     assert p.flush(30) == 0, "not delivered in time"
     codes = [e.code() if e is not None else None for e in got]
-    assert codes == [KafkaError.INVALID_RECORD] * 3, codes
-    assert ck_watermarks(kaas_or_kafka.bootstrap, topic_name, 0) == (0, 0)
+    # The keyless record's batch fails whole, and nothing of it is written. The client usually
+    # sends all three in one batch; on a loaded machine it may send a keyed record before
+    # linger.ms gathered the rest, and that batch of its own goes through (as in Kafka).
+    assert codes[1] == KafkaError.INVALID_RECORD, codes
+    assert set(codes) <= {None, KafkaError.INVALID_RECORD}, codes
+    written = codes.count(None)
+    assert ck_watermarks(kaas_or_kafka.bootstrap, topic_name, 0) == (0, written)
     assert _deliver(p, topic_name, [(b"k3", b"d" * 100)]) == [None]
-    assert ck_watermarks(kaas_or_kafka.bootstrap, topic_name, 0) == (0, 1)
+    assert ck_watermarks(kaas_or_kafka.bootstrap, topic_name, 0) == (0, written + 1)
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
