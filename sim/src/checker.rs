@@ -483,12 +483,20 @@ impl History {
 
     /// Checks the final read of every partition against the history.
     /// Returns every violation, those found during the run included.
-    pub fn check_final(&self, partitions: i32, logs: &BTreeMap<i32, PartitionLog>) -> Vec<String> {
+    pub fn check_final(
+        &self,
+        partitions: i32,
+        logs: Option<&BTreeMap<i32, PartitionLog>>,
+    ) -> Vec<String> {
         let mut violations = self.violations.clone();
         violations.extend(self.retention.violations().iter().cloned());
-        violations.extend(self.check_logs(partitions, logs).0);
-        violations.extend(self.check_idempotent(logs));
-        violations.extend(self.low_acks_check(logs).0);
+        // `None`: the final read failed (reported as such), so there is no
+        // final log to hold the acknowledgements against.
+        if let Some(logs) = logs {
+            violations.extend(self.check_logs(partitions, logs).0);
+            violations.extend(self.check_idempotent(logs));
+            violations.extend(self.low_acks_check(logs).0);
+        }
         // Keep failure output readable; the first few say what happened.
         if violations.len() > 20 {
             let more = violations.len() - 20;
@@ -918,7 +926,7 @@ mod tests {
         h.gave_up(&[b("u")], GaveUp::Unknown);
         h.gave_up(&[b("n")], GaveUp::NeverSent);
         let with_unknown = BTreeMap::from([(0, log(&["a", "u"]))]);
-        assert_eq!(h.check_final(1, &with_unknown), Vec::<String>::new());
+        assert_eq!(h.check_final(1, Some(&with_unknown)), Vec::<String>::new());
         let stats = h.outcome_stats(&with_unknown);
         assert_eq!(
             (
@@ -935,7 +943,7 @@ mod tests {
         );
 
         let with_never_sent = BTreeMap::from([(0, log(&["a", "n"]))]);
-        let v = h.check_final(1, &with_never_sent);
+        let v = h.check_final(1, Some(&with_never_sent));
         assert!(
             v.iter()
                 .any(|m| m.contains("offset 1: final log holds a record of a batch no attempt")),
@@ -958,7 +966,7 @@ mod tests {
         h.fetched(0, 0, 2, &[(0, b("a")), (1, b("b"))]);
         // "c" was retried after a lost response: it is there twice.
         let logs = BTreeMap::from([(0, log(&["a", "b", "c", "c"]))]);
-        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        assert_eq!(h.check_final(1, Some(&logs)), Vec::<String>::new());
         assert_eq!(History::summarize(&logs), (4, 1));
     }
 
@@ -966,7 +974,16 @@ mod tests {
     fn a_lost_acknowledged_record_fails() {
         let mut h = history_with(&["a", "b"]);
         h.acked(0, 0, &[b("a"), b("b")]);
-        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a"]))]));
+        let v = h.check_final(1, Some(&BTreeMap::from([(0, log(&["a"]))])));
+        assert!(v.iter().any(|m| m.contains("missing")), "{v:?}");
+    }
+
+    #[test]
+    fn a_failed_final_read_reports_no_acknowledged_record_lost() {
+        let mut h = history_with(&["a", "b"]);
+        h.acked(0, 0, &[b("a"), b("b")]);
+        assert_eq!(h.check_final(1, None), Vec::<String>::new());
+        let v = h.check_final(1, Some(&BTreeMap::new()));
         assert!(v.iter().any(|m| m.contains("missing")), "{v:?}");
     }
 
@@ -974,7 +991,7 @@ mod tests {
     fn an_acknowledged_record_at_another_offset_fails() {
         let mut h = history_with(&["a", "b"]);
         h.acked(0, 1, &[b("a")]);
-        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a", "b"]))]));
+        let v = h.check_final(1, Some(&BTreeMap::from([(0, log(&["a", "b"]))])));
         assert!(
             v.iter()
                 .any(|m| m.contains("offset 1: acknowledged a but the final log has b")),
@@ -986,9 +1003,15 @@ mod tests {
     fn holes_and_reused_offsets_fail() {
         let h = history_with(&["a", "b"]);
         let hole = BTreeMap::from([(0, vec![(0, b("a")), (2, b("b"))])]);
-        assert!(h.check_final(1, &hole).iter().any(|m| m.contains("dense")));
+        assert!(h
+            .check_final(1, Some(&hole))
+            .iter()
+            .any(|m| m.contains("dense")));
         let twice = BTreeMap::from([(0, vec![(0, b("a")), (0, b("b"))])]);
-        assert!(h.check_final(1, &twice).iter().any(|m| m.contains("dense")));
+        assert!(h
+            .check_final(1, Some(&twice))
+            .iter()
+            .any(|m| m.contains("dense")));
     }
 
     #[test]
@@ -1002,7 +1025,7 @@ mod tests {
             .any(|m| m.contains("earlier fetched a")));
         let mut h = history_with(&["a", "b"]);
         h.fetched(0, 0, 1, &[(0, b("a"))]);
-        let v = h.check_final(1, &BTreeMap::from([(0, log(&["b"]))]));
+        let v = h.check_final(1, Some(&BTreeMap::from([(0, log(&["b"]))])));
         assert!(
             v.iter()
                 .any(|m| m.contains("fetched a but the final log has b")),
@@ -1038,7 +1061,7 @@ mod tests {
     fn records_nobody_sent_and_short_final_logs_fail() {
         let mut h = history_with(&["a"]);
         h.fetched(0, 0, 2, &[]);
-        let v = h.check_final(1, &BTreeMap::from([(0, log(&["zz"]))]));
+        let v = h.check_final(1, Some(&BTreeMap::from([(0, log(&["zz"]))])));
         assert!(v.iter().any(|m| m.contains("nobody sent")), "{v:?}");
         assert!(
             v.iter()
@@ -1069,7 +1092,7 @@ mod tests {
         assert!(h.idempotent_answered(a, 0, false));
         // `b` was appended but never acknowledged; `c` never made it.
         let logs = BTreeMap::from([(0, log(&["a0", "a1", "b0"]))]);
-        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        assert_eq!(h.check_final(1, Some(&logs)), Vec::<String>::new());
         assert_eq!((h.idem.batches_acked, h.idem.answers_lost), (1, 1));
         assert_eq!(h.acked_records(), 2);
     }
@@ -1078,7 +1101,7 @@ mod tests {
     fn an_idempotent_record_twice_fails_even_unacknowledged() {
         let mut h = History::new();
         h.idempotent_batch(idem(0, &["a0"]));
-        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a0", "a0"]))]));
+        let v = h.check_final(1, Some(&BTreeMap::from([(0, log(&["a0", "a0"]))])));
         assert!(v.iter().any(|m| m.contains("2 times")), "{v:?}");
     }
 
@@ -1105,7 +1128,8 @@ mod tests {
             let a = h.idempotent_batch(idem(0, &["a0"]));
             assert!(!h.idempotent_answered(a, 0, true));
             h.idempotent_answered(a, 2, false);
-            let at_the_end = h.check_final(1, &BTreeMap::from([(0, log(&["a0", "x", "a0"]))]));
+            let at_the_end =
+                h.check_final(1, Some(&BTreeMap::from([(0, log(&["a0", "x", "a0"]))])));
             let all: Vec<&String> = h.violations().iter().chain(&at_the_end).collect();
             assert_eq!(all.is_empty(), allowed, "{expiries:?}: {all:?}");
             assert_eq!(h.idem.appended_again_after_expiry, u64::from(allowed));
@@ -1117,9 +1141,9 @@ mod tests {
         let mut h = History::new();
         h.sent(&[b("x")]);
         h.idempotent_batch(idem(0, &["a0", "a1"]));
-        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a0"]))]));
+        let v = h.check_final(1, Some(&BTreeMap::from([(0, log(&["a0"]))])));
         assert!(v.iter().any(|m| m.contains("only 1 of its 2")), "{v:?}");
-        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a0", "x", "a1"]))]));
+        let v = h.check_final(1, Some(&BTreeMap::from([(0, log(&["a0", "x", "a1"]))])));
         assert!(v.iter().any(|m| m.contains("consecutive")), "{v:?}");
     }
 
@@ -1129,14 +1153,14 @@ mod tests {
         h.idempotent_batch(idem(0, &["a0"]));
         h.idempotent_batch(idem(1, &["b0"]));
         h.idempotent_batch(idem(2, &["c0"]));
-        let v = h.check_final(1, &BTreeMap::from([(0, log(&["a0", "c0"]))]));
+        let v = h.check_final(1, Some(&BTreeMap::from([(0, log(&["a0", "c0"]))])));
         assert!(
             v.iter().any(|m| m.contains(
                 "sequence 2 is in the log (offset 1) but the earlier one of sequence 1 is not"
             )),
             "{v:?}"
         );
-        let v = h.check_final(1, &BTreeMap::from([(0, log(&["b0", "a0", "c0"]))]));
+        let v = h.check_final(1, Some(&BTreeMap::from([(0, log(&["b0", "a0", "c0"]))])));
         assert!(
             v.iter().any(|m| m.contains("before an earlier batch")),
             "{v:?}"
@@ -1149,7 +1173,7 @@ mod tests {
             ..idem(0, &["n0"])
         });
         let logs = BTreeMap::from([(0, log(&["n0", "a0"]))]);
-        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        assert_eq!(h.check_final(1, Some(&logs)), Vec::<String>::new());
     }
 
     #[test]
@@ -1205,13 +1229,13 @@ mod tests {
             .delete_answered(0, 2, floor, DeleteOutcome::Acked(2));
         h.retention.final_start(0, 2);
         let logs = BTreeMap::from([(0, log_from(2, &["c", "d"]))]);
-        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        assert_eq!(h.check_final(1, Some(&logs)), Vec::<String>::new());
         let stats = h.retention_stats(1, &logs);
         assert_eq!((stats.deleted_by_request, stats.final_start_total), (2, 2));
         // Dense from the start, not from 0.
         let holed = BTreeMap::from([(0, vec![(2, b("c")), (4, b("d"))])]);
         assert!(h
-            .check_final(1, &holed)
+            .check_final(1, Some(&holed))
             .iter()
             .any(|m| m.contains("dense from the log start 2")));
     }
@@ -1229,7 +1253,7 @@ mod tests {
         h.retention.final_read_at(100_500);
         h.retention.final_start(0, 2);
         let logs = BTreeMap::from([(0, log_from(2, &["c"]))]);
-        let v = h.check_final(1, &logs);
+        let v = h.check_final(1, Some(&logs));
         assert!(
             v.iter()
                 .any(|m| m.contains("offset 1: acknowledged b is missing")
@@ -1239,7 +1263,7 @@ mod tests {
         assert_eq!(v.len(), 1, "{v:?}");
         // Had it been old enough, time retention could have taken it.
         h.retention.final_read_at(200_000);
-        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        assert_eq!(h.check_final(1, Some(&logs)), Vec::<String>::new());
         let stats = h.retention_stats(1, &logs);
         assert_eq!((stats.deleted_by_request, stats.deleted_by_age), (1, 1));
     }
@@ -1266,7 +1290,7 @@ mod tests {
         let mut h = history_with(&["a", "b", "c"]);
         h.fetched_start(0, 0, 3, &[]);
         h.fetched_start(0, h.retention.start_floor(0), 1, &[(1, b("b"))]);
-        let v = h.check_final(1, &BTreeMap::new());
+        let v = h.check_final(1, Some(&BTreeMap::new()));
         assert!(
             v.iter()
                 .any(|m| m.contains("a fetch showed the log start 1")
@@ -1305,10 +1329,10 @@ mod tests {
         h.retention.final_start(0, 3);
         // a0 a1 deleted, c0 deleted (c cut), c1 d0 e0 kept.
         let logs = BTreeMap::from([(0, log_from(3, &["c1", "d0", "e0"]))]);
-        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        assert_eq!(h.check_final(1, Some(&logs)), Vec::<String>::new());
         // d missing between c and e is a gap whatever was deleted.
         let logs = BTreeMap::from([(0, log_from(3, &["c1", "e0"]))]);
-        let v = h.check_final(1, &logs);
+        let v = h.check_final(1, Some(&logs));
         assert!(
             v.iter().any(|m| m.contains("sequence 5 is in the log")),
             "{v:?}"
@@ -1324,14 +1348,14 @@ mod tests {
         h.retention.delete_sent(0, 1);
         h.retention.final_start(0, 1);
         let logs = BTreeMap::from([(0, log_from(1, &["b"]))]);
-        assert_eq!(h.check_final(1, &logs), Vec::<String>::new());
+        assert_eq!(h.check_final(1, Some(&logs)), Vec::<String>::new());
         let l = h.low_acks_stats(&logs);
         assert_eq!((l.leader_kept, l.leader_deleted), (1, 1));
         // Not asked for: a loss with no power loss to explain it.
         let mut h = history_with(&["a", "b"]);
         h.low_acks.leader_acked(0, 0, &[b("a"), b("b")], 0);
         h.retention.final_start(0, 1);
-        let v = h.check_final(1, &logs);
+        let v = h.check_final(1, Some(&logs));
         assert!(v.iter().any(|m| m.contains("starts after it")), "{v:?}");
     }
 

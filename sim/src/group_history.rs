@@ -450,9 +450,10 @@ impl GroupHistory {
     }
 
     /// Checks every OffsetFetch answer, and the last committed offsets
-    /// against the final log ends (`log_ends`: partition -> record count).
-    /// Returns every violation, those found during the run included.
-    pub fn check_final(&mut self, log_ends: &BTreeMap<i32, i64>) -> Vec<String> {
+    /// against the final log ends (`log_ends`: partition -> record count;
+    /// `None` when the final read failed). Returns every violation, those
+    /// found during the run included.
+    pub fn check_final(&mut self, log_ends: Option<&BTreeMap<i32, i64>>) -> Vec<String> {
         let mut violations = self.violations.clone();
         let mut read_after_restart = 0;
         for (&partition, fetches) in &self.fetches {
@@ -484,6 +485,9 @@ impl GroupHistory {
         }
         self.stats.offsets_read_after_restart = read_after_restart;
         self.stats.zombie_refusals_checked = self.zombie_refusals_checked();
+        let Some(log_ends) = log_ends else {
+            return violations;
+        };
         for (&partition, fetches) in &self.fetches {
             let end = log_ends.get(&partition).copied().unwrap_or(0);
             if let Some(f) = fetches.iter().find(|f| f.value > end) {
@@ -631,7 +635,7 @@ mod tests {
         fetch(&mut h, 0, 0, 10);
         ack(&mut h, 0, 20, 0);
         fetch(&mut h, 0, 1, 20);
-        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.check_final(Some(&ends())), Vec::<String>::new());
         assert_eq!(h.stats.offsets_read_after_restart, 1);
         assert_eq!((h.acked_end(0), h.acked_end(1)), (20, -1));
         assert_eq!(h.reads_after_restart(), 1);
@@ -639,7 +643,7 @@ mod tests {
         // have read back as -1.
         ack(&mut h, 1, 0, 1);
         fetch(&mut h, 1, 2, 0);
-        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.check_final(Some(&ends())), Vec::<String>::new());
         assert_eq!(h.stats.offsets_read_after_restart, 2);
     }
 
@@ -649,7 +653,7 @@ mod tests {
         ack(&mut h, 0, 10, 0);
         ack(&mut h, 0, 20, 0);
         fetch(&mut h, 0, 1, 10);
-        let v = h.check_final(&ends());
+        let v = h.check_final(Some(&ends()));
         assert!(v.iter().any(|m| m.contains("went backwards")), "{v:?}");
     }
 
@@ -658,7 +662,7 @@ mod tests {
         let mut h = GroupHistory::new();
         ack(&mut h, 1, 10, 0);
         fetch(&mut h, 1, 1, -1);
-        let v = h.check_final(&ends());
+        let v = h.check_final(Some(&ends()));
         assert!(v.iter().any(|m| m.contains("nothing committed")), "{v:?}");
     }
 
@@ -669,7 +673,7 @@ mod tests {
         h.commit_answered(id, CommitOutcome::Refused);
         fetch(&mut h, 0, 0, 7);
         fetch(&mut h, 0, 0, 8);
-        let v = h.check_final(&ends());
+        let v = h.check_final(Some(&ends()));
         assert_eq!(
             v.iter().filter(|m| m.contains("no commit sent")).count(),
             2,
@@ -704,7 +708,7 @@ mod tests {
         );
         fetch(&mut h, 1, 0, 25);
         fetch(&mut h, 1, 0, 30);
-        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.check_final(Some(&ends())), Vec::<String>::new());
     }
 
     #[test]
@@ -712,7 +716,7 @@ mod tests {
         let mut h = GroupHistory::new();
         ack(&mut h, 0, 2000, 0);
         fetch(&mut h, 0, 0, 2000);
-        let v = h.check_final(&ends());
+        let v = h.check_final(Some(&ends()));
         assert!(v.iter().any(|m| m.contains("beyond the end")), "{v:?}");
     }
 
@@ -760,10 +764,10 @@ mod tests {
         ack(&mut h, 0, 10, 0);
         let refused = zombie_commit(&mut h, 5, 1, ZombieAnswer::Refused(22));
         fetch(&mut h, 0, 0, 10);
-        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.check_final(Some(&ends())), Vec::<String>::new());
         assert_eq!(h.stats.zombie_refusals_checked, 1);
         fetch_tagged(&mut h, 5, &refused);
-        let v = h.check_final(&ends());
+        let v = h.check_final(Some(&ends()));
         assert!(
             v.iter()
                 .any(|m| m.contains("refused with error 22: a refused commit became visible")),
@@ -778,12 +782,12 @@ mod tests {
         // member's (untagged) 5, nor a live 7 a zombie-tagged 7.
         let accepted = zombie_commit(&mut h, 5, 0, ZombieAnswer::Accepted { incarnation: 0 });
         fetch_tagged(&mut h, 5, &accepted);
-        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.check_final(Some(&ends())), Vec::<String>::new());
         fetch(&mut h, 0, 0, 5);
         ack(&mut h, 0, 7, 0);
         fetch_tagged(&mut h, 7, &accepted);
         fetch_tagged(&mut h, 7, "zombie-commit-x");
-        let v = h.check_final(&ends());
+        let v = h.check_final(Some(&ends()));
         assert!(v.iter().any(|m| m.contains("no commit sent")), "{v:?}");
         assert!(
             v.iter()
@@ -827,10 +831,10 @@ mod tests {
         zombie_commit(&mut h, 5, 1, ZombieAnswer::Refused(25));
         zombie_commit(&mut h, 6, 1, ZombieAnswer::Unknown);
         fetch(&mut h, 1, 0, -1);
-        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.check_final(Some(&ends())), Vec::<String>::new());
         assert_eq!(h.stats.zombie_refusals_checked, 0);
         fetch(&mut h, 0, 0, -1);
-        assert_eq!(h.check_final(&ends()), Vec::<String>::new());
+        assert_eq!(h.check_final(Some(&ends())), Vec::<String>::new());
         assert_eq!(h.stats.zombie_refusals_checked, 1);
         assert_eq!(
             (

@@ -1457,10 +1457,10 @@ async fn read_plain_topic(
     shared: &Arc<Shared>,
     deadline: Duration,
     problems: &mut Vec<String>,
-) -> (
+) -> Option<(
     BTreeMap<i32, PartitionLog>,
     BTreeMap<i32, Vec<FetchedBatch>>,
-) {
+)> {
     let read = if params.multi_broker() {
         client
             .spawn(workload::read_everything_routed(
@@ -1484,14 +1484,14 @@ async fn read_plain_topic(
             .map(|r| r.map(|logs| (logs, BTreeMap::new())))
     };
     match read {
-        Ok(Ok(read)) => read,
+        Ok(Ok(read)) => Some(read),
         Ok(Err(e)) => {
             problems.push(e);
-            Default::default()
+            None
         }
         Err(_) => {
             problems.push(format!("the final reader of {} died", plain.name()));
-            Default::default()
+            None
         }
     }
 }
@@ -1985,18 +1985,18 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             ))
             .await
         {
-            Ok(Ok(logs)) => logs,
+            Ok(Ok(logs)) => Some(logs),
             Ok(Err(e)) => {
                 problems.push(e);
-                Default::default()
+                None
             }
             Err(_) => {
                 problems.push("the final read_committed reader died".to_string());
-                Default::default()
+                None
             }
         }
     } else {
-        Default::default()
+        Some(Default::default())
     };
     // The final reads count as fetches too.
     let twin_records_fetched = shared.history_of(PlainTopic::Twin).stats.records_fetched;
@@ -2020,8 +2020,17 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         }
     }
     let mut plain_reads = plain_reads.into_iter();
-    let (logs, final_batches) = plain_reads.next().unwrap_or_default();
-    let twin_logs = plain_reads.next().map(|(logs, _)| logs).unwrap_or_default();
+    // A final read that failed is reported as such (a liveness failure),
+    // and the checks that compare with it are skipped: with nothing read,
+    // every acknowledged record would be reported lost as well.
+    let main_read = plain_reads.next().flatten();
+    let main_read_ok = main_read.is_some();
+    let (logs, final_batches) = main_read.unwrap_or_default();
+    let twin_read = plain_reads.next().flatten();
+    let twin_read_ok = twin_read.is_some();
+    let twin_logs = twin_read.map(|(logs, _)| logs).unwrap_or_default();
+    let txn_read_ok = txn_logs.is_some();
+    let txn_logs = txn_logs.unwrap_or_default();
     let eos_read = if params.eos {
         match client
             .spawn(eos_observer::final_read(
@@ -2071,7 +2080,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             })
             .collect()
     };
-    if params.group_members > 0 {
+    if params.group_members > 0 && main_read_ok {
         let wait = step_deadline();
         let give_up = Instant::now() + wait;
         loop {
@@ -2149,7 +2158,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     problems.extend(one_owner.violations());
     let history = shared.history();
     let mut groups = shared.groups();
-    problems.extend(groups.check_final(&log_ends));
+    problems.extend(groups.check_final(main_read_ok.then_some(&log_ends)));
     problems.extend(
         broker_errors
             .lock()
@@ -2157,11 +2166,11 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
             .iter()
             .map(|e| format!("broker: {e}")),
     );
-    problems.extend(history.check_final(params.partitions, &logs));
+    problems.extend(history.check_final(params.partitions, main_read_ok.then_some(&logs)));
     let twin = shared.history_of(PlainTopic::Twin);
     if params.twin_topic {
         problems.extend(
-            twin.check_final(params.partitions, &twin_logs)
+            twin.check_final(params.partitions, twin_read_ok.then_some(&twin_logs))
                 .into_iter()
                 .map(|v| format!("{TWIN_TOPIC}: {v}")),
         );
@@ -2178,15 +2187,20 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
     let mut txns = shared.txns();
     if params.txn_producers > 0 || params.eos {
         // The loop's InitProducerId answers are in this history too.
-        problems.extend(txns.check_final(&txn_logs.committed, history.granted_pids()));
+        problems.extend(txns.check_final(
+            txn_read_ok.then_some(&txn_logs.committed),
+            history.granted_pids(),
+        ));
     }
     if params.txn_producers > 0 {
         let compacted = params.compaction.is_some_and(|c| c.txn_topic);
-        problems.extend(txns.check_uncommitted(
-            &txn_logs.committed,
-            &txn_logs.uncommitted,
-            compacted,
-        ));
+        if txn_read_ok {
+            problems.extend(txns.check_uncommitted(
+                &txn_logs.committed,
+                &txn_logs.uncommitted,
+                compacted,
+            ));
+        }
         let t = txns.stats;
         if t.commits_acked < MIN_TXN_COMMITS {
             vacuous.push(format!(
