@@ -331,6 +331,10 @@ impl SegmentFile for MemFile {
         Ok(())
     }
 
+    fn free_tail(&self, len: u64) -> io::Result<()> {
+        self.truncate(len)
+    }
+
     fn truncate(&self, len: u64) -> io::Result<()> {
         let mut d = lock(&self.data);
         let len = usize::try_from(len).unwrap_or(usize::MAX);

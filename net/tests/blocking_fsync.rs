@@ -56,7 +56,8 @@ impl Gate {
         | DiskWait::WriteAtomic(path)
         | DiskWait::CreateExclusive(path)
         | DiskWait::Rename(path)
-        | DiskWait::SyncDir(path)) = wait;
+        | DiskWait::SyncDir(path)
+        | DiskWait::FreeTail(path)) = wait;
         if !path.starts_with(&self.prefix) {
             return Ok(());
         }

@@ -10,7 +10,7 @@
 
 mod support;
 
-use support::configs::{produce_keyed, t0_files};
+use support::configs::{produce_keyed, produce_keyed_to, t0_files};
 
 use kaas_core::protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
@@ -335,4 +335,48 @@ async fn a_cleaning_round_removes_every_segment_it_replaced_before_it_returns() 
         );
     }
     assert!(t0_files(tb._dir.path(), ".cleaning").is_empty());
+}
+
+/// The files a swap replaced give their blocks back a piece at a time
+/// before their removal (`SegmentFile::free_tail`): each replaced original
+/// is cut, and nothing the log still reads is.
+#[tokio::test]
+async fn a_cleaning_round_cuts_each_file_it_replaced_before_removing_it() {
+    use kaas_net::volume::hooked::{DiskWait, HookedVolume};
+    use kaas_net::volume::LocalVolume;
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let cut = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = cut.clone();
+    let volume = HookedVolume::new(LocalVolume::new(dir.path()).unwrap(), move |wait| {
+        if let DiskWait::FreeTail(path) = wait {
+            seen.lock()
+                .unwrap()
+                .push(path.rsplit('/').next().unwrap().to_string());
+        }
+        Ok(())
+    });
+    let mut config = kaas_net::config::BrokerConfig::new("127.0.0.1:0".parse().unwrap());
+    config.log.cleaner_io_max_bytes_per_second = 10_000;
+    let broker =
+        kaas_net::Broker::open(config, Arc::new(volume), kaas_net::env::Env::system()).unwrap();
+    let configs = BTreeMap::from([
+        ("cleanup.policy".to_string(), "compact".to_string()),
+        ("segment.bytes".to_string(), "300".to_string()),
+    ]);
+    broker.create_topic("t", 1, 1, configs).await.unwrap();
+    produce_keyed_to(&broker, (0..30).map(|i| format!("k{}", i % 2))).await;
+    let before = t0_files(dir.path(), ".log");
+    broker.clean_compacted(support::now_ms()).await;
+    let after = t0_files(dir.path(), ".log");
+    let mut removed: Vec<String> = before.into_iter().filter(|f| !after.contains(f)).collect();
+    assert!(!removed.is_empty(), "the round replaced nothing");
+    let mut cut = cut.lock().unwrap().clone();
+    cut.sort();
+    cut.dedup();
+    removed.sort();
+    assert_eq!(
+        cut, removed,
+        "what was cut is exactly what the swap replaced"
+    );
 }

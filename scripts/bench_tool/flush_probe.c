@@ -19,6 +19,17 @@
 //      64 MiB/s, kaas's default cleaner budget);
 //   3  paced, and each 1 MiB written back at once (sync_file_range) rather
 //      than left to the copy's fsync.
+//   4  as 3, and the copies removed one at a time, PACE_US * 16 apart (as
+//      kaas's paced removal spaces the segments a swap replaced);
+//   5  as 4, but each copy cut down 1 MiB at a time from its end
+//      (ftruncate), PACE_US apart, before its unlink: the same pace of
+//      freed blocks, in pieces a sixteenth the size.
+// WRITE_BACK=fadvise (writers 3-5): start each 1 MiB's write-back with
+// posix_fadvise(DONTNEED), which waits for none of it, as kaas's cleaner
+// does (`SegmentFile::start_write_back`), instead of sync_file_range's
+// wait; WRITE_BACK=none: no write-back of its own. CHUNK_KIB (default
+// 1024): the copies' write size, each written back on its own, the pause
+// after it scaled to keep the same rate.
 // Prints the appends' latency percentiles and how many took over 3 ms.
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -47,18 +58,27 @@ static void *cleaner(void *arg) {
     useconds_t pace_us = pace ? (useconds_t)atoi(pace) : 15625;
     char *buf = malloc(MIB);
     memset(buf, 'c', MIB);
+    const char *chunk_kib = getenv("CHUNK_KIB");
+    long chunk = chunk_kib ? atol(chunk_kib) * 1024 : MIB;
+    if (chunk <= 0 || chunk > MIB || MIB % chunk) exit(2);
+    long chunks = 16 * MIB / chunk;
+    pace_us = (useconds_t)((long)pace_us * chunk / MIB);
+    const char *wb = getenv("WRITE_BACK");
+    int write_back = !wb ? 1 : !strcmp(wb, "fadvise") ? 2 : !strcmp(wb, "none") ? 0 : 1;
     char path[512];
     for (long round = 0; !stop && writer > 0; round++) {
         for (int f = 0; f < 12 && !stop; f++) {
             snprintf(path, sizeof path, "%s/copy-%ld-%d", dir, round, f);
             int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
             if (fd < 0) exit(3);
-            for (long i = 0; i < 16; i++) {
-                if (write(fd, buf, MIB) != MIB) exit(3);
-                if (writer >= 3)
-                    sync_file_range(fd, i * MIB, MIB,
+            for (long i = 0; i < chunks; i++) {
+                if (write(fd, buf, chunk) != chunk) exit(3);
+                if (writer >= 3 && write_back == 1)
+                    sync_file_range(fd, i * chunk, chunk,
                                     SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                                         SYNC_FILE_RANGE_WAIT_AFTER);
+                if (writer >= 3 && write_back == 2)
+                    posix_fadvise(fd, i * chunk, chunk, POSIX_FADV_DONTNEED);
                 if (writer >= 2) usleep(pace_us);
             }
             fsync(fd);
@@ -66,7 +86,16 @@ static void *cleaner(void *arg) {
         }
         for (int f = 0; f < 12; f++) {
             snprintf(path, sizeof path, "%s/copy-%ld-%d", dir, round, f);
+            if (writer >= 5) {
+                int fd = open(path, O_WRONLY);
+                for (long size = 16 * MIB - chunk; fd >= 0 && size >= 0 && !stop; size -= chunk) {
+                    if (ftruncate(fd, size)) exit(3);
+                    usleep(pace_us);
+                }
+                if (fd >= 0) close(fd);
+            }
             unlink(path);
+            if (writer == 4) usleep(pace_us * chunks);
         }
         int d = open(dir, O_RDONLY);
         fsync(d);
@@ -83,7 +112,7 @@ static int by_value(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: flush_probe DIR grow|zeroed|keepsize SECONDS WRITER(0-3)\n");
+        fprintf(stderr, "usage: flush_probe DIR grow|zeroed|keepsize SECONDS WRITER(0-5)\n");
         return 2;
     }
     dir = argv[1];

@@ -238,6 +238,9 @@ pub struct SeedReport {
     /// Lookups by name a broker was answered with a version another broker
     /// had replaced (`SimVolume::set_attr_cache`).
     pub stale_file_views: u64,
+    /// Files a cleaning replaced that were cut before their removal
+    /// (`SegmentFile::free_tail`): a crash then may leave one cut.
+    pub tails_freed: u64,
     /// Whether the seed buggifies, and what its points did.
     pub buggifying: bool,
     pub buggify: BuggifyStats,
@@ -281,6 +284,10 @@ impl SeedReport {
             ),
             ("stale listings answered", self.stale_listings),
             ("stale file versions read", self.stale_file_views),
+            (
+                "replaced segment files cut before removal",
+                self.tails_freed,
+            ),
             ("ownership takeovers", self.claims.takeovers),
             ("records acknowledged", count(self.records_acked)),
             ("acks=1 records acknowledged", self.low_acks.leader_acked),
@@ -2413,6 +2420,7 @@ pub async fn run_seed() -> Result<SeedReport, SeedFailure> {
         volume_late_io: volume.late_io_counter().load(Relaxed),
         stale_listings: volume.stats().stale_listings,
         stale_file_views: volume.stats().stale_file_views,
+        tails_freed: volume.stats().tails_freed,
         buggifying: !buggifier.plan().is_empty(),
         buggify: buggifier.stats(),
         simulated: started.elapsed(),

@@ -173,6 +173,8 @@ pub struct VolumeStats {
     pub bytes_appended: u64,
     pub syncs: u64,
     pub truncates: u64,
+    /// Cuts of a file about to be removed ([`SegmentFile::free_tail`]).
+    pub tails_freed: u64,
     pub renames: u64,
     pub crashes: u64,
     /// Crashes of one broker's host ([`SimVolume::crash_host`]).
@@ -1643,6 +1645,26 @@ impl SegmentFile for SimSegment {
         })?;
         self.entry_synced();
         Ok(())
+    }
+
+    fn free_tail(&self, len: u64) -> io::Result<()> {
+        // Modelled as a cut that reached the disk at once. Of a crash's two
+        // outcomes, whole or cut, the whole file is one never cut, which
+        // every seed meets anyway; the cut is the one worth reaching.
+        self.with_inode(FaultPoint::Truncate, |inode, stats, _| {
+            let len = usize::try_from(len).unwrap_or(usize::MAX);
+            if len < inode.data.len() {
+                inode.data.truncate(len);
+                inode.synced = inode.synced.min(len);
+                inode.last_append = inode.last_append.min(len);
+                inode.poisoned.retain(|&(from, _)| from < len);
+                for range in &mut inode.poisoned {
+                    range.1 = range.1.min(len);
+                }
+                stats.tails_freed += 1;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -83,6 +83,7 @@ const REQUIRED_COUNTS: &[&str] = &[
     "records aged out by retention.ms",
     "stale listings answered",
     "stale file versions read",
+    "replaced segment files cut before removal",
     "ownership takeovers",
     "aborted batches dropped by read_committed",
     "read_committed answers with open data held back",

@@ -225,15 +225,10 @@ pub fn remove_replaced(
     replaced: &[DetachedSegment],
 ) -> io::Result<()> {
     for r in replaced {
+        volume.remove(&r.log_path(dir))?;
         match r.cleaned_by {
-            Some(by) => {
-                volume.remove(&layout::cleaned_segment_path(dir, r.id, by))?;
-                volume.remove(&layout::cleaned_index_path(dir, r.id, by))?;
-            }
-            None => {
-                volume.remove(&layout::segment_path(dir, r.id.base_offset, r.id.epoch))?;
-                volume.remove(&layout::index_path(dir, r.id.base_offset, r.id.epoch))?;
-            }
+            Some(by) => volume.remove(&layout::cleaned_index_path(dir, r.id, by))?,
+            None => volume.remove(&layout::index_path(dir, r.id.base_offset, r.id.epoch))?,
         }
     }
     Ok(())

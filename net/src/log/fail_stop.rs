@@ -69,4 +69,8 @@ impl SegmentFile for FailStop {
     fn truncate(&self, len: u64) -> io::Result<()> {
         self.inner.truncate(len)
     }
+
+    fn free_tail(&self, len: u64) -> io::Result<()> {
+        self.inner.free_tail(len)
+    }
 }

@@ -999,6 +999,15 @@ impl DetachedSegment {
             bytes: segment.size(),
         }
     }
+
+    /// Its log file in the partition directory `dir`: the cleaned copy the
+    /// log read it from, or the original.
+    pub fn log_path(&self, dir: &str) -> String {
+        match self.cleaned_by {
+            Some(by) => layout::cleaned_segment_path(dir, self.id, by),
+            None => layout::segment_path(dir, self.id.base_offset, self.id.epoch),
+        }
+    }
 }
 
 /// Removes the files of segments a deletion (or a cleaning's swap)

@@ -51,6 +51,7 @@ pub fn run_all(fresh: Factory<'_>) {
     paths_escaping_the_root_are_refused(fresh);
     open_segment_without_create_on_a_missing_file_is_not_found(fresh);
     segment_appends_reads_and_truncates(fresh);
+    free_tail_cuts_a_file_and_never_grows_it(fresh);
     segment_reopens_with_its_content(fresh);
     replaced_or_removed_files_stay_readable_through_open_handles(fresh);
     create_exclusive_creates_once_and_keeps_the_first_content(fresh);
@@ -64,6 +65,27 @@ pub fn run_all(fresh: Factory<'_>) {
     create_dir_needs_its_parent_and_says_whether_it_created(fresh);
     syncs_ask_for_an_existing_file_and_tolerate_a_missing_directory(fresh);
     temporaries_are_never_listed(fresh);
+}
+
+pub fn free_tail_cuts_a_file_and_never_grows_it(fresh: Factory<'_>) {
+    let f = fresh();
+    let v = f.volume.as_ref();
+    ok(v.create_dir_all("s"), "create s");
+    let seg = ok(v.open_segment("s/0.log", true), "create segment");
+    ok(seg.append(b"hello world"), "append");
+    ok(seg.sync(), "sync");
+    ok(seg.free_tail(20), "free past the end");
+    assert_eq!(seg.len(), 11, "freeing past the end changes nothing");
+    ok(seg.free_tail(5), "free");
+    assert_eq!(seg.len(), 5);
+    assert_eq!(ok(seg.read_at(0, 100), "read"), &b"hello"[..]);
+    let other = ok(v.open_segment("s/0.log", false), "reopen");
+    assert_eq!(other.len(), 5, "another handle sees the cut");
+    assert_eq!(content(v, "s/0.log").as_deref(), Some(&b"hello"[..]));
+    ok(seg.free_tail(0), "free the rest");
+    assert!(seg.is_empty());
+    ok(v.remove("s/0.log"), "remove");
+    assert_eq!(content(v, "s/0.log"), None);
 }
 
 /// The first step of the composites: a new file, never over another.

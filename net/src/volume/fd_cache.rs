@@ -552,6 +552,17 @@ impl SegmentFile for LocalSegment {
         }
     }
 
+    fn free_tail(&self, len: u64) -> io::Result<()> {
+        let _guard = self.lock_writer();
+        if len >= self.len.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let (file, _) = self.cache.fd(self.id, true)?;
+        file.set_len(len)?;
+        self.len.store(len, Ordering::Release);
+        Ok(())
+    }
+
     fn truncate(&self, len: u64) -> io::Result<()> {
         let _guard = self.lock_writer();
         let (file, writes) = self.cache.fd(self.id, true)?;

@@ -26,6 +26,9 @@ pub enum DiskWait<'a> {
     Rename(&'a str),
     /// `Volume::sync_dir` of this directory.
     SyncDir(&'a str),
+    /// `SegmentFile::free_tail` of the file at this path (freeing blocks
+    /// is disk work on a volume that discards them).
+    FreeTail(&'a str),
 }
 
 /// Called before each [`DiskWait`]; an error fails the operation.
@@ -89,6 +92,10 @@ impl SegmentFile for HookedFile {
     }
     fn truncate(&self, len: u64) -> io::Result<()> {
         self.inner.truncate(len)
+    }
+    fn free_tail(&self, len: u64) -> io::Result<()> {
+        (self.hook)(DiskWait::FreeTail(&self.path))?;
+        self.inner.free_tail(len)
     }
 }
 

@@ -332,6 +332,10 @@ impl SegmentFile for NewSegment {
         self.inner.truncate(len)?;
         self.sync()
     }
+
+    fn free_tail(&self, len: u64) -> io::Result<()> {
+        self.inner.free_tail(len)
+    }
 }
 
 #[cfg(test)]

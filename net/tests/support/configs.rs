@@ -204,7 +204,12 @@ pub async fn produce(tb: &TestBroker, n: usize) {
 /// Appends one record of 100 bytes per key, stamped now, to t-0, each
 /// durable.
 pub async fn produce_keyed(tb: &TestBroker, keys: impl IntoIterator<Item = String>) {
-    let p = tb.broker.partition("t", 0, -1).unwrap();
+    produce_keyed_to(&tb.broker, keys).await
+}
+
+/// [`produce_keyed`] to a broker the test opened itself.
+pub async fn produce_keyed_to(broker: &kaas_net::Broker, keys: impl IntoIterator<Item = String>) {
+    let p = broker.partition("t", 0, -1).unwrap();
     for key in keys {
         let mut b = BatchBuilder::new();
         b.push(NewRecord::new(
