@@ -557,7 +557,10 @@ impl SegmentFile for LocalSegment {
         if len >= self.len.load(Ordering::Acquire) {
             return Ok(());
         }
-        let (file, _) = self.cache.fd(self.id, true)?;
+        // Not counted as a write: a cut has no write-back whose error a
+        // later fsync must see (ftruncate reports its own), so it leaves
+        // the descriptor as clean, and as free to close, as it was.
+        let (file, _) = self.cache.fd(self.id, false)?;
         file.set_len(len)?;
         self.len.store(len, Ordering::Release);
         Ok(())
