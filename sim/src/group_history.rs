@@ -718,6 +718,8 @@ mod tests {
         fetch(&mut h, 0, 0, 2000);
         let v = h.check_final(Some(&ends()));
         assert!(v.iter().any(|m| m.contains("beyond the end")), "{v:?}");
+        // With no final log (its read failed) there is no end to be beyond.
+        assert_eq!(h.check_final(None), Vec::<String>::new());
     }
 
     #[test]
