@@ -51,7 +51,9 @@ use crate::retention_history::{Deletion, RetentionHistory, RetentionStats};
 use bytes::Bytes;
 use kaas_core::coverage::ProducerExpiry;
 use kaas_core::producer::{local_pid_range, pid_for, PID_BLOCK_SIZE};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::hash::BuildHasherDefault;
 use std::hash::{Hash, Hasher};
 
 /// What the final read of one partition returned, offset order.
@@ -165,10 +167,17 @@ type Session = (i64, i16, i32);
 /// Index of a batch in [`History::idempotent_batch`]'s order.
 pub type BatchIndex = usize;
 
+/// A set of record values with fixed hash keys: a `RandomState` would draw
+/// its keys from the seed's random stream (madsim makes `getrandom`
+/// deterministic), so building one would change the run the seed names.
+type ValueSet = HashSet<Bytes, BuildHasherDefault<DefaultHasher>>;
+
 /// Everything the workload observed.
 #[derive(Debug, Default)]
 pub struct History {
-    sent: BTreeSet<Bytes>,
+    /// Hashed, not sorted: only ever asked whether it holds a value, once
+    /// per record claimed, and values share long prefixes.
+    sent: ValueSet,
     /// (partition, offset) -> record, from produce acknowledgements.
     acked: BTreeMap<(i32, i64), Bytes>,
     /// (partition, offset) -> record, from fetches during the run.
@@ -190,9 +199,9 @@ pub struct History {
     /// What DeleteRecords and retention.ms allow to go from the topic.
     pub retention: RetentionHistory,
     /// Records of acks=all batches given up with an indeterminate outcome.
-    unknown: BTreeSet<Bytes>,
+    unknown: ValueSet,
     /// Records of acks=all batches no attempt of which reached a broker.
-    never_sent: BTreeSet<Bytes>,
+    never_sent: ValueSet,
     outcomes: OutcomeStats,
     /// The partitions' producer expiries, when a test gives them; else
     /// the brokers' record (`kaas_core::coverage::producer_expiries`).

@@ -655,31 +655,39 @@ impl State {
         }
         let prefix = child_prefix(dir);
         let durable = &mut self.durable;
-        let gone: Vec<String> = children(&durable.dirs, &prefix)
+        // Only the entries that differ from the durable ones change: a sync
+        // of a directory that holds many files (a partition's segments) is
+        // frequent, and rebuilding every entry made it the simulator's
+        // costliest volume call.
+        let gone_dirs: Vec<String> = children(&durable.dirs, &prefix)
             .into_iter()
             .filter(|d| !self.dirs.contains(*d))
             .cloned()
             .collect();
-        for d in gone {
-            durable.forget_below(&d);
+        for d in &gone_dirs {
+            durable.forget_below(d);
+            durable.dirs.remove(d);
         }
-        let stale: Vec<String> = children(&durable.files, &prefix)
+        let gone_files: Vec<String> = children(&durable.files, &prefix)
             .into_iter()
-            .chain(children(&durable.dirs, &prefix))
+            .filter(|f| !self.files.contains_key(*f))
             .cloned()
             .collect();
-        for p in stale {
-            durable.files.remove(&p);
-            durable.dirs.remove(&p);
+        for f in &gone_files {
+            durable.files.remove(f);
         }
         for p in children(&self.files, &prefix) {
             if let Some(&id) = self.files.get(p) {
-                durable.files.insert(p.clone(), id);
+                if durable.files.get(p) != Some(&id) {
+                    durable.files.insert(p.clone(), id);
+                }
             }
         }
-        durable
-            .dirs
-            .extend(children(&self.dirs, &prefix).into_iter().cloned());
+        for d in children(&self.dirs, &prefix) {
+            if !durable.dirs.contains(d) {
+                durable.dirs.insert(d.clone());
+            }
+        }
     }
 
     /// A power loss: each directory goes back to its synced entries, and
