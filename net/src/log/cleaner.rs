@@ -106,6 +106,14 @@ pub struct CleanedCopy {
 }
 
 #[cfg(test)]
+impl CleanedCopy {
+    /// The segment the copy replaces.
+    pub fn id(&self) -> SegmentId {
+        self.id
+    }
+}
+
+#[cfg(test)]
 impl CleaningInput {
     /// How many sealed segments the round may read.
     pub fn sealed_count(&self) -> usize {
@@ -247,9 +255,10 @@ pub fn run_round(input: CleaningInput, settings: RoundSettings) -> io::Result<Ro
 /// between steps and keep the round under its I/O budget (a round over a
 /// large log would otherwise read it at full speed, and produce and fetch
 /// latency would feel it). Blocking IO; no lane held. The phases:
-/// plan (at [`start`](Self::start)), map the dirty section, decide every
-/// batch from the log start to the map's end segment by segment, and write
-/// a copy of each segment that changes.
+/// plan (at [`start`](Self::start)), map the dirty section, then clean
+/// from the log start to the map's end segment by segment, deciding each
+/// batch and writing it into a copy of each segment that changes in one
+/// pass.
 pub struct Round {
     input: CleaningInput,
     time: PassTime,
@@ -267,22 +276,29 @@ enum Phase {
         segment: usize,
         position: u64,
     },
-    /// Deciding: the next batch is in segment `segment` at `position`;
-    /// `fates` holds the segment's fates so far.
-    Decide {
-        decider: Decider,
+    /// Cleaning segment `segment`, deciding each batch and writing it in
+    /// the same pass: the next batch to read is at `position`.
+    Clean {
+        /// Boxed: the largest part of the phase, moved at every step.
+        decider: Box<Decider>,
         segment: usize,
         position: u64,
-        fates: Vec<Fate>,
-    },
-    /// Writing segment `segment`'s copy from its `fates`.
-    Write {
-        decider: Decider,
-        segment: usize,
-        fates: Vec<Fate>,
-        copy: Box<CopyInProgress>,
+        /// The batch read last and its fate, written once the next batch
+        /// shows it is not the segment's last (a last batch never goes).
+        held: Option<Held>,
+        /// The segment's copy, opened at the first batch that does not
+        /// stay whole: a segment whose batches all stay is not copied.
+        copy: Option<Box<CopyInProgress>>,
     },
     Done,
+}
+
+/// A batch read and decided, not yet written (see [`Phase::Clean`]).
+struct Held {
+    /// Its position in the original.
+    at: u64,
+    batch: RecordBatch,
+    fate: Fate,
 }
 
 /// A copy being written under its temporary name.
@@ -291,11 +307,10 @@ struct CopyInProgress {
     temporary: String,
     /// The copy's bookkeeping (index entries, end offset) as it grows.
     segment: Segment,
-    /// Where the next batch is read in the original, and its fate's index.
-    read_position: u64,
-    fate: usize,
-    /// Bytes written to the copy so far.
+    /// Bytes appended to the copy so far.
     written: u64,
+    /// Batches gathered for the next append.
+    pending: BytesMut,
 }
 
 impl Round {
@@ -364,18 +379,13 @@ impl Round {
                     segment,
                     position,
                 } => self.map_some(map, range_end, segment, position, goal)?,
-                Phase::Decide {
+                Phase::Clean {
                     decider,
                     segment,
                     position,
-                    fates,
-                } => self.decide_some(decider, segment, position, fates, goal)?,
-                Phase::Write {
-                    decider,
-                    segment,
-                    fates,
+                    held,
                     copy,
-                } => self.write_some(decider, segment, fates, copy, goal)?,
+                } => self.clean_some(decider, segment, position, held, copy, goal)?,
                 Phase::Done => Phase::Done,
             };
         }
@@ -440,20 +450,29 @@ impl Round {
             return Phase::Done;
         }
         let producers = self.producers.take().unwrap_or_default();
-        Phase::Decide {
-            decider: Decider::new(map, &self.input.aborted, producers, self.time),
+        Phase::Clean {
+            decider: Box::new(Decider::new(map, &self.input.aborted, producers, self.time)),
             segment: 0,
             position: 0,
-            fates: Vec::new(),
+            held: None,
+            copy: None,
         }
     }
 
-    fn decide_some(
+    /// Decides and writes the next part of segment `segment`. The decider
+    /// sees every batch once, in order; a batch's fate is applied as soon as
+    /// the next batch is read (so the segment's last is known), into a copy
+    /// opened at the first batch that changes. At the segment's end the copy
+    /// is synced, renamed into place and indexed. (One pass, as Kafka's
+    /// cleaner makes: deciding a whole segment first and then reading it
+    /// again to write the copy cost a third more reading and decoding.)
+    fn clean_some(
         &mut self,
-        mut decider: Decider,
+        mut decider: Box<Decider>,
         segment: usize,
         mut position: u64,
-        mut fates: Vec<Fate>,
+        mut held: Option<Held>,
+        mut copy: Option<Box<CopyInProgress>>,
         goal: u64,
     ) -> io::Result<Phase> {
         let end = decider.map().end();
@@ -469,130 +488,43 @@ impl Round {
         let mut reader = BatchReader::new(s.file.as_ref(), position, s.size, RECOVERY_CHUNK);
         while let Some((at, batch)) = next_batch(&mut reader, s)? {
             self.outcome.bytes_read += batch.size() as u64;
-            fates.push(decider.next(&view(&batch, s)?));
+            let fate = decider.next(&view(&batch, s)?);
             position = at + batch.size() as u64;
+            if let Some(before) = held.replace(Held { at, batch, fate }) {
+                emit(&self.input, &mut self.outcome, s, &mut copy, before)?;
+            }
             if self.outcome.bytes_read + self.outcome.bytes_written >= goal {
-                return Ok(Phase::Decide {
+                if let Some(c) = copy.as_deref_mut() {
+                    flush_pending(c)?;
+                }
+                return Ok(Phase::Clean {
                     decider,
                     segment,
                     position,
-                    fates,
+                    held,
+                    copy,
                 });
             }
         }
         // The segment's last batch stays (as a bare header if it would
         // go), so the segment, and the log, still end where they did.
-        if let Some(last) = fates.last_mut() {
-            if matches!(last, Fate::Drop) {
-                *last = Fate::KeepEmpty;
+        if let Some(mut last) = held {
+            if matches!(last.fate, Fate::Drop) {
+                last.fate = Fate::KeepEmpty;
             }
+            emit(&self.input, &mut self.outcome, s, &mut copy, last)?;
         }
-        if fates.iter().all(|f| matches!(f, Fate::KeepWhole)) {
-            return Ok(Phase::Decide {
-                decider,
-                segment: segment + 1,
-                position: 0,
-                fates: Vec::new(),
-            });
+        if let Some(mut copy) = copy {
+            flush_pending(&mut copy)?;
+            let installed = self.finish_copy(s, *copy)?;
+            self.outcome.copies.push(installed);
         }
-        let copy = Box::new(self.open_copy(s)?);
-        Ok(Phase::Write {
-            decider,
-            segment,
-            fates,
-            copy,
-        })
-    }
-
-    /// The copy of `segment`, empty, under its temporary name.
-    fn open_copy(&self, segment: &SealedView) -> io::Result<CopyInProgress> {
-        let (volume, id) = (self.input.volume.as_ref(), segment.id);
-        let temporary = layout::cleaning_path(&self.input.dir, id, self.input.epoch);
-        let file = volume.open_segment(&temporary, true)?;
-        if !file.is_empty() {
-            file.truncate(0)?;
-        }
-        Ok(CopyInProgress {
-            segment: Segment::empty(id.base_offset, id.epoch, file.clone()),
-            file,
-            temporary,
-            read_position: 0,
-            fate: 0,
-            written: 0,
-        })
-    }
-
-    /// Writes the next part of a copy: the original read again (from the
-    /// page cache, usually), each batch as its fate says. At the end, the
-    /// copy is synced, renamed into place and indexed.
-    fn write_some(
-        &mut self,
-        decider: Decider,
-        segment: usize,
-        fates: Vec<Fate>,
-        mut copy: Box<CopyInProgress>,
-        goal: u64,
-    ) -> io::Result<Phase> {
-        let Some(s) = self.input.sealed.get(segment) else {
-            return Err(invalid_data("a copy of a segment the round does not have"));
-        };
-        let id = s.id;
-        let mut reader =
-            BatchReader::new(s.file.as_ref(), copy.read_position, s.size, RECOVERY_CHUNK);
-        let mut pending = BytesMut::new();
-        let mut paused = false;
-        while let Some((at, batch)) = next_batch(&mut reader, s)? {
-            let fate = fates.get(copy.fate).ok_or_else(|| {
-                invalid_data(format!("segment {id:?} grew while it was being cleaned"))
-            })?;
-            copy.fate += 1;
-            copy.read_position = at + batch.size() as u64;
-            self.outcome.bytes_read += batch.size() as u64;
-            let out = match fate.apply(&batch) {
-                Ok(out) => out,
-                // Writing the batch as it was is always safe: it was in
-                // the log.
-                Err(e) => {
-                    tracing::warn!(segment = ?id, offset = batch.base_offset(), error = %e, "keeping a batch the cleaner cannot rewrite");
-                    Some(batch)
-                }
-            };
-            if let Some(out) = out {
-                let position = copy.written + pending.len() as u64;
-                copy.segment.track(
-                    BatchMeta::of(&out, position),
-                    self.input.index_interval_bytes,
-                )?;
-                pending.extend_from_slice(out.as_bytes());
-                self.outcome.bytes_written += out.size() as u64;
-            }
-            if pending.len() >= WRITE_CHUNK {
-                copy.written += write_chunk(copy.file.as_ref(), &pending)?;
-                pending.clear();
-            }
-            if self.outcome.bytes_read + self.outcome.bytes_written >= goal {
-                paused = true;
-                break;
-            }
-        }
-        if !pending.is_empty() {
-            copy.written += write_chunk(copy.file.as_ref(), &pending)?;
-        }
-        if paused {
-            return Ok(Phase::Write {
-                decider,
-                segment,
-                fates,
-                copy,
-            });
-        }
-        let installed = self.finish_copy(s, *copy)?;
-        self.outcome.copies.push(installed);
-        Ok(Phase::Decide {
+        Ok(Phase::Clean {
             decider,
             segment: segment + 1,
             position: 0,
-            fates: Vec::new(),
+            held: None,
+            copy: None,
         })
     }
 
@@ -631,15 +563,105 @@ impl Round {
     }
 }
 
+/// Writes a batch of segment `s` as its fate says. Until a batch
+/// changes, nothing is written: the first one that does opens the copy,
+/// which then starts with the batches before it, whole.
+fn emit(
+    input: &CleaningInput,
+    outcome: &mut RoundOutcome,
+    s: &SealedView,
+    copy: &mut Option<Box<CopyInProgress>>,
+    Held { at, batch, fate }: Held,
+) -> io::Result<()> {
+    let c = match copy {
+        Some(c) => c,
+        None if matches!(fate, Fate::KeepWhole) => return Ok(()),
+        None => {
+            let mut opened = Box::new(open_copy(input, s)?);
+            copy_whole_prefix(input, outcome, s, at, &mut opened)?;
+            copy.insert(opened)
+        }
+    };
+    let out = match fate.apply(&batch) {
+        Ok(out) => out,
+        // Writing the batch as it was is always safe: it was in the log.
+        Err(e) => {
+            tracing::warn!(segment = ?s.id, offset = batch.base_offset(), error = %e, "keeping a batch the cleaner cannot rewrite");
+            Some(batch)
+        }
+    };
+    if let Some(out) = out {
+        append_to_copy(input, outcome, c, &out)?;
+    }
+    Ok(())
+}
+
+/// Copies segment `s`'s batches before position `end`, every one of
+/// which stays whole, into a copy just opened.
+fn copy_whole_prefix(
+    input: &CleaningInput,
+    outcome: &mut RoundOutcome,
+    s: &SealedView,
+    end: u64,
+    copy: &mut CopyInProgress,
+) -> io::Result<()> {
+    let mut reader = BatchReader::new(s.file.as_ref(), 0, end, RECOVERY_CHUNK);
+    while let Some((_, batch)) = next_batch(&mut reader, s)? {
+        outcome.bytes_read += batch.size() as u64;
+        append_to_copy(input, outcome, copy, &batch)?;
+    }
+    Ok(())
+}
+
+/// Adds `out` to the copy's bookkeeping and to its next append.
+fn append_to_copy(
+    input: &CleaningInput,
+    outcome: &mut RoundOutcome,
+    copy: &mut CopyInProgress,
+    out: &RecordBatch,
+) -> io::Result<()> {
+    let position = copy.written + copy.pending.len() as u64;
+    copy.segment
+        .track(BatchMeta::of(out, position), input.index_interval_bytes)?;
+    copy.pending.extend_from_slice(out.as_bytes());
+    outcome.bytes_written += out.size() as u64;
+    if copy.pending.len() >= WRITE_CHUNK {
+        flush_pending(copy)?;
+    }
+    Ok(())
+}
+
+/// The copy of `segment`, empty, under its temporary name.
+fn open_copy(input: &CleaningInput, segment: &SealedView) -> io::Result<CopyInProgress> {
+    let (volume, id) = (input.volume.as_ref(), segment.id);
+    let temporary = layout::cleaning_path(&input.dir, id, input.epoch);
+    let file = volume.open_segment(&temporary, true)?;
+    if !file.is_empty() {
+        file.truncate(0)?;
+    }
+    Ok(CopyInProgress {
+        segment: Segment::empty(id.base_offset, id.epoch, file.clone()),
+        file,
+        temporary,
+        written: 0,
+        pending: BytesMut::new(),
+    })
+}
+
 /// Appends one chunk of a copy and starts it on its way to the disk: the
 /// copy's sync at its end then finds little left to flush, so an acks=all
 /// produce whose fdatasync lands meanwhile waits behind one chunk of the
 /// cleaner's writes, not behind a whole copy (docs/performance.md, "The
 /// log cleaner").
-fn write_chunk(file: &dyn SegmentFile, chunk: &[u8]) -> io::Result<u64> {
-    let at = file.append(chunk)?;
-    file.start_write_back(at, chunk.len() as u64);
-    Ok(chunk.len() as u64)
+fn flush_pending(copy: &mut CopyInProgress) -> io::Result<()> {
+    if copy.pending.is_empty() {
+        return Ok(());
+    }
+    let at = copy.file.append(&copy.pending)?;
+    copy.file.start_write_back(at, copy.pending.len() as u64);
+    copy.written += copy.pending.len() as u64;
+    copy.pending.clear();
+    Ok(())
 }
 
 /// The plan's view of the sealed segments. The first batch's timestamp

@@ -470,3 +470,74 @@ fn a_round_in_small_steps_cleans_as_one_in_one_go() {
     assert_eq!(records(&b).0, records(&a).0);
     assert_eq!(b.segment_base_offsets(), a.segment_base_offsets());
 }
+
+/// Appends one batch of 5 records, keys `keys(n)` for the record numbers
+/// `first..first + 5`.
+fn append_keys(log: &mut PartitionLog, first: usize, key: impl Fn(usize) -> String) {
+    let mut b = BatchBuilder::new();
+    for n in first..first + 5 {
+        let (key, value) = (key(n), format!("v{n}"));
+        b.push(NewRecord::new(
+            1_000 + n as i64,
+            Some(key.as_bytes()),
+            Some(value.as_bytes()),
+        ));
+    }
+    log.append_batch(&b.build()).unwrap();
+}
+
+#[test]
+fn a_copy_starts_with_the_batches_before_the_first_that_changes_and_an_unchanged_segment_is_not_copied(
+) {
+    let fx = Fixture::new();
+    let mut log = fx.open(0);
+    // Keys written once fill the first segments, then keys updated over
+    // and over: the segment where they meet keeps its first batches whole
+    // and changes after them.
+    let mut n = 0;
+    while log.segment_base_offsets().len() < 3 {
+        append_keys(&mut log, n, |n| format!("once{n}"));
+        n += 5;
+    }
+    for _ in 0..40 {
+        append_keys(&mut log, n, |n| format!("k{}", n % 4));
+        n += 5;
+    }
+    log.sync().unwrap();
+    let (before, batches_before) = records(&log);
+    let bases = log.segment_base_offsets();
+    let active = *bases.last().unwrap();
+    let input = log.cleaning_input();
+    let mut outcome = run_round(input, settings(&log, 10_000)).unwrap();
+    let copied: Vec<i64> = outcome.copies.iter().map(|c| c.id().base_offset).collect();
+    // The first two segments hold only keys written once: not copied.
+    assert!(!copied.contains(&bases[0]), "{copied:?} of {bases:?}");
+    assert!(!copied.contains(&bases[1]), "{copied:?} of {bases:?}");
+    assert!(copied.contains(&bases[2]), "{copied:?} of {bases:?}");
+    let replaced = log.install_cleaned(std::mem::take(&mut outcome.copies));
+    remove_replaced(fx.volume.as_ref(), DIR, &replaced).unwrap();
+    let (after, batches_after) = records(&log);
+    assert_eq!(after, model(&before, active));
+    // Every batch of keys written once is still there byte for byte,
+    // those in the copied segment included.
+    let once = |b: &&RecordBatch| {
+        let plain = b.decompressed(MAX_DECOMPRESSED_BATCH_BYTES).unwrap();
+        // A bare header (a batch whose records all went) has none.
+        plain.records().next().is_some_and(|first| {
+            let first = first.unwrap();
+            first.key.as_deref().is_some_and(|k| k.starts_with(b"once"))
+        })
+    };
+    let whole_before: Vec<&RecordBatch> = batches_before.iter().filter(once).collect();
+    let whole_after: Vec<&RecordBatch> = batches_after.iter().filter(once).collect();
+    assert!(whole_before.iter().any(|b| b.base_offset() >= bases[2]));
+    assert_eq!(
+        whole_after.iter().map(|b| b.as_bytes()).collect::<Vec<_>>(),
+        whole_before
+            .iter()
+            .map(|b| b.as_bytes())
+            .collect::<Vec<_>>()
+    );
+    drop(log);
+    assert_eq!(records(&fx.open(0)).0, after);
+}
