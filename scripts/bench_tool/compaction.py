@@ -49,6 +49,10 @@ def parse_args(argv):
     ap.add_argument("--rate", type=int, default=1000, help="latency producer msgs/s (default 1000)")
     ap.add_argument("--seconds", type=float, default=20, help="length of each latency phase (default 20)")
     ap.add_argument("--disk-mb", type=int, default=512, help="MB for the disk bandwidth probe (default 512)")
+    ap.add_argument("--settle", type=float, default=10,
+                    help="seconds to wait after the fill before the first latency phase (default 10): "
+                         "a phase right after the fill ran slower than a later one with no cleaning "
+                         "at all, so the idle phase was not idle")
     ap.add_argument("--io-budget", type=int,
                     help="the broker's --log-cleaner-io-max-bytes-per-second in the latency phases "
                          "(default: the broker's default)")
@@ -197,6 +201,7 @@ def main(argv):
     args = parse_args(argv)
     if args.smoke:
         args.dirty_mb, args.keys, args.rate, args.seconds, args.disk_mb, args.segment_mb = 4, 500, 200, 2, 16, 1
+        args.settle = 0
     work = Path(tempfile.mkdtemp(prefix="kaas-bench-compaction-"))
     print("work dir (broker logs): %s" % work)
     if not args.latency_only:
@@ -243,6 +248,7 @@ def latency(args, work):
         create(admin, "dirty", {"cleanup.policy": "delete", "segment.bytes": str(args.segment_mb << 20)})
         fill(b.bootstrap, "dirty", args.dirty_mb, args.size, args.keys)
         timeline = (lambda phase: "%s-%s.csv" % (args.timeline, phase)) if args.timeline else (lambda phase: None)
+        time.sleep(args.settle)
         idle = latency_phase(b.bootstrap, "live", args.rate, args.seconds, args.keys, args.size, timeline("idle"))
         if args.retention:
             expire(admin, "dirty")
