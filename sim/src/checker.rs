@@ -51,10 +51,8 @@ use crate::retention_history::{Deletion, RetentionHistory, RetentionStats};
 use bytes::Bytes;
 use kaas_core::coverage::ProducerExpiry;
 use kaas_core::producer::{local_pid_range, pid_for, PID_BLOCK_SIZE};
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::hash::BuildHasherDefault;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 
 /// What the final read of one partition returned, offset order.
 pub type PartitionLog = Vec<(i64, Bytes)>;
@@ -808,7 +806,7 @@ impl History {
     /// `extra`: whatever else the run observed (the group history).
     pub fn fingerprint(&self, logs: &BTreeMap<i32, PartitionLog>, extra: &str) -> u64 {
         // Fixed keys: the same in every run of one build.
-        let mut h = std::hash::DefaultHasher::new();
+        let mut h = DefaultHasher::new();
         logs.hash(&mut h);
         self.acked.hash(&mut h);
         self.observed.hash(&mut h);

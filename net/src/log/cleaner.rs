@@ -648,11 +648,11 @@ fn open_copy(input: &CleaningInput, segment: &SealedView) -> io::Result<CopyInPr
     })
 }
 
-/// Appends one chunk of a copy and starts it on its way to the disk: the
-/// copy's sync at its end then finds little left to flush, so an acks=all
-/// produce whose fdatasync lands meanwhile waits behind one chunk of the
-/// cleaner's writes, not behind a whole copy (docs/performance.md, "The
-/// log cleaner").
+/// Appends the batches gathered for a copy as one chunk and starts it on
+/// its way to the disk: the copy's sync at its end then finds little left
+/// to flush, so an acks=all produce whose fdatasync lands meanwhile waits
+/// behind one chunk of the cleaner's writes, not behind a whole copy
+/// (docs/performance.md, "The log cleaner").
 fn flush_pending(copy: &mut CopyInProgress) -> io::Result<()> {
     if copy.pending.is_empty() {
         return Ok(());
