@@ -392,7 +392,17 @@ pub fn run_all(selection: &Selection, child_test: &str) -> BatchRun {
                 let failure = match run_isolated(seed, child_test) {
                     Outcome::Passed(line, counts) => {
                         if selection.verbose {
-                            println!("{line} | {:.1}s real", t.elapsed().as_secs_f64());
+                            // The seed's counts and the marks it hit, so a
+                            // batch's log says which seeds reach a rare path
+                            // (what sizing the CI batch needs).
+                            let hit: Vec<(String, u64)> =
+                                counts.marks.iter().filter(|(_, n)| *n > 0).cloned().collect();
+                            println!(
+                                "{line} | {:.1}s real\n  seed {seed} counts: {}\n  seed {seed} marks: {}",
+                                t.elapsed().as_secs_f64(),
+                                encode_counts(&counts.tallies),
+                                encode_counts(&hit)
+                            );
                         }
                         if line.contains("| cluster: ") {
                             multi.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
