@@ -577,16 +577,14 @@ fn partitions_asked(body: &kaas_core::protocol::RequestBody) -> i64 {
 /// coordinator's timer, which wakes at least every 10 s, is the broker's
 /// own and stays.
 fn quiet_timers(config: &mut BrokerConfig) {
-    config.lease = QUIET_LEASE;
-    config.txn.abort_timed_out_interval_ms = 86_400_000;
-}
-
-const QUIET_LEASE: kaas_core::cluster::membership::LeaseBounds =
-    kaas_core::cluster::membership::LeaseBounds {
-        lease_ms: 86_400_000,
+    const DAY_MS: i64 = 86_400_000;
+    config.lease = kaas_core::cluster::membership::LeaseBounds {
+        lease_ms: DAY_MS,
         clock_skew_ms: 1_000,
         volume_staleness_ms: 3_000,
     };
+    config.txn.abort_timed_out_interval_ms = DAY_MS;
+}
 
 /// (f) The whole connection path of the server: `server::run_connection`
 /// (framing, decoding, every handler, encoding) on an in-memory stream,

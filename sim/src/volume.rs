@@ -2249,18 +2249,25 @@ mod tests {
         assert_eq!(v.read("d/sub/g").unwrap().unwrap(), &b"g"[..]);
     }
 
+    /// A volume where `dir` (under `d`), durable with a synced file `f` in
+    /// it, was then removed whole, nothing synced since.
+    fn removed_directory_with_a_synced_file(dir: &str) -> SimVolume {
+        let v = SimVolume::new();
+        v.create_dir_all(dir).unwrap();
+        v.sync_dir("").unwrap();
+        v.sync_dir("d").unwrap();
+        v.write_atomic(&format!("{dir}/f"), b"f").unwrap();
+        v.sync_dir(dir).unwrap();
+        v.remove_dir_all(dir).unwrap();
+        v
+    }
+
     /// A directory removed and created again under its name starts empty:
     /// syncing it (not its parent) makes that durable, so the synced
     /// entries of the one before do not come back with a power loss.
     #[test]
     fn a_directory_created_again_and_synced_keeps_none_of_the_old_ones_entries() {
-        let v = SimVolume::new();
-        v.create_dir_all("d/sub").unwrap();
-        v.sync_dir("").unwrap();
-        v.sync_dir("d").unwrap();
-        v.write_atomic("d/sub/f", b"f").unwrap();
-        v.sync_dir("d/sub").unwrap();
-        v.remove_dir_all("d/sub").unwrap();
+        let v = removed_directory_with_a_synced_file("d/sub");
         assert!(v.create_dir("d/sub").unwrap());
         v.sync_dir("d/sub").unwrap();
         v.crash();
@@ -2273,13 +2280,7 @@ mod tests {
     /// of that name made later does not find them after a power loss.
     #[test]
     fn a_directory_replaced_by_a_file_and_synced_leaves_none_of_its_entries() {
-        let v = SimVolume::new();
-        v.create_dir_all("d/x").unwrap();
-        v.sync_dir("").unwrap();
-        v.sync_dir("d").unwrap();
-        v.write_atomic("d/x/f", b"f").unwrap();
-        v.sync_dir("d/x").unwrap();
-        v.remove_dir_all("d/x").unwrap();
+        let v = removed_directory_with_a_synced_file("d/x");
         v.write_atomic("d/x", b"a file now").unwrap();
         v.sync_dir("d").unwrap();
         v.remove("d/x").unwrap();

@@ -25,8 +25,9 @@ use kaas_sim::runner::{self, check_determinism, run_all, run_isolated, Outcome, 
 
 /// Seeds of a default (CI) run; `KAAS_SIM_SEEDS` overrides. Sized so the
 /// batch stays under ten minutes on two cores of the slowest host met,
-/// with room to spare (issue 13 item 12): seeds 0-599 took 354 s there
-/// (docs/performance.md, "The simulator's seed rate"). Every required
+/// with room to spare (issue 13 item 12): seeds 0-599 took 344-401 s in
+/// two cold CI runs there (docs/performance.md, "The CI batch at 600
+/// seeds"). Every required
 /// mark and count below fires in seeds 0-299 already; the rarest,
 /// `DeposedWriterAcknowledgedNothing`, in three seeds of 0-599.
 const DEFAULT_SEEDS: u64 = 600;
